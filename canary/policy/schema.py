@@ -1,0 +1,19 @@
+"""The policy file's JSON Schema, for editors (yaml-language-server) and CI linters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from canary.policy.model import API_VERSION, KIND, PromotionPolicy
+
+SCHEMA_ID = "https://kserve-canary.dev/schemas/v1alpha1/promotionpolicy.json"
+
+
+def policy_json_schema() -> dict[str, Any]:
+    schema = PromotionPolicy.model_json_schema(by_alias=True, mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": f"{KIND} ({API_VERSION})",
+        **{key: value for key, value in schema.items() if key != "title"},
+    }
