@@ -1,0 +1,1 @@
+"""Real components for tests, the demo and benchmarks: a Prometheus launcher and friends."""
