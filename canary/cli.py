@@ -65,12 +65,12 @@ def validate(
                 }
                 for loaded in result.policies
             ],
-            "errors": [error.as_dict() for error in sorted(result.errors)],
+            "errors": [error.as_dict() for error in sorted(result.errors, key=lambda error: error.sort_key)],
         }
         typer.echo(json.dumps(document, indent=2))
     else:
         console = Console(highlight=False, soft_wrap=True)
-        for error in sorted(result.errors):
+        for error in sorted(result.errors, key=lambda error: error.sort_key):
             console.print(str(error), markup=False)
         for loaded in result.policies:
             console.print(

@@ -42,7 +42,7 @@ _POLICY_SUFFIXES = (".yaml", ".yml")
 _Path = tuple[str | int, ...]
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class PolicyError:
     """One problem in one file: ``line`` is 1-based, ``field`` a dotted path like ``spec.checks[0].max``."""
 
@@ -54,6 +54,10 @@ class PolicyError:
     def __str__(self) -> str:
         where = self.path if self.line is None else f"{self.path}:{self.line}"
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+    @property
+    def sort_key(self) -> tuple[str, int, str, str]:
+        return (self.path, self.line or 0, self.field or "", self.message)
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "field": self.field, "message": self.message}
@@ -190,6 +194,11 @@ def _validation_errors(
     errors = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
+        if error["type"] not in {"missing", "extra_forbidden"}:
+            # Normalisation can add levels the file does not have (``steps: [0]`` is validated as
+            # ``{weight: 0}``): point at what the user wrote.
+            while loc and loc not in lines:
+                loc = loc[:-1]
         errors.append(
             PolicyError(
                 path=path,
@@ -254,7 +263,8 @@ def _load_documents(text: str, path: str) -> tuple[list[LoadedPolicy], list[Poli
         errors.append(PolicyError(path, None, None, f"YAML error: {exc}"))
     finally:
         loader.dispose()
-    if document < 0 or (not policies and not errors and document >= 0):
+    if not policies and not errors:
+        # Only comments, "---" separators or nothing at all.
         errors.append(PolicyError(path, None, None, "the file is empty: it holds no policy document"))
     return policies, errors
 

@@ -308,6 +308,10 @@ class Check(_Model):
             return None
         metric = info.data.get("metric")
         unit = info.data.get("unit")
+        if metric is None and info.data.get("promql") is None:
+            # The check's kind is missing or invalid (reported on its own field); its unit is
+            # unknown, so do not pile a second, misleading error onto the limit.
+            return 0.0
         if isinstance(metric, MetricKind):
             return parse_in_unit(value, metric.unit)
         if isinstance(unit, Unit):
