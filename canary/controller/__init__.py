@@ -1,0 +1,1 @@
+"""The imperative shell: reconciling, scheduling, leader election, health and metrics endpoints."""
