@@ -81,6 +81,8 @@ class LoadResult:
     policies: list[LoadedPolicy] = field(default_factory=list)
     errors: list[PolicyError] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    # InferenceServices claimed by more than one policy: every claimant was refused.
+    contested: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -401,6 +403,7 @@ def _reject_duplicate_targets(result: LoadResult) -> None:
     for key, group in by_key.items():
         if len(group) < 2:
             continue
+        result.contested.add(key)
         for loaded in group:
             others = ", ".join(f"'{o.policy.metadata.name}' ({o.origin})" for o in group if o is not loaded)
             result.errors.append(
