@@ -1,0 +1,90 @@
+"""How a simulated model revision behaves under traffic: latency, errors, GPU memory, OOM kills.
+
+Pure and deterministic for a seed: :class:`PodSimulator` advances by ``dt`` seconds given the number
+of requests routed to it, and accumulates exactly the counters a real queue-proxy, kube-state-metrics
+and DCGM exporter would expose for that pod.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+__all__ = ["KNATIVE_LATENCY_BUCKETS_MS", "PodSimulator", "RevisionBehaviour"]
+
+# Knative's queue-proxy request latency distribution (OpenCensus view, milliseconds).
+KNATIVE_LATENCY_BUCKETS_MS: tuple[float, ...] = (
+    5, 10, 20, 40, 60, 80, 100, 150, 200, 250, 300, 350, 400, 450, 500, 600, 700, 800, 900,
+    1000, 2000, 5000, 10000, 20000, 50000, 100000,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RevisionBehaviour:
+    """A model version's character. Latency is log-normal around ``median_ms``."""
+
+    median_ms: float = 80.0
+    sigma: float = 0.35  # log-normal spread; p99 ~ median * exp(2.33 * sigma)
+    error_rate: float = 0.002  # fraction of requests answered 5xx
+    # Latency grows with the revision's traffic share: median * (1 + load_sensitivity * share).
+    load_sensitivity: float = 0.0
+    gpu_total_mib: float = 81920.0  # an 80 GiB card
+    gpu_reserved_mib: float = 512.0
+    gpu_base_mib: float = 30000.0  # after the model is loaded
+    gpu_mib_per_request: float = 0.0  # memory that leaks (or grows) per request served
+    oom_at_mib: float | None = None  # the container is OOM-killed above this
+    ready_after_s: float | None = 3.0  # None: never becomes Ready
+
+
+@dataclass
+class PodSimulator:
+    """Counters of one pod, as the exporters would publish them."""
+
+    name: str
+    revision: str
+    namespace: str
+    behaviour: RevisionBehaviour
+    seed: int
+    requests: dict[str, float] = field(default_factory=lambda: {"2xx": 0.0, "5xx": 0.0})
+    buckets: list[float] = field(default_factory=lambda: [0.0] * len(KNATIVE_LATENCY_BUCKETS_MS))
+    latency_sum_ms: float = 0.0
+    latency_count: float = 0.0
+    restarts: int = 0
+    last_terminated_reason: str | None = None
+    gpu_used_mib: float = 0.0
+    served_since_start: int = 0
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)  # noqa: S311 - a reproducible simulation, not crypto
+        self.gpu_used_mib = self.behaviour.gpu_base_mib
+
+    def serve(self, count: int, traffic_share: float) -> None:
+        """Answer ``count`` requests while the revision holds ``traffic_share`` (0..1) of the traffic."""
+        behaviour = self.behaviour
+        median = behaviour.median_ms * (1.0 + behaviour.load_sensitivity * traffic_share)
+        mu = math.log(median)
+        for _ in range(count):
+            latency = self._random.lognormvariate(mu, behaviour.sigma)
+            code = "5xx" if self._random.random() < behaviour.error_rate else "2xx"
+            self.requests[code] += 1
+            self.latency_sum_ms += latency
+            self.latency_count += 1
+            for index, bound in enumerate(KNATIVE_LATENCY_BUCKETS_MS):
+                if latency <= bound:
+                    self.buckets[index] += 1
+        self.served_since_start += count
+        self.gpu_used_mib = min(
+            behaviour.gpu_total_mib - behaviour.gpu_reserved_mib,
+            behaviour.gpu_base_mib + behaviour.gpu_mib_per_request * self.served_since_start,
+        )
+        if behaviour.oom_at_mib is not None and self.gpu_used_mib >= behaviour.oom_at_mib:
+            # The kernel kills the container; kubelet restarts it; the model loads again from scratch.
+            self.restarts += 1
+            self.last_terminated_reason = "OOMKilled"
+            self.served_since_start = 0
+            self.gpu_used_mib = behaviour.gpu_base_mib
+
+    @property
+    def gpu_free_mib(self) -> float:
+        return max(0.0, self.behaviour.gpu_total_mib - self.behaviour.gpu_reserved_mib - self.gpu_used_mib)
