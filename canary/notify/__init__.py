@@ -1,0 +1,69 @@
+"""Telling people about every decision: Slack, generic webhooks and Kubernetes Events.
+
+The controller maps each decision of the core into a :class:`Notification` (with the numbers
+behind it) and hands it to a :class:`NotificationDispatcher`, which delivers it in the background —
+retried, de-duplicated, never blocking or failing a rollout, and never logging a secret.
+See ``docs/notifications.md``.
+"""
+
+from canary.notify.delivery import DeliveryError, Sender, TargetKind
+from canary.notify.destinations import destination_for, destinations_for, events_destination
+from canary.notify.dispatcher import Destination, NotificationDispatcher, RetryPolicy, Submission
+from canary.notify.events import KubernetesEventSender, event_message
+from canary.notify.message import (
+    NOTIFICATION_API_VERSION,
+    Action,
+    CheckLine,
+    EventReason,
+    Notification,
+    Severity,
+    Verdict,
+    make_decision_id,
+)
+from canary.notify.metrics import DeliveryRecorder, Outcome, PrometheusDeliveryRecorder
+from canary.notify.secrets import (
+    DEFAULT_REDACTOR,
+    Redactor,
+    SecretResolver,
+    SecretUnavailable,
+    redact_processor,
+)
+from canary.notify.slack import SlackSender, slack_message
+from canary.notify.webhook import WebhookSender, sign, verify_signature, webhook_payload
+
+__all__ = [
+    "DEFAULT_REDACTOR",
+    "NOTIFICATION_API_VERSION",
+    "Action",
+    "CheckLine",
+    "DeliveryError",
+    "DeliveryRecorder",
+    "Destination",
+    "EventReason",
+    "KubernetesEventSender",
+    "Notification",
+    "NotificationDispatcher",
+    "Outcome",
+    "PrometheusDeliveryRecorder",
+    "Redactor",
+    "RetryPolicy",
+    "SecretResolver",
+    "SecretUnavailable",
+    "Sender",
+    "Severity",
+    "SlackSender",
+    "Submission",
+    "TargetKind",
+    "Verdict",
+    "WebhookSender",
+    "destination_for",
+    "destinations_for",
+    "event_message",
+    "events_destination",
+    "make_decision_id",
+    "redact_processor",
+    "sign",
+    "slack_message",
+    "verify_signature",
+    "webhook_payload",
+]

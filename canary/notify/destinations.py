@@ -1,0 +1,69 @@
+"""From a policy's ``notify`` entries (and the controller's API client) to dispatcher destinations.
+
+Build them once per policy (re)load, not per notification: each sender keeps an HTTP session.
+Secrets are *not* read here — each sender resolves its references when it sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kubernetes.client import ApiClient
+
+from canary.notify.delivery import DEFAULT_TIMEOUT, Clock, TargetKind, utc_now
+from canary.notify.dispatcher import Destination
+from canary.notify.events import KubernetesEventSender
+from canary.notify.message import Severity
+from canary.notify.secrets import SecretResolver, describe_ref
+from canary.notify.slack import SlackSender
+from canary.notify.webhook import WebhookSender
+from canary.policy.model import NotifyTarget
+
+__all__ = ["EVENTS_KEY", "destination_for", "destinations_for", "events_destination"]
+
+EVENTS_KEY = "kubernetes events"
+
+
+def destination_for(
+    target: NotifyTarget,
+    *,
+    resolver: SecretResolver,
+    timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+    clock: Clock = utc_now,
+) -> Destination:
+    """One policy ``notify`` entry as a destination; its key names the secret *reference*."""
+    minimum = Severity(target.min_severity)
+    if target.slack is not None:
+        slack = target.slack
+        key = f"slack {describe_ref(slack.webhook_url_from)}" + (f" {slack.channel}" if slack.channel else "")
+        sender = SlackSender(
+            slack.webhook_url_from, resolver=resolver, channel=slack.channel, timeout=timeout, clock=clock
+        )
+        return Destination(key, TargetKind.SLACK, sender, minimum)
+    webhook = target.webhook
+    assert webhook is not None  # NotifyTarget guarantees exactly one of slack/webhook
+    key = f"webhook {describe_ref(webhook.url_from)}"
+    if webhook.secret_from is not None:
+        key += f" signed with {describe_ref(webhook.secret_from)}"
+    sender_ = WebhookSender(
+        webhook.url_from, resolver=resolver, secret_from=webhook.secret_from, timeout=timeout, clock=clock
+    )
+    return Destination(key, TargetKind.WEBHOOK, sender_, minimum)
+
+
+def destinations_for(
+    targets: Sequence[NotifyTarget],
+    *,
+    resolver: SecretResolver,
+    timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+    clock: Clock = utc_now,
+) -> list[Destination]:
+    return [destination_for(target, resolver=resolver, timeout=timeout, clock=clock) for target in targets]
+
+
+def events_destination(
+    api_client: ApiClient, *, resolver: SecretResolver, clock: Clock = utc_now
+) -> Destination:
+    """Kubernetes Events on the InferenceService, for every decision (info and warning)."""
+    sender = KubernetesEventSender(api_client, redactor=resolver.redactor, clock=clock)
+    return Destination(EVENTS_KEY, TargetKind.KUBERNETES_EVENT, sender, Severity.INFO)

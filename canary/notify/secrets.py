@@ -1,0 +1,215 @@
+"""Secrets for notification targets: resolved at send time, and kept out of every log line and event.
+
+A Slack incoming-webhook URL *is* a credential (anyone holding it can post to the channel), and so
+are webhook URLs with tokens in their path or query, and HMAC keys. The policy file only names
+where they come from (:class:`~canary.policy.model.SecretRef`: an environment variable or a
+mounted file); :class:`SecretResolver` reads them when a notification is sent — never at import
+or load time, so a rotated Secret is picked up without a restart — and registers every value it
+reads with a :class:`Redactor`.
+
+The :class:`Redactor` scrubs, from any string:
+
+* every secret value it has seen, and the forms in which HTTP libraries repeat a URL in their
+  errors (``Max retries exceeded with url: /services/T0/B0/XXXX`` carries only the path, so the
+  path and path+query of a secret URL are secrets too), raw and percent-encoded;
+* things that look like credentials even when they were never registered: URL userinfo
+  (``https://user:pass@host``), token-like query parameters (``?token=...``), Slack webhook paths
+  and ``Bearer`` tokens.
+
+Errors about secrets name the reference (``env SLACK_WEBHOOK_URL``), never the value.
+
+:func:`redact_processor` is a structlog processor over the process-wide :data:`DEFAULT_REDACTOR`;
+put it after ``format_exc_info`` (so tracebacks are scrubbed too) and before the renderer.
+The dispatcher also scrubs its own messages, so a missing processor does not leak.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from canary.policy.model import SecretRef
+
+__all__ = [
+    "DEFAULT_REDACTOR",
+    "MASK",
+    "Redactor",
+    "SecretResolver",
+    "SecretUnavailable",
+    "describe_ref",
+    "make_redact_processor",
+    "redact_processor",
+]
+
+MASK = "***"
+
+# Shorter values are not registered: redacting every "ab" in every log line would make logs
+# unreadable, and a two-character secret protects nothing anyway. Such a secret is refused.
+MIN_SECRET_LENGTH = 4
+
+# Path fragments shorter than this are not treated as secret on their own ("/", "/hook"): they are
+# too common in ordinary log lines. The full URL is always registered.
+_MIN_SECRET_PATH_LENGTH = 8
+
+# Credentials that look like credentials, whether or not they were registered.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # https://user:password@host -> https://***@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@"), rf"\g<1>{MASK}@"),
+    # Slack (and Slack-compatible) webhook paths: the path is the credential.
+    (
+        re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[^\s\"'<>)]+"),
+        rf"\g<1>{MASK}",
+    ),
+    # ?token=... &api_key=... &sig=...
+    (
+        re.compile(
+            r"(?i)([?&](?:access_token|token|api[_-]?key|key|secret|signature|sig|password|passwd|pwd|auth)=)"
+            r"[^&\s\"'<>#]+"
+        ),
+        rf"\g<1>{MASK}",
+    ),
+    # Authorization: Bearer xyz
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*"), rf"\g<1>{MASK}"),
+)
+
+
+class SecretUnavailable(Exception):
+    """A secret could not be read. The message names the reference, never a value."""
+
+
+def describe_ref(ref: SecretRef) -> str:
+    """``env SLACK_WEBHOOK_URL`` or ``file /var/run/secrets/slack/url``: safe to log."""
+    if ref.env is not None:
+        return f"env {ref.env}"
+    return f"file {ref.file}"
+
+
+class Redactor:
+    """Knows every secret value resolved so far and scrubs them from any text. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._secrets: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, secret: str) -> None:
+        """Register a secret value (and, for URLs, the fragments HTTP errors repeat)."""
+        variants = _variants(secret)
+        with self._lock:
+            before = len(self._secrets)
+            self._secrets.update(variants)
+            if len(self._secrets) != before:
+                # Longest first: a URL must be masked whole before its path is masked inside it.
+                ordered = sorted(self._secrets, key=len, reverse=True)
+                self._pattern = re.compile("|".join(re.escape(value) for value in ordered))
+
+    def __contains__(self, secret: str) -> bool:
+        with self._lock:
+            return secret in self._secrets
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every known secret and every credential-looking fragment masked."""
+        pattern = self._pattern  # an atomic read; replaced (never mutated) under the lock
+        if pattern is not None:
+            text = pattern.sub(MASK, text)
+        for credential, replacement in _PATTERNS:
+            text = credential.sub(replacement, text)
+        return text
+
+    def scrub_value(self, value: object) -> object:
+        """Scrub strings inside containers; other objects are replaced by their scrubbed text if
+        their text would reveal a secret (an exception, a request object), else kept as they are."""
+        if isinstance(value, str):
+            return self.scrub(value)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, Mapping):
+            return {key: self.scrub_value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.scrub_value(item) for item in value]
+        if isinstance(value, tuple | set | frozenset):
+            return tuple(self.scrub_value(item) for item in value)
+        text = str(value)
+        scrubbed = self.scrub(text)
+        return scrubbed if scrubbed != text else value
+
+
+def _variants(secret: str) -> set[str]:
+    variants = {secret, quote(secret, safe=""), quote(secret, safe="/:")}
+    parts = urlsplit(secret)
+    if parts.scheme and parts.netloc:
+        tail = parts.path + (f"?{parts.query}" if parts.query else "")
+        for fragment in (parts.path, tail, parts.query):
+            if len(fragment) >= _MIN_SECRET_PATH_LENGTH:
+                variants.update({fragment, quote(fragment, safe="/?&=")})
+        if parts.password:
+            variants.add(parts.password)
+        if parts.username and len(parts.username) >= MIN_SECRET_LENGTH:
+            variants.add(parts.username)
+    return {variant for variant in variants if len(variant) >= MIN_SECRET_LENGTH}
+
+
+DEFAULT_REDACTOR = Redactor()
+
+
+class SecretResolver:
+    """Reads :class:`SecretRef` values when they are needed and registers them for redaction."""
+
+    def __init__(self, redactor: Redactor | None = None, environ: Mapping[str, str] | None = None) -> None:
+        self.redactor = redactor if redactor is not None else DEFAULT_REDACTOR
+        # Read os.environ at resolve time (not a copy taken now) unless a mapping is injected.
+        self._environ = environ
+
+    def resolve(self, ref: SecretRef) -> str:
+        where = describe_ref(ref)
+        if ref.env is not None:
+            environ = self._environ if self._environ is not None else os.environ
+            raw = environ.get(ref.env)
+            if raw is None:
+                raise SecretUnavailable(f"{where} is not set")
+        else:
+            assert ref.file is not None  # SecretRef guarantees exactly one of env/file
+            try:
+                raw = Path(ref.file).read_text(encoding="utf-8")
+            except OSError as error:
+                # The OS error names the path (fine) and the reason; it cannot contain the value.
+                raise SecretUnavailable(f"{where} cannot be read: {error.strerror or error}") from None
+        # Mounted Secrets and `echo` into env files end with a newline that is not part of the value.
+        value = raw.strip()
+        if not value:
+            raise SecretUnavailable(f"{where} is empty")
+        if len(value) < MIN_SECRET_LENGTH:
+            raise SecretUnavailable(
+                f"{where} is shorter than {MIN_SECRET_LENGTH} characters and cannot be kept out of logs"
+            )
+        self.redactor.add(value)
+        return value
+
+
+Processor = Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]
+
+
+def make_redact_processor(redactor: Redactor) -> Processor:
+    """A structlog processor that scrubs every value of the event dict with ``redactor``."""
+
+    def processor(
+        _logger: Any, _method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        for key in list(event_dict):
+            if key == "exc_info":
+                # Left for structlog's format_exc_info, which must run before this processor and
+                # turns it into an "exception" string that is then scrubbed like any other value.
+                continue
+            event_dict[key] = redactor.scrub_value(event_dict[key])
+        return event_dict
+
+    return processor
+
+
+redact_processor: Processor = make_redact_processor(DEFAULT_REDACTOR)
+"""structlog processor over :data:`DEFAULT_REDACTOR` (which :class:`SecretResolver` uses by default)."""

@@ -1,0 +1,184 @@
+"""Slack incoming webhooks: one Block Kit message per decision, with every number behind it.
+
+Layout (https://api.slack.com/reference/block-kit/blocks):
+
+* ``header`` — action emoji, model and what happened: ``⏩ llama-chat: canary advanced``;
+* ``section`` — the summary sentence and the reasons as bullets;
+* ``section`` fields — model, traffic (``10% → 30%``), canary and stable revisions, phase;
+* ``section`` fields, 10 per block — one per check: ``✅ *p99*`` / ``612ms ≤ 800ms (stable 540ms)``;
+* ``context`` — policy, decision id and time.
+
+A plain ``text`` fallback carries the same facts for push notifications and for Slack-compatible
+receivers (Mattermost, Rocket.Chat) that ignore blocks. ``channel`` overrides the webhook's channel
+where Slack still honours it (legacy webhooks); app webhooks post to their configured channel.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, HttpPoster, utc_now
+from canary.notify.message import Action, CheckLine, Notification, Verdict
+from canary.notify.secrets import SecretResolver, describe_ref
+from canary.policy.model import SecretRef
+
+__all__ = ["ACTION_EMOJI", "VERDICT_EMOJI", "SlackSender", "check_text", "slack_message"]
+
+ACTION_EMOJI: dict[Action, str] = {
+    Action.STARTED: "🚦",
+    Action.ADVANCED: "⏩",
+    Action.PROMOTED: "🚀",
+    Action.SUCCEEDED: "✅",
+    Action.ROLLED_BACK: "⏪",
+    Action.PAUSED: "⏸️",
+    Action.RESUMED: "▶️",
+    Action.APPROVED: "👍",
+    Action.ABORTED: "🛑",
+    Action.INCONCLUSIVE: "❔",
+    Action.WAITING: "⏳",
+    Action.UNGUARDED_ROLLOUT: "⚠️",
+    Action.PROMETHEUS_UNAVAILABLE: "📉",
+    Action.NOTIFICATION_FAILED: "📭",
+}
+
+VERDICT_EMOJI: dict[Verdict, str] = {
+    Verdict.PASS: "✅",
+    Verdict.FAIL: "❌",
+    Verdict.NO_DATA: "⚪",
+    Verdict.ERROR: "⚠️",
+}
+
+# Block Kit limits; exceeding them makes Slack reject the whole message with invalid_blocks.
+_HEADER_MAX = 150
+_SECTION_TEXT_MAX = 3000
+_FIELD_TEXT_MAX = 2000
+_FIELDS_PER_SECTION = 10
+_MAX_CHECK_SECTIONS = 4  # 40 checks; the rest are summarised in one line
+_FALLBACK_MAX = 3900  # Slack truncates long `text`; keep the start meaningful
+
+
+def _escape(text: str) -> str:
+    """Slack mrkdwn control characters (https://api.slack.com/reference/surfaces/formatting#escaping)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_text(check: CheckLine) -> str:
+    """``p99: 612ms ≤ 800ms (stable 540ms) ✅`` — one check on one line."""
+    critical = " (critical)" if check.critical else ""
+    return f"{check.name}{critical}: {check.describe()} {VERDICT_EMOJI[check.verdict]}"
+
+
+def _check_field(check: CheckLine) -> dict[str, str]:
+    critical = " _(critical)_" if check.critical else ""
+    text = f"{VERDICT_EMOJI[check.verdict]} *{_escape(check.name)}*{critical}\n{_escape(check.describe())}"
+    return {"type": "mrkdwn", "text": _clip(text, _FIELD_TEXT_MAX)}
+
+
+def _fallback_text(notification: Notification) -> str:
+    emoji = ACTION_EMOJI.get(notification.action, "")
+    traffic = f" {notification.traffic}" if notification.traffic else ""
+    lines = [f"{emoji} {notification.model}: {notification.title}{traffic}. {notification.summary}"]
+    lines += [f"• {reason}" for reason in notification.reasons]
+    lines += [check_text(check) for check in notification.checks]
+    return _clip(_escape("\n".join(lines)), _FALLBACK_MAX)
+
+
+def slack_message(notification: Notification, channel: str | None = None) -> dict[str, Any]:
+    """The JSON body for a Slack incoming webhook."""
+    emoji = ACTION_EMOJI.get(notification.action, "")
+    traffic = f" {notification.traffic}" if notification.traffic else ""
+    header = f"{emoji} {notification.inference_service}: {notification.title}{traffic}"
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _clip(header, _HEADER_MAX), "emoji": True}},
+    ]
+    story = [f"*{_escape(notification.summary)}*"] + [
+        f"• {_escape(reason)}" for reason in notification.reasons
+    ]
+    blocks.append(
+        {"type": "section", "text": {"type": "mrkdwn", "text": _clip("\n".join(story), _SECTION_TEXT_MAX)}}
+    )
+
+    facts = [f"*Model*\n`{_escape(notification.model)}`"]
+    if notification.traffic:
+        facts.append(f"*Traffic*\n{_escape(notification.traffic)}")
+    if notification.canary_revision:
+        facts.append(f"*Canary revision*\n`{_escape(notification.canary_revision)}`")
+    if notification.stable_revision:
+        facts.append(f"*Stable revision*\n`{_escape(notification.stable_revision)}`")
+    if notification.phase:
+        facts.append(f"*Phase*\n{_escape(notification.phase)}")
+    blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": fact} for fact in facts]})
+
+    checks = list(notification.checks)
+    shown = checks[: _FIELDS_PER_SECTION * _MAX_CHECK_SECTIONS]
+    if shown:
+        blocks.append({"type": "divider"})
+    for start in range(0, len(shown), _FIELDS_PER_SECTION):
+        chunk = shown[start : start + _FIELDS_PER_SECTION]
+        blocks.append({"type": "section", "fields": [_check_field(check) for check in chunk]})
+    if len(checks) > len(shown):
+        rest = checks[len(shown) :]
+        failing = sum(1 for check in rest if check.verdict is not Verdict.PASS)
+        blocks.append(
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"… and {len(rest)} more checks ({failing} not passing); see the webhook or "
+                    "`kserve-canary explain` for all of them",
+                },
+            }
+        )
+
+    when = notification.time.strftime("%Y-%m-%d %H:%M:%S UTC")
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [
+                {
+                    "type": "mrkdwn",
+                    "text": f"policy `{_escape(notification.policy)}` · decision "
+                    f"`{_escape(notification.id)}` · {when} · kserve-canary",
+                }
+            ],
+        }
+    )
+    message: dict[str, Any] = {"text": _fallback_text(notification), "blocks": blocks}
+    if channel:
+        message["channel"] = channel
+    return message
+
+
+class SlackSender:
+    """Posts :func:`slack_message` to the incoming-webhook URL read from ``webhook_url_from``."""
+
+    def __init__(
+        self,
+        webhook_url_from: SecretRef,
+        *,
+        resolver: SecretResolver,
+        channel: str | None = None,
+        timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._url_from = webhook_url_from
+        self._resolver = resolver
+        self._channel = channel
+        self.description = f"slack webhook ({describe_ref(webhook_url_from)})"
+        self._poster = HttpPoster(
+            describe=self.description, redactor=resolver.redactor, timeout=timeout, clock=clock
+        )
+
+    def send(self, notification: Notification) -> None:
+        url = self._resolver.resolve(self._url_from)  # at send time: rotated secrets apply at once
+        body = json.dumps(slack_message(notification, self._channel), ensure_ascii=False).encode()
+        self._poster.post(
+            url,
+            body,
+            {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT},
+        )

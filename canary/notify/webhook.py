@@ -1,0 +1,222 @@
+"""Generic webhooks: a documented, versioned JSON payload, optionally signed with HMAC-SHA256.
+
+Request
+-------
+``POST <url>`` (the URL comes from the policy's ``urlFrom``; redirects are not followed) with headers:
+
+* ``Content-Type: application/json`` — the body is UTF-8 JSON;
+* ``User-Agent: kserve-canary/<version>``;
+* ``Idempotency-Key: <id>`` — the decision id; a retried or re-sent delivery of the same decision
+  carries the same key, so receivers can de-duplicate;
+* with ``secretFrom`` configured:
+  ``X-Kserve-Canary-Timestamp: <unix seconds>`` and
+  ``X-Kserve-Canary-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<raw body>")>``.
+  Each attempt is signed afresh, so the timestamp is the attempt's. Verify with
+  :func:`verify_signature` (constant-time, with a replay window).
+
+Any 2xx is success. 408/425/429 (honouring ``Retry-After``), 5xx, timeouts and connection errors
+are retried with backoff; other answers are final.
+
+Payload (``apiVersion: kserve-canary.dev/v1alpha1``, ``kind: RolloutNotification``)
+---------------------------------------------------------------------------------
+Receivers must ignore fields they do not know: within a version, fields are only added (and are
+optional); anything else changes ``apiVersion``. The JSON Schema is
+``docs/notification-payload.schema.json``.
+
+=========================== ====================================================================
+field                       meaning
+=========================== ====================================================================
+``apiVersion``              ``"kserve-canary.dev/v1alpha1"``: the payload's version
+``kind``                    ``"RolloutNotification"``
+``id``                      deterministic decision id; equals the ``Idempotency-Key`` header
+``time``                    when the decision was made, RFC 3339 UTC (``2025-01-31T12:00:00.000Z``)
+``severity``                ``"info"`` or ``"warning"`` (rollbacks, pauses, problems)
+``action``                  ``started`` ``advanced`` ``promoted`` ``succeeded`` ``rolled-back``
+                            ``paused`` ``resumed`` ``approved`` ``aborted`` ``inconclusive``
+                            ``waiting`` ``unguarded-rollout`` ``prometheus-unavailable`` ... (new
+                            actions may appear: treat unknown ones by ``severity``)
+``reason``                  the Kubernetes Event reason, UpperCamelCase (``CanaryAdvanced``)
+``summary``                 one sentence: what happened and why
+``reasons``                 list of sentences with the numbers behind the decision
+``inferenceService``        ``{namespace, name, uid}``; ``uid`` is null when unknown
+``policy``                  the PromotionPolicy's name
+``phase``                   the rollout's phase after the decision (``Progressing``, ``RolledBack``...)
+``revisions``               ``{canary, stable}``: Knative revision names, null when there is none
+``traffic``                 ``{from, to}``: ``canaryTrafficPercent`` before and after (0-100); null
+                            means the field is not set — for ``to`` on a promotion: removed, the
+                            canary now serves 100%
+``checks``                  list, one per check of the last evaluation:
+``checks[].name``           the check's name in the policy
+``checks[].verdict``        ``pass``, ``fail``, ``no-data`` or ``error`` (query failed)
+``checks[].critical``       a failure rolls back at once
+``checks[].value``          the canary's value, formatted for people (``"612ms"``), ``""`` if none
+``checks[].limit``          the condition, comparator first (``"≤ 800ms"``)
+``checks[].stable``         the stable revision's value, formatted, ``""`` when not compared
+``checks[].samples``        what the value rests on (``"1234 requests"``), ``""`` if unknown
+``checks[].detail``         why there is no data / what failed, ``""`` otherwise
+``checks[].measured``       ``{canary, stable, unit}`` canonical numbers (seconds, ratio 0-1,
+                            bytes, MiB, count, none) or null; ``canary``/``stable`` may be null
+``controller``              ``{name: "kserve-canary", version}``
+=========================== ====================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+from canary import __version__
+from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, HttpPoster, utc_now
+from canary.notify.message import CheckLine, Notification
+from canary.notify.secrets import SecretResolver, describe_ref
+from canary.policy.model import SecretRef
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "SIGNATURE_HEADER",
+    "SIGNATURE_TOLERANCE",
+    "TIMESTAMP_HEADER",
+    "WebhookSender",
+    "encode_payload",
+    "sign",
+    "verify_signature",
+    "webhook_payload",
+]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+TIMESTAMP_HEADER = "X-Kserve-Canary-Timestamp"
+SIGNATURE_HEADER = "X-Kserve-Canary-Signature"
+SIGNATURE_TOLERANCE = 300.0  # seconds a signed request stays acceptable (replay window)
+_SIGNATURE_SCHEME = "sha256="
+
+
+def _rfc3339(notification: Notification) -> str:
+    return notification.time.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _check(check: CheckLine) -> dict[str, Any]:
+    measured: dict[str, Any] | None = None
+    if check.value_number is not None or check.stable_number is not None:
+        measured = {
+            "canary": check.value_number,
+            "stable": check.stable_number,
+            "unit": (check.unit.value if check.unit is not None else "none"),
+        }
+    return {
+        "name": check.name,
+        "verdict": check.verdict.value,
+        "critical": check.critical,
+        "value": check.value,
+        "limit": check.limit,
+        "stable": check.stable,
+        "samples": check.samples,
+        "detail": check.detail,
+        "measured": measured,
+    }
+
+
+def webhook_payload(notification: Notification) -> dict[str, Any]:
+    """The documented, versioned JSON document (see the module docstring)."""
+    return {
+        "apiVersion": notification.schema_version,
+        "kind": "RolloutNotification",
+        "id": notification.id,
+        "time": _rfc3339(notification),
+        "severity": notification.severity.value,
+        "action": notification.action.value,
+        "reason": notification.reason,
+        "summary": notification.summary,
+        "reasons": list(notification.reasons),
+        "inferenceService": {
+            "namespace": notification.namespace,
+            "name": notification.inference_service,
+            "uid": notification.inference_service_uid,
+        },
+        "policy": notification.policy,
+        "phase": notification.phase,
+        "revisions": {"canary": notification.canary_revision, "stable": notification.stable_revision},
+        "traffic": {"from": notification.from_weight, "to": notification.to_weight},
+        "checks": [_check(check) for check in notification.checks],
+        "controller": {"name": "kserve-canary", "version": __version__},
+    }
+
+
+def encode_payload(notification: Notification) -> bytes:
+    """The exact bytes that are sent (and signed): compact UTF-8 JSON."""
+    return json.dumps(webhook_payload(notification), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _key(secret: str | bytes) -> bytes:
+    return secret.encode() if isinstance(secret, str) else secret
+
+
+def sign(body: bytes, timestamp: str, secret: str | bytes) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256 over ``"<timestamp>.<body>"``.
+
+    The timestamp is inside the signed bytes so an old request cannot be replayed with a new one.
+    """
+    mac = hmac.new(_key(secret), timestamp.encode() + b"." + body, hashlib.sha256)
+    return _SIGNATURE_SCHEME + mac.hexdigest()
+
+
+def verify_signature(
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    secret: str | bytes,
+    *,
+    now: float | None = None,
+    tolerance: float = SIGNATURE_TOLERANCE,
+) -> bool:
+    """Check a received request: ``body`` is the raw request body (before any JSON parsing),
+    ``timestamp`` and ``signature`` the two headers. True only if the signature matches (compared in
+    constant time) and the timestamp is within ``tolerance`` seconds of ``now`` (default: the clock).
+    """
+    try:
+        sent_at = int(timestamp)
+    except (TypeError, ValueError):
+        return False
+    current = time.time() if now is None else now
+    if abs(current - sent_at) > tolerance:
+        return False
+    return hmac.compare_digest(sign(body, timestamp, secret), signature.strip())
+
+
+class WebhookSender:
+    """POSTs :func:`webhook_payload` to the URL read from ``url_from``, signed if ``secret_from`` is set."""
+
+    def __init__(
+        self,
+        url_from: SecretRef,
+        *,
+        resolver: SecretResolver,
+        secret_from: SecretRef | None = None,
+        timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._url_from = url_from
+        self._secret_from = secret_from
+        self._resolver = resolver
+        self._clock = clock
+        self.description = f"webhook ({describe_ref(url_from)})"
+        self._poster = HttpPoster(
+            describe=self.description, redactor=resolver.redactor, timeout=timeout, clock=clock
+        )
+
+    def send(self, notification: Notification) -> None:
+        url = self._resolver.resolve(self._url_from)
+        body = encode_payload(notification)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            IDEMPOTENCY_HEADER: notification.id,
+        }
+        if self._secret_from is not None:
+            secret = self._resolver.resolve(self._secret_from)
+            timestamp = str(int(self._clock().timestamp()))
+            headers[TIMESTAMP_HEADER] = timestamp
+            headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)
+        self._poster.post(url, body, headers)
