@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.kserve.client import GROUP, VERSION, ConflictError, is_not_found
+from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, is_not_found
 
 __all__ = [
+    "COMMAND_KEY",
     "MANAGED_BY",
     "MAX_STATE_BYTES",
     "STATE_KEY",
@@ -27,6 +28,10 @@ __all__ = [
 ]
 
 STATE_KEY = "state.json"
+# An operator's command (pause, resume, approve, abort, promote) waiting for the controller. The
+# controller applies it and saves the state without it, under the resourceVersion it read, so a
+# command written in between is never lost (the save fails with 409 and is retried).
+COMMAND_KEY = "command.json"
 MANAGED_BY = "kserve-canary"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_INFERENCE_SERVICE = "kserve-canary.dev/inference-service"
@@ -48,6 +53,7 @@ class StoredState:
     inference_service: str
     data: str | None  # the serialised state; None when nothing is stored yet
     resource_version: str | None  # precondition for the next write; None = create
+    command: str | None = None  # a pending operator command (JSON), if any
 
 
 class ConfigMapStateStore:
@@ -64,11 +70,13 @@ class ConfigMapStateStore:
             if is_not_found(error):
                 return StoredState(namespace, inference_service, None, None)
             raise
+        data = found.data or {}
         return StoredState(
             namespace,
             inference_service,
-            (found.data or {}).get(STATE_KEY),
+            data.get(STATE_KEY),
             found.metadata.resource_version if found.metadata else None,
+            data.get(COMMAND_KEY),
         )
 
     def save(
@@ -128,6 +136,25 @@ class ConfigMapStateStore:
             raise
         return str(written.metadata.resource_version if written.metadata else "")
 
+    def request_command(self, namespace: str, inference_service: str, command: str) -> None:
+        """Leave a command for the controller (used by the CLI, with the operator's own credentials)."""
+        body = {"data": {COMMAND_KEY: command}}
+        try:
+            self._core.patch_namespaced_config_map(
+                state_configmap_name(inference_service),
+                namespace,
+                body,
+                # The generated client defaults to JSON Patch for every body: say what this is.
+                _content_type=MERGE_PATCH,
+                _request_timeout=self._timeout,
+            )
+        except ApiException as error:
+            if is_not_found(error):
+                raise LookupError(
+                    f"no rollout state for {namespace}/{inference_service}: kserve-canary has not seen it yet"
+                ) from error
+            raise
+
     def list_all(self, namespace: str | None = None) -> list[StoredState]:
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         if namespace is None:
@@ -147,6 +174,7 @@ class ConfigMapStateStore:
                     (meta.labels or {}).get(LABEL_INFERENCE_SERVICE, ""),
                     (item.data or {}).get(STATE_KEY),
                     meta.resource_version,
+                    (item.data or {}).get(COMMAND_KEY),
                 )
             )
         return states
