@@ -1,0 +1,437 @@
+"""The metric catalog: every builtin metric kind, for every metric profile, as grouped PromQL.
+
+Each builtin query answers **many revisions at once**: it selects the series of every revision asked
+for (in every namespace asked for) and aggregates them ``by (namespace, revision)``. One HTTP round
+trip therefore answers the canary and the stable revision of a rollout — and, when the windows
+agree, every rollout evaluated in the same tick.
+
+Output shape (what :mod:`canary.metrics.prometheus` parses)
+------------------------------------------------------------
+Every series of a builtin query carries the labels ``namespace`` and ``revision`` (normalised with
+``label_replace`` whatever the source labels are called), and an optional ``evidence_field`` label:
+
+========================= ====================================================================
+``evidence_field``        meaning
+========================= ====================================================================
+(absent)                  the value, already in the metric's canonical unit
+``samples``               what the value rests on: requests, pods or GPUs seen in the window
+``fraction``              gpu-memory-peak only: peak of used / (used + free + reserved) per GPU
+========================= ====================================================================
+
+Semantics built into the PromQL
+-------------------------------
+* **An absent numerator is zero, an absent denominator is no data.** Error rate: the 5xx rate is
+  ``or``-ed with ``0 * total`` so a revision with requests and no 5xx series reads 0, while a revision
+  without request series has no result at all (no data); 0 requests make 0/0 = NaN (no data). OOM
+  kills and restarts: ``or 0 * pods`` — with pods present and no OOMKilled series the answer is 0; no
+  pods, no result.
+* Restarts and OOM kills are **exact integers**: restarts in the window are ``max_over_time`` of the
+  restart counter minus its value at the window's start (0 for a pod born inside the window), not
+  ``increase()``, whose extrapolation would report 1.03 OOM kills.
+* Latencies are in seconds (OpenCensus' milliseconds are divided by 1000 in the query) and GPU memory
+  in bytes (DCGM's MiB multiplied by 2**20), so the resolved PromQL returns exactly the evidence value.
+* A latency quantile that falls into the ``+Inf`` bucket reads as the highest finite bucket bound
+  (``histogram_quantile``'s rule): a lower bound of the truth.
+* Revisions are selected by a revision label (Knative <= 1.18: ``revision_name``; a relabelled label on
+  the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name
+  (``<revision>-deployment-...``) everywhere else.
+
+Approximations documented rather than hidden: kube-state-metrics keeps only the *last* termination
+reason, so a container OOMKilled and then restarted for another reason in the same window counts its
+restarts as OOM kills while the OOMKilled reason was seen in the window; warm-up counts only pods that
+became Ready (kube_pod_status_ready_time exists only while a pod is Ready), so a revision whose pods
+never get Ready has no warm-up value — the progress deadline judges that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from canary.evidence import REQUESTS
+from canary.metrics.promql import regex_alternation, string_literal
+from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
+from canary.policy.units import Unit
+
+__all__ = [
+    "DCGM_LABELS",
+    "DCGM_METRICS",
+    "FIELD_FRACTION",
+    "FIELD_LABEL",
+    "FIELD_SAMPLES",
+    "KIND_FAMILY",
+    "REQUESTS_PROFILES",
+    "BuiltinQuery",
+    "Family",
+    "GpuLabels",
+    "RequestsMetrics",
+    "RevisionKey",
+    "measure_unit",
+    "render_builtin",
+]
+
+# The label that tells a value series from its companions (see the module docstring).
+FIELD_LABEL = "evidence_field"
+FIELD_SAMPLES = "samples"
+FIELD_FRACTION = "fraction"
+
+_MIB = 1048576  # DCGM reports framebuffer memory in MiB; evidence is in bytes
+
+
+class Family(StrEnum):
+    """A group of metrics that one exporter provides; profiles are chosen (or detected) per family."""
+
+    REQUESTS = "requests"  # Knative queue-proxy: request counts and latency histograms
+    KUBE_STATE = "kube-state-metrics"  # restarts, termination reasons, pod creation and readiness
+    DCGM = "dcgm"  # NVIDIA dcgm-exporter: GPU framebuffer memory
+    VLLM = "vllm"  # vLLM's own metrics: KV cache, time to first token, end-to-end latency
+
+
+KIND_FAMILY: Mapping[str, Family] = {
+    REQUESTS: Family.REQUESTS,
+    MetricKind.LATENCY.value: Family.REQUESTS,
+    MetricKind.ERROR_RATE.value: Family.REQUESTS,
+    MetricKind.OOM_KILLS.value: Family.KUBE_STATE,
+    MetricKind.RESTARTS.value: Family.KUBE_STATE,
+    MetricKind.WARMUP_TIME.value: Family.KUBE_STATE,
+    MetricKind.GPU_MEMORY_PEAK.value: Family.DCGM,
+    MetricKind.KV_CACHE_USAGE.value: Family.VLLM,
+    MetricKind.TTFT.value: Family.VLLM,
+    MetricKind.E2E_LATENCY.value: Family.VLLM,
+}
+
+
+def measure_unit(measure: str) -> Unit:
+    """The canonical unit of a builtin measure (a metric kind or ``request-count``)."""
+    return Unit.COUNT if measure == REQUESTS else MetricKind(measure).unit
+
+
+@dataclass(frozen=True, slots=True)
+class RequestsMetrics:
+    """Where one Knative generation keeps request counts and latencies."""
+
+    profile: RequestsProfile
+    knative: str  # the Knative versions that export this family (for messages and docs)
+    count_metric: str  # a counter of requests, with the response code as a label
+    bucket_metric: str  # the latency histogram's buckets
+    histogram_count_metric: str  # the latency histogram's own count (the requests behind a quantile)
+    server_error_matcher: str  # selects 5xx responses
+    namespace_label: str
+    revision_label: str | None  # None: the revision is known only from the pod name
+    latency_divisor: float  # to seconds
+
+    @property
+    def detection_metric(self) -> str:
+        return self.count_metric
+
+
+REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
+    RequestsProfile.KNATIVE_OPENCENSUS: RequestsMetrics(
+        profile=RequestsProfile.KNATIVE_OPENCENSUS,
+        knative="<= 1.18",
+        count_metric="revision_request_count",
+        bucket_metric="revision_request_latencies_bucket",
+        histogram_count_metric="revision_request_latencies_count",
+        server_error_matcher='response_code_class="5xx"',
+        namespace_label="namespace_name",
+        revision_label="revision_name",
+        latency_divisor=1000.0,  # OpenCensus reports milliseconds
+    ),
+    RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: RequestsMetrics(
+        profile=RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
+        knative="1.19-1.20",
+        count_metric="kn_queueproxy_app_duration_seconds_count",
+        bucket_metric="kn_queueproxy_app_duration_seconds_bucket",
+        histogram_count_metric="kn_queueproxy_app_duration_seconds_count",
+        server_error_matcher='http_response_status_code=~"5.."',
+        namespace_label="namespace",
+        revision_label=None,
+        latency_divisor=1.0,
+    ),
+    RequestsProfile.KNATIVE_OTEL_INVOCATION: RequestsMetrics(
+        profile=RequestsProfile.KNATIVE_OTEL_INVOCATION,
+        knative=">= 1.21",
+        count_metric="kn_serving_invocation_duration_seconds_count",
+        bucket_metric="kn_serving_invocation_duration_seconds_bucket",
+        histogram_count_metric="kn_serving_invocation_duration_seconds_count",
+        server_error_matcher='http_response_status_code=~"5.."',
+        namespace_label="namespace",
+        revision_label=None,
+        latency_divisor=1.0,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLabels:
+    """How dcgm-exporter series name the workload pod."""
+
+    style: GpuLabelStyle
+    namespace_label: str
+    pod_label: str
+
+
+DCGM_LABELS: Mapping[GpuLabelStyle, GpuLabels] = {
+    # honorLabels: true (or the exporter's pod mapping scraped directly): the workload's own labels
+    GpuLabelStyle.POD: GpuLabels(GpuLabelStyle.POD, "namespace", "pod"),
+    # a ServiceMonitor without honorLabels: the exporter pod's labels win, the workload's get exported_*
+    GpuLabelStyle.EXPORTED_POD: GpuLabels(GpuLabelStyle.EXPORTED_POD, "exported_namespace", "exported_pod"),
+}
+
+DCGM_USED = "DCGM_FI_DEV_FB_USED"
+DCGM_FREE = "DCGM_FI_DEV_FB_FREE"
+DCGM_RESERVED = "DCGM_FI_DEV_FB_RESERVED"  # absent before DCGM 3; then the fraction is used/(used+free)
+DCGM_METRICS = (DCGM_USED, DCGM_FREE, DCGM_RESERVED)
+
+KSM_RESTARTS = "kube_pod_container_status_restarts_total"
+KSM_INIT_RESTARTS = "kube_pod_init_container_status_restarts_total"
+KSM_LAST_TERMINATED = "kube_pod_container_status_last_terminated_reason"
+KSM_INIT_LAST_TERMINATED = "kube_pod_init_container_status_last_terminated_reason"
+KSM_CREATED = "kube_pod_created"
+KSM_READY_TIME = "kube_pod_status_ready_time"
+MODEL_CONTAINER = "kserve-container"
+STORAGE_INITIALIZER = "storage-initializer"
+
+VLLM_KV_CACHE = "vllm:kv_cache_usage_perc"  # vLLM >= 0.10; a fraction despite the name
+VLLM_KV_CACHE_OLD = "vllm:gpu_cache_usage_perc"  # older vLLM
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_E2E = "vllm:e2e_request_latency_seconds"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RevisionKey:
+    """A revision, qualified by its namespace: the unit every builtin query groups by."""
+
+    namespace: str
+    revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinQuery:
+    """A builtin measure with everything that shapes its PromQL except the revisions.
+
+    Two rollouts whose needs produce equal ``BuiltinQuery`` values (same measure, profile and window)
+    can be answered by one query over the union of their revisions.
+    """
+
+    measure: str  # a MetricKind value or REQUESTS
+    window: str  # a PromQL duration, e.g. "300s"
+    quantile: float | None = None
+    requests_profile: RequestsProfile | None = None  # for the requests family
+    revision_label: str | None = None  # OTel profiles: a relabelled revision label instead of pod names
+    gpu_labels: GpuLabelStyle | None = None  # for the DCGM family
+
+    @property
+    def family(self) -> Family:
+        return KIND_FAMILY[self.measure]
+
+
+# ---------------------------------------------------------------------------------------------
+# Selecting and grouping series by revision
+
+
+def _matcher(label: str, values: Collection[str]) -> str:
+    unique = sorted(set(values))
+    if len(unique) == 1:
+        return f'{label}="{string_literal(unique[0])}"'
+    return f'{label}=~"{string_literal(regex_alternation(unique))}"'
+
+
+def _relabel(expression: str, target: str, source: str, pattern: str = "(.*)") -> str:
+    if target == source:
+        return expression
+    return f'label_replace({expression}, "{target}", "$1", "{source}", "{string_literal(pattern)}")'
+
+
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """How a family's series are attributed to (namespace, revision)."""
+
+    namespace_label: str
+    revision_label: str | None  # None: by pod name
+    pod_label: str = "pod"
+
+    def matchers(self, revisions: Collection[RevisionKey], extra: str = "") -> str:
+        namespaces = [key.namespace for key in revisions]
+        names = [key.revision for key in revisions]
+        parts = [_matcher(self.namespace_label, namespaces)]
+        if self.revision_label is not None:
+            parts.append(_matcher(self.revision_label, names))
+        else:
+            parts.append(f'{self.pod_label}=~"{string_literal(_pod_pattern(names))}"')
+        if extra:
+            parts.append(extra)
+        return ", ".join(parts)
+
+    def by_revision(self, expression: str, revisions: Collection[RevisionKey]) -> str:
+        """``expression`` relabelled so that it carries ``namespace`` and ``revision`` labels."""
+        relabelled = _relabel(expression, "namespace", self.namespace_label)
+        if self.revision_label is not None:
+            return _relabel(relabelled, "revision", self.revision_label)
+        names = [key.revision for key in revisions]
+        return _relabel(relabelled, "revision", self.pod_label, _pod_pattern(names))
+
+
+def _pod_pattern(revision_names: Collection[str]) -> str:
+    # Knative names a revision's pods <revision>-deployment-<replicaset hash>-<pod hash>.
+    return regex_alternation(list(revision_names)) + "-deployment-.*"
+
+
+_POD_SELECTION = _Selection("namespace", None)
+_GROUP = "namespace, revision"
+
+
+def _with_field(expression: str, field: str) -> str:
+    return f'label_replace({expression}, "{FIELD_LABEL}", "{field}", "", "")'
+
+
+def _union(*expressions: str) -> str:
+    return " or ".join(f"({expression})" for expression in expressions)
+
+
+# ---------------------------------------------------------------------------------------------
+# The builtin queries
+
+
+def render_builtin(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
+    """The PromQL answering ``query`` for every revision in ``revisions`` (see the module docstring)."""
+    if not revisions:
+        raise ValueError("a builtin query needs at least one revision")
+    if query.family is Family.REQUESTS:
+        return _requests_query(query, revisions)
+    if query.family is Family.KUBE_STATE:
+        return _kube_state_query(query, revisions)
+    if query.family is Family.DCGM:
+        return _gpu_memory_query(query, revisions)
+    return _vllm_query(query, revisions)
+
+
+def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
+    if query.requests_profile is None or query.requests_profile not in REQUESTS_PROFILES:
+        raise ValueError(f"{query.measure} needs a concrete requests profile, got {query.requests_profile}")
+    metrics = REQUESTS_PROFILES[query.requests_profile]
+    revision_label = metrics.revision_label or query.revision_label
+    selection = _Selection(metrics.namespace_label, revision_label)
+    window = query.window
+
+    def summed(function: str, metric: str, extra: str = "", by: str = _GROUP) -> str:
+        series = f"{function}({metric}{{{selection.matchers(revisions, extra)}}}[{window}])"
+        return f"sum by ({by}) ({selection.by_revision(series, revisions)})"
+
+    requests = summed("increase", metrics.count_metric)
+    if query.measure == REQUESTS:
+        return requests
+    if query.measure == MetricKind.ERROR_RATE.value:
+        total_rate = summed("rate", metrics.count_metric)
+        errors_rate = summed("rate", metrics.count_metric, metrics.server_error_matcher)
+        # No 5xx series with requests present is a 0% error rate, not missing data.
+        value = f"({errors_rate} or 0 * {total_rate}) / {total_rate}"
+        return _union(value, _with_field(requests, FIELD_SAMPLES))
+    if query.measure == MetricKind.LATENCY.value:
+        buckets = summed("rate", metrics.bucket_metric, by=f"{_GROUP}, le")
+        value = f"histogram_quantile({query.quantile!r}, {buckets})"
+        if metrics.latency_divisor != 1.0:
+            value = f"{value} / {metrics.latency_divisor:g}"
+        behind = summed("increase", metrics.histogram_count_metric)
+        return _union(value, _with_field(behind, FIELD_SAMPLES))
+    raise ValueError(f"{query.measure} is not a request metric")
+
+
+def _restarts_in_window(metric: str, matchers: str, window: str) -> str:
+    # Exact restarts inside the window: the counter's peak minus its value at the window's start;
+    # a pod born inside the window has no value at the start and counts from zero.
+    series = f"{metric}{{{matchers}}}"
+    peak = f"max_over_time({series}[{window}])"
+    return f"({peak} - ({series} offset {window} or 0 * {peak}))"
+
+
+def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
+    selection = _POD_SELECTION
+    window = query.window
+    pods_matchers = selection.matchers(revisions)
+    # One series per pod seen in the window (several kube-state-metrics replicas collapse into one).
+    created = f"max by (namespace, pod, uid) (max_over_time({KSM_CREATED}{{{pods_matchers}}}[{window}]))"
+    pods = f"count by ({_GROUP}) ({selection.by_revision(created, revisions)})"
+    if query.measure == MetricKind.WARMUP_TIME.value:
+        ready = f"max by (namespace, pod, uid) (max_over_time({KSM_READY_TIME}{{{pods_matchers}}}[{window}]))"
+        per_pod = f"{ready} - on (namespace, pod, uid) {created}"
+        value = f"max by ({_GROUP}) ({selection.by_revision(per_pod, revisions)})"
+        measured = f"count by ({_GROUP}) ({selection.by_revision(ready, revisions)})"
+        return _union(value, _with_field(measured, FIELD_SAMPLES))
+    if query.measure == MetricKind.OOM_KILLS.value:
+        parts = []
+        for restarts, reasons, container in (
+            (KSM_RESTARTS, KSM_LAST_TERMINATED, MODEL_CONTAINER),
+            (KSM_INIT_RESTARTS, KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
+        ):
+            matchers = selection.matchers(revisions, f'container="{container}"')
+            oom_seen = (
+                f"max by (namespace, pod, container) "
+                f'(max_over_time({reasons}{{{matchers}, reason="OOMKilled"}}[{window}]) == 1)'
+            )
+            parts.append(
+                f"{_restarts_in_window(restarts, matchers, window)} "
+                f"* on (namespace, pod, container) group_left () {oom_seen}"
+            )
+        killed = " or ".join(f"({part})" for part in parts)
+    elif query.measure == MetricKind.RESTARTS.value:
+        killed = " or ".join(
+            _restarts_in_window(metric, pods_matchers, window) for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS)
+        )
+    else:
+        raise ValueError(f"{query.measure} is not a kube-state-metrics measure")
+    # No OOMKilled (or restart) series with pods present is zero, not missing data.
+    value = f"sum by ({_GROUP}) ({selection.by_revision(killed, revisions)}) or 0 * {pods}"
+    return _union(value, _with_field(pods, FIELD_SAMPLES))
+
+
+def _gpu_memory_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
+    if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
+        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
+    labels = DCGM_LABELS[query.gpu_labels]
+    selection = _Selection(labels.namespace_label, None, labels.pod_label)
+    matchers = selection.matchers(revisions)
+    window = query.window
+
+    def over_window(function: str, metric: str) -> str:
+        return f"{function}({metric}{{{matchers}}}[{window}])"
+
+    peak_mib = over_window("max_over_time", DCGM_USED)
+    # used + free + reserved is the GPU's framebuffer size: constant, so window averages add up to it.
+    total_mib = (
+        f"({over_window('avg_over_time', DCGM_USED)} + {over_window('avg_over_time', DCGM_FREE)} + "
+        f"({over_window('avg_over_time', DCGM_RESERVED)} or 0 * {over_window('avg_over_time', DCGM_USED)}))"
+    )
+    peak_bytes = f"max by ({_GROUP}) ({selection.by_revision(peak_mib, revisions)}) * {_MIB}"
+    fraction = f"max by ({_GROUP}) ({selection.by_revision(f'{peak_mib} / {total_mib}', revisions)})"
+    gpus = f"count by ({_GROUP}) ({selection.by_revision(peak_mib, revisions)})"
+    return _union(peak_bytes, _with_field(fraction, FIELD_FRACTION), _with_field(gpus, FIELD_SAMPLES))
+
+
+def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
+    selection = _POD_SELECTION
+    matchers = selection.matchers(revisions)
+    window = query.window
+    if query.measure == MetricKind.KV_CACHE_USAGE.value:
+        # Old and new names: a pod exports one or the other (the vLLM version is per revision).
+        usage = (
+            f"max_over_time({VLLM_KV_CACHE}{{{matchers}}}[{window}]) or "
+            f"max_over_time({VLLM_KV_CACHE_OLD}{{{matchers}}}[{window}])"
+        )
+        value = f"max by ({_GROUP}) ({selection.by_revision(usage, revisions)})"
+        engines = f"count by ({_GROUP}) ({selection.by_revision(usage, revisions)})"
+        return _union(value, _with_field(engines, FIELD_SAMPLES))
+    histogram = {MetricKind.TTFT.value: VLLM_TTFT, MetricKind.E2E_LATENCY.value: VLLM_E2E}.get(query.measure)
+    if histogram is None:
+        raise ValueError(f"{query.measure} is not a vLLM measure")
+    buckets = (
+        f"sum by ({_GROUP}, le) "
+        f"({selection.by_revision(f'rate({histogram}_bucket{{{matchers}}}[{window}])', revisions)})"
+    )
+    value = f"histogram_quantile({query.quantile!r}, {buckets})"
+    behind = (
+        f"sum by ({_GROUP}) "
+        f"({selection.by_revision(f'increase({histogram}_count{{{matchers}}}[{window}])', revisions)})"
+    )
+    return _union(value, _with_field(behind, FIELD_SAMPLES))

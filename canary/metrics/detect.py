@@ -1,0 +1,240 @@
+"""``auto`` profiles: find out which request-metric family and which DCGM label style exist.
+
+Real installs differ (Knative <= 1.18 OpenCensus names, the OpenTelemetry names of 1.19-1.20 and of
+>= 1.21; DCGM behind a ServiceMonitor with or without ``honorLabels``), and a default query that
+matches no series would read as "no data" forever. Detection asks Prometheus' label APIs — cheap, no
+series data is read:
+
+* requests: ``/api/v1/label/__name__/values`` with one ``match[]`` per candidate count metric;
+* DCGM: ``/api/v1/labels?match[]=DCGM_FI_DEV_FB_USED`` — ``exported_pod`` present means a
+  ServiceMonitor without honorLabels renamed the workload's labels.
+
+Both look at ``[at - lookback, at]`` where ``at`` is the evaluation time (so a backtest detects what
+existed then). Answers are cached: a positive one for ``ttl`` seconds, "nothing found" only for
+``retry_missing_after`` seconds (a fresh install starts exporting later), and a failed look-up is not
+cached at all. :meth:`ProfileDetector.report` gives the explain-ready picture.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, REQUESTS_PROFILES
+from canary.metrics.client import PrometheusClient, QueryFailure, as_utc
+from canary.policy.model import GpuLabelStyle, RequestsProfile
+
+__all__ = [
+    "ENABLE_EXPORT_HINT",
+    "GPU_FAMILY",
+    "REQUESTS_FAMILY",
+    "Detection",
+    "DetectionReport",
+    "ProfileDetector",
+]
+
+_log = structlog.get_logger("canary.metrics.detect")
+
+REQUESTS_FAMILY = "requests"
+GPU_FAMILY = "gpuLabels"
+
+# When several request families are present (mid-upgrade: new pods carry the new queue-proxy), the
+# newest wins: it is what new revisions — the canaries we judge — export.
+_NEWEST_FIRST = (
+    RequestsProfile.KNATIVE_OTEL_INVOCATION,
+    RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
+    RequestsProfile.KNATIVE_OPENCENSUS,
+)
+
+ENABLE_EXPORT_HINT = (
+    "Knative >= 1.19 exports no request metrics until metrics export is enabled in its observability "
+    "config (config-observability: metrics-protocol: prometheus) and the queue-proxy port is scraped"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """What detection found for one family, ready for logs and ``kserve-canary explain``."""
+
+    family: str  # "requests" | "gpuLabels"
+    choice: str | None  # the profile / label style chosen; None when nothing matched or it failed
+    looked_for: tuple[str, ...]  # metric names (or labels) searched for
+    found: tuple[str, ...]
+    detail: str
+    at: datetime | None = None  # the evaluation time the look-up covered
+    failure: QueryFailure | None = None  # the look-up itself failed (an error, never "no data")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "choice": self.choice,
+            "lookedFor": list(self.looked_for),
+            "found": list(self.found),
+            "detail": self.detail,
+            "at": self.at.isoformat() if self.at else None,
+            "error": (
+                {"class": self.failure.error_class.value, "detail": self.failure.detail}
+                if self.failure
+                else None
+            ),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionReport:
+    detections: dict[str, Detection] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {family: detection.as_dict() for family, detection in sorted(self.detections.items())}
+
+
+@dataclass(slots=True)
+class _Cached:
+    detection: Detection
+    expires: float
+
+
+class ProfileDetector:
+    """Detects the request-metric family and DCGM label style of one Prometheus, with a cache."""
+
+    def __init__(
+        self,
+        client: PrometheusClient,
+        *,
+        lookback: float = 900.0,
+        ttl: float = 600.0,
+        retry_missing_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._lookback = timedelta(seconds=lookback)
+        self._ttl = ttl
+        self._retry_missing_after = retry_missing_after
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._family_locks = {REQUESTS_FAMILY: threading.Lock(), GPU_FAMILY: threading.Lock()}
+        self._cache: dict[str, _Cached] = {}
+
+    def requests_profile(self, at: datetime) -> tuple[Detection, int]:
+        """The request family's detection (cached) and the HTTP round trips spent now (0 if cached)."""
+        return self._cached(REQUESTS_FAMILY, at, self._detect_requests)
+
+    def gpu_labels(self, at: datetime) -> tuple[Detection, int]:
+        return self._cached(GPU_FAMILY, at, self._detect_gpu_labels)
+
+    def report(self) -> DetectionReport:
+        with self._lock:
+            return DetectionReport({family: cached.detection for family, cached in self._cache.items()})
+
+    def forget(self) -> None:
+        """Drop every cached answer: the next evaluation detects again."""
+        with self._lock:
+            self._cache.clear()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _cached(
+        self, family: str, at: datetime, detect: Callable[[datetime], tuple[Detection, int]]
+    ) -> tuple[Detection, int]:
+        # One look-up per family at a time: concurrent evaluations wait for it instead of repeating it.
+        with self._family_locks[family]:
+            now = self._clock()
+            with self._lock:
+                cached = self._cache.get(family)
+            if cached is not None and cached.expires > now:
+                return cached.detection, 0
+            detection, http_requests = detect(at)
+            previous = cached.detection.choice if cached is not None else None
+            if detection.failure is None:
+                lifetime = self._ttl if detection.choice is not None else self._retry_missing_after
+                with self._lock:
+                    self._cache[family] = _Cached(detection, now + lifetime)
+            self._log(detection, previous, first=cached is None)
+            return detection, http_requests
+
+    def _log(self, detection: Detection, previous: str | None, *, first: bool) -> None:
+        fields = {
+            "family": detection.family,
+            "choice": detection.choice,
+            "found": list(detection.found),
+            "looked_for": list(detection.looked_for),
+            "detail": detection.detail,
+        }
+        if detection.failure is not None:
+            _log.warning(
+                "metric profile detection failed", error_class=detection.failure.error_class.value, **fields
+            )
+        elif detection.choice is None:
+            _log.warning("no metric profile matched", **fields)
+        elif first or previous != detection.choice:
+            _log.info("metric profile detected", previous=previous, **fields)
+
+    def _detect_requests(self, at: datetime) -> tuple[Detection, int]:
+        candidates = {REQUESTS_PROFILES[profile].detection_metric: profile for profile in _NEWEST_FIRST}
+        looked_for = tuple(candidates)
+        end = as_utc(at)
+        names, http_requests = self._client.label_values("__name__", looked_for, end - self._lookback, end)
+        if isinstance(names, QueryFailure):
+            detail = f"could not list metric names: {names.detail}"
+            return Detection(REQUESTS_FAMILY, None, looked_for, (), detail, end, names), http_requests
+        found = tuple(name for name in looked_for if name in set(names))
+        if not found:
+            described = ", ".join(
+                f"{metrics.detection_metric} (Knative {metrics.knative})"
+                for metrics in (REQUESTS_PROFILES[profile] for profile in reversed(_NEWEST_FIRST))
+            )
+            detail = (
+                f"none of the request metric families was found in the last {_minutes(self._lookback)}: "
+                f"looked for {described}. {ENABLE_EXPORT_HINT}; or set spec.metrics.requests and "
+                "spec.metrics.queries in the policy"
+            )
+            return Detection(REQUESTS_FAMILY, None, looked_for, (), detail, end), http_requests
+        chosen = candidates[found[0]]
+        detail = f"{found[0]} found: Knative {REQUESTS_PROFILES[chosen].knative} ({chosen.value})"
+        if len(found) > 1:
+            detail += f"; also found {', '.join(found[1:])} (older pods?) — using the newest family"
+        return Detection(REQUESTS_FAMILY, chosen.value, looked_for, found, detail, end), http_requests
+
+    def _detect_gpu_labels(self, at: datetime) -> tuple[Detection, int]:
+        looked_for = (
+            f"{DCGM_USED}{{{DCGM_LABELS[GpuLabelStyle.EXPORTED_POD].pod_label}}}",
+            f"{DCGM_USED}{{{DCGM_LABELS[GpuLabelStyle.POD].pod_label}}}",
+        )
+        end = as_utc(at)
+        labels, http_requests = self._client.label_names([DCGM_USED], end - self._lookback, end)
+        if isinstance(labels, QueryFailure):
+            detail = f"could not list DCGM labels: {labels.detail}"
+            return Detection(GPU_FAMILY, None, looked_for, (), detail, end, labels), http_requests
+        present = set(labels)
+        if not present:
+            detail = (
+                f"no {DCGM_USED} series in the last {_minutes(self._lookback)}: is dcgm-exporter installed "
+                "and scraped? Set spec.metrics.gpuLabels, or override the gpu-memory-peak query"
+            )
+            return Detection(GPU_FAMILY, None, looked_for, (), detail, end), http_requests
+        for style in (GpuLabelStyle.EXPORTED_POD, GpuLabelStyle.POD):
+            label = DCGM_LABELS[style].pod_label
+            if label in present:
+                why = (
+                    "a ServiceMonitor without honorLabels renamed the workload labels"
+                    if style is GpuLabelStyle.EXPORTED_POD
+                    else "the workload's pod and namespace labels are kept"
+                )
+                detail = f"{DCGM_USED} has a {label!r} label: {why}"
+                return Detection(GPU_FAMILY, style.value, looked_for, (label,), detail, end), http_requests
+        detail = (
+            f"{DCGM_USED} series carry neither 'exported_pod' nor 'pod': enable dcgm-exporter's Kubernetes "
+            "pod mapping"
+        )
+        return Detection(GPU_FAMILY, None, looked_for, (), detail, end), http_requests
+
+
+def _minutes(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"

@@ -1,0 +1,433 @@
+"""From evidence requests to as few queries as possible, and from answers back to measurements.
+
+Pure functions, no I/O: :func:`plan_rollout` lists what one rollout needs (:class:`Need`: an evidence
+key for a revision, and the :class:`GroupedAsk` or :class:`SingleAsk` that answers it);
+:func:`merge_asks` merges equal asks so that one grouped query serves the canary and the stable
+revision — and every rollout collected in the same tick whose window is the same —; the
+``parse_*``/:func:`measurement_for` functions turn Prometheus answers into
+:class:`~canary.evidence.Measurement` values.
+
+Evidence keys
+-------------
+* :data:`~canary.evidence.REQUESTS` (``request-count``): requests the revision received in the window
+  (``increase`` of the request counter; counter resets handled; a float, as Prometheus extrapolates to
+  the window's edges). No request series at all is no-data; a series with no increase is ``0``.
+* ``<check name>``: the check's value in its canonical unit; ``samples`` is what it rests on (requests
+  for latency/error-rate/ttft/e2e-latency, pods for oom-kills/restarts/warm-up, GPUs for
+  gpu-memory-peak, vLLM engines for kv-cache-usage).
+* ``<check name>:fraction`` (:func:`fraction_key`) — gpu-memory-peak checks only: the peak over the
+  window of used / (used + free + reserved) on the fullest GPU of the revision, a ratio in [0, 1]. This
+  is what ``maxFraction`` is judged on; ``<check name>`` carries the peak in bytes on the fullest GPU.
+  Check names cannot contain ``:``, so the key never collides with a check.
+
+Checks with ``maxIncrease`` (and comparable to the stable revision) get a stable measurement under the
+same key; ``request-count`` is reported for the stable revision whenever one is being compared.
+
+Overrides (``spec.metrics.queries``) and custom ``promql`` checks are templates about *one* revision
+(``{{ revision }}``): they are run once per revision, must return one series (or a scalar), and are
+taken literally — an empty answer is no-data, with no "absent numerator" reading. An override of
+gpu-memory-peak replaces the bytes value only; the fraction keeps coming from the builtin DCGM query.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from canary.evidence import REQUESTS, ErrorClass, EvidenceRequest, EvidenceStatus, Measurement
+from canary.metrics.catalog import (
+    FIELD_FRACTION,
+    FIELD_LABEL,
+    FIELD_SAMPLES,
+    KIND_FAMILY,
+    BuiltinQuery,
+    Family,
+    RevisionKey,
+    measure_unit,
+)
+from canary.metrics.client import QueryFailure, QueryOutcome
+from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
+from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.policy.units import Unit
+
+__all__ = [
+    "FRACTION_SUFFIX",
+    "GroupedAnswer",
+    "GroupedAsk",
+    "Need",
+    "QueryGrouping",
+    "Resolution",
+    "Side",
+    "SingleAsk",
+    "families_needed",
+    "fraction_key",
+    "measurement_for",
+    "merge_asks",
+    "parse_grouped",
+    "parse_single",
+    "plan_rollout",
+]
+
+FRACTION_SUFFIX = ":fraction"
+
+# Measures whose value is a statistic over requests: fewer requests than the minimum is no data.
+_REQUEST_BASED = frozenset(
+    {
+        MetricKind.LATENCY.value,
+        MetricKind.ERROR_RATE.value,
+        MetricKind.TTFT.value,
+        MetricKind.E2E_LATENCY.value,
+    }
+)
+
+
+def fraction_key(check_name: str) -> str:
+    """The evidence key of a gpu-memory-peak check's used/(used+free+reserved) fraction."""
+    return check_name + FRACTION_SUFFIX
+
+
+class Side(StrEnum):
+    CANARY = "canary"
+    STABLE = "stable"
+
+
+class QueryGrouping(StrEnum):
+    """How far queries are shared. The first two are the product; the last is the naive baseline."""
+
+    PER_TICK = "per-tick"  # a builtin query serves every rollout collected together with the same window
+    PER_ROLLOUT = "per-rollout"  # a builtin query serves the canary and stable revision of one rollout
+    PER_REVISION = "per-revision"  # one query per check per revision (what peers do; for benchmarks)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedAsk:
+    """A builtin query, before the revisions it will cover are known. Equal asks are merged."""
+
+    query: BuiltinQuery
+    at: datetime
+    scope: tuple[object, ...] = ()  # () shares across rollouts; a rollout index keeps it private
+
+
+@dataclass(frozen=True, slots=True)
+class SingleAsk:
+    """A rendered per-revision query (an override or a custom promql check)."""
+
+    promql: str
+    at: datetime
+
+
+Ask = GroupedAsk | SingleAsk
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One measurement one rollout needs: an evidence key, for one revision."""
+
+    rollout: int
+    side: Side
+    key: str
+    revision: RevisionKey
+    unit: Unit
+    measure: str | None  # a builtin measure (MetricKind value or REQUESTS); None for a custom promql
+    field: str | None = None  # None: the value; FIELD_FRACTION: the gpu-memory fraction
+    ask: Ask | None = None
+    settled: Measurement | None = None  # known without asking (nothing detected, a template error)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """A family's profile for one policy: a concrete choice, or the measurement every need of it gets."""
+
+    choice: str | None = None
+    unavailable: Measurement | None = None  # no-data (nothing detected) or error (detection failed)
+
+
+def families_needed(policy: PromotionPolicy) -> set[Family]:
+    """The metric families whose builtin queries this policy uses (overridden measures excluded)."""
+    overrides = policy.spec.metrics.queries
+    measures = {REQUESTS} | {check.metric.value for check in policy.spec.checks if check.metric is not None}
+    needed = {KIND_FAMILY[measure] for measure in measures if measure not in overrides}
+    if any(check.metric is MetricKind.GPU_MEMORY_PEAK for check in policy.spec.checks):
+        needed.add(Family.DCGM)  # the fraction always comes from the builtin DCGM query
+    return needed
+
+
+def _wants_stable(check: Check, request: EvidenceRequest) -> bool:
+    return (
+        request.stable_revision is not None
+        and request.compare_with_stable
+        and check.max_increase is not None
+        and check.comparable_to_stable
+    )
+
+
+def plan_rollout(
+    rollout: int,
+    policy: PromotionPolicy,
+    request: EvidenceRequest,
+    resolutions: Mapping[Family, Resolution],
+    *,
+    min_window: float,
+    grouping: QueryGrouping,
+) -> list[Need]:
+    """Everything one evaluation of one rollout needs, each with the ask that answers it."""
+    window = format_duration_seconds(max(min_window, request.window_seconds))
+    canary = RevisionKey(request.namespace, request.canary_revision)
+    stable = (
+        RevisionKey(request.namespace, request.stable_revision)
+        if request.stable_revision is not None and request.compare_with_stable
+        else None
+    )
+    variables_base = {
+        "namespace": request.namespace,
+        "inferenceService": request.inference_service,
+        "stableRevision": request.stable_revision or "",
+        "window": window,
+        "interval": format_duration_seconds(policy.spec.interval),
+    }
+    metrics = policy.spec.metrics
+    needs: list[Need] = []
+
+    def scope_for(side: Side, key: str) -> tuple[object, ...]:
+        if grouping is QueryGrouping.PER_TICK:
+            return ()
+        if grouping is QueryGrouping.PER_ROLLOUT:
+            return (rollout,)
+        return (rollout, side.value, key)
+
+    def template_need(
+        side: Side, key: str, revision: RevisionKey, unit: Unit, measure: str | None, template: str
+    ) -> Need:
+        variables = {**variables_base, "revision": revision.revision}
+        try:
+            promql = render_template(template, variables)
+        except TemplateError as error:
+            settled = Measurement.error(
+                ErrorClass.BAD_QUERY, f"query template: {error}", unit, query=template
+            )
+            return Need(rollout, side, key, revision, unit, measure, settled=settled)
+        return Need(rollout, side, key, revision, unit, measure, ask=SingleAsk(promql, request.at))
+
+    def builtin_need(
+        side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None, field: str | None
+    ) -> Need:
+        unit = Unit.RATIO if field == FIELD_FRACTION else measure_unit(measure)
+        family = KIND_FAMILY[measure]
+        resolution = resolutions.get(family, Resolution())
+        if resolution.unavailable is not None:
+            settled = _relabelled(resolution.unavailable, unit)
+            return Need(rollout, side, key, revision, unit, measure, field, settled=settled)
+        choice = resolution.choice
+        query = BuiltinQuery(
+            measure=measure,
+            window=window,
+            quantile=quantile,
+            requests_profile=RequestsProfile(choice) if family is Family.REQUESTS and choice else None,
+            revision_label=metrics.revision_label if family is Family.REQUESTS else None,
+            gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
+        )
+        ask = GroupedAsk(query, request.at, scope_for(side, key))
+        return Need(rollout, side, key, revision, unit, measure, field, ask=ask)
+
+    def measure_needs(
+        side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None
+    ) -> None:
+        override = metrics.queries.get(measure)
+        if override is not None:
+            needs.append(template_need(side, key, revision, measure_unit(measure), measure, override))
+        else:
+            needs.append(builtin_need(side, key, revision, measure, quantile, None))
+        if measure == MetricKind.GPU_MEMORY_PEAK.value:
+            needs.append(builtin_need(side, fraction_key(key), revision, measure, None, FIELD_FRACTION))
+
+    sides = [(Side.CANARY, canary)] + ([(Side.STABLE, stable)] if stable is not None else [])
+    for side, revision in sides:
+        measure_needs(side, REQUESTS, revision, REQUESTS, None)
+    for check in policy.spec.checks:
+        check_sides = sides if _wants_stable(check, request) else sides[:1]
+        for side, revision in check_sides:
+            if check.metric is not None:
+                measure_needs(side, check.name, revision, check.metric.value, check.effective_quantile)
+            elif check.promql is not None:
+                needs.append(template_need(side, check.name, revision, check.value_unit, None, check.promql))
+    return needs
+
+
+def _relabelled(measurement: Measurement, unit: Unit) -> Measurement:
+    if measurement.status is EvidenceStatus.ERROR and measurement.error_class is not None:
+        return Measurement.error(measurement.error_class, measurement.detail, unit, query=measurement.query)
+    return Measurement.no_data(measurement.detail, unit, query=measurement.query)
+
+
+def merge_asks(needs: Sequence[Need]) -> tuple[dict[GroupedAsk, set[RevisionKey]], list[SingleAsk]]:
+    """Unique grouped asks with the revisions each must cover, and unique single asks."""
+    grouped: dict[GroupedAsk, set[RevisionKey]] = {}
+    singles: dict[SingleAsk, None] = {}
+    for need in needs:
+        if isinstance(need.ask, GroupedAsk):
+            grouped.setdefault(need.ask, set()).add(need.revision)
+        elif isinstance(need.ask, SingleAsk):
+            singles[need.ask] = None
+    return grouped, list(singles)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading answers
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedAnswer:
+    """A grouped query's answer: per revision, the value and its companion fields."""
+
+    values: Mapping[RevisionKey, Mapping[str, float]]
+
+
+_VALUE = "value"
+
+
+def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
+    if outcome.failure is not None:
+        return outcome.failure
+    answer = outcome.answer
+    if answer is None or answer.result_type != "vector" or not isinstance(answer.result, list):
+        kind = answer.result_type if answer is not None else "nothing"
+        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"expected an instant vector, got a {kind}")
+    values: dict[RevisionKey, dict[str, float]] = {}
+    for series in answer.result:
+        labels = series.get("metric", {}) if isinstance(series, dict) else {}
+        namespace, revision = labels.get("namespace"), labels.get("revision")
+        if namespace is None or revision is None:
+            return QueryFailure(
+                ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {labels}"
+            )
+        field = labels.get(FIELD_LABEL, _VALUE)
+        fields = values.setdefault(RevisionKey(namespace, revision), {})
+        if field in fields:
+            return QueryFailure(
+                ErrorClass.UNEXPECTED_RESULT, f"several series for {namespace}/{revision} ({field})"
+            )
+        parsed = _sample_value(series)
+        if parsed is None:
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable sample: {series}")
+        fields[field] = parsed
+    return GroupedAnswer(values)
+
+
+def parse_single(outcome: QueryOutcome) -> float | QueryFailure | None:
+    """One value, ``None`` for an empty answer, or why the answer is not one value."""
+    if outcome.failure is not None:
+        return outcome.failure
+    answer = outcome.answer
+    if answer is None:
+        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, "no answer")
+    if answer.result_type == "scalar":
+        value = (
+            _number(answer.result[1]) if isinstance(answer.result, list) and len(answer.result) == 2 else None
+        )
+        return (
+            value if value is not None else QueryFailure(ErrorClass.UNEXPECTED_RESULT, "an unreadable scalar")
+        )
+    if answer.result_type != "vector":
+        return QueryFailure(
+            ErrorClass.UNEXPECTED_RESULT,
+            f"expected one value (an instant vector or a scalar), got a {answer.result_type}"
+            + (
+                ": a range selector [..] needs an *_over_time function"
+                if answer.result_type == "matrix"
+                else ""
+            ),
+        )
+    result = answer.result if isinstance(answer.result, list) else []
+    if not result:
+        return None
+    if len(result) > 1:
+        shown = ", ".join(str(series.get("metric", {})) for series in result[:3] if isinstance(series, dict))
+        return QueryFailure(
+            ErrorClass.UNEXPECTED_RESULT,
+            f"{len(result)} series where one was expected ({shown}{', ...' if len(result) > 3 else ''}); "
+            "aggregate it, e.g. sum(...) or max(...)",
+        )
+    value = _sample_value(result[0])
+    return value if value is not None else QueryFailure(ErrorClass.UNEXPECTED_RESULT, "an unreadable sample")
+
+
+def _sample_value(series: object) -> float | None:
+    if not isinstance(series, dict):
+        return None
+    pair = series.get("value")
+    if not isinstance(pair, list) or len(pair) != 2:
+        return None
+    return _number(pair[1])
+
+
+def _number(text: object) -> float | None:
+    # Prometheus sends numbers as strings: "1e-07", "NaN", "+Inf", "-Inf".
+    try:
+        return float(str(text))
+    except ValueError:
+        return None
+
+
+def _no_data_detail(need: Need) -> str:
+    where = f"revision {need.revision.revision!r} in namespace {need.revision.namespace!r}"
+    measure = need.measure
+    if measure is None:
+        return "the query returned no series"
+    if measure == REQUESTS:
+        return (
+            f"no request series for {where} in the window (no requests yet, or its metrics are not scraped)"
+        )
+    if measure == MetricKind.ERROR_RATE.value:
+        return f"no request series for {where} in the window: an error rate needs requests"
+    if measure in _REQUEST_BASED:
+        return f"no latency series for {where} in the window"
+    if measure in {MetricKind.OOM_KILLS.value, MetricKind.RESTARTS.value}:
+        return f"kube-state-metrics shows no pods of {where} in the window"
+    if measure == MetricKind.WARMUP_TIME.value:
+        return f"no pod of {where} was Ready in the window"
+    if measure == MetricKind.GPU_MEMORY_PEAK.value:
+        return f"no DCGM framebuffer series for the pods of {where} in the window"
+    return f"no vLLM KV-cache series for the pods of {where} in the window"
+
+
+def measurement_for(
+    need: Need,
+    outcome: QueryOutcome | None,
+    parsed: GroupedAnswer | float | QueryFailure | None,
+    *,
+    min_requests: float,
+) -> Measurement:
+    """The measurement ``need`` gets from its ask's outcome (already parsed)."""
+    if need.settled is not None:
+        return need.settled
+    query = outcome.promql if outcome is not None else ""
+    duration = outcome.duration if outcome is not None else 0.0
+    unit = need.unit
+    if isinstance(parsed, QueryFailure):
+        return Measurement.error(parsed.error_class, parsed.detail, unit, query=query, duration=duration)
+    samples: float | None = None
+    if isinstance(parsed, GroupedAnswer):
+        fields = parsed.values.get(need.revision, {})
+        value = fields.get(need.field or _VALUE)
+        samples = value if need.measure == REQUESTS else fields.get(FIELD_SAMPLES)
+    else:
+        value = parsed
+    if value is None:
+        return Measurement.no_data(
+            _no_data_detail(need), unit, samples=samples, query=query, duration=duration
+        )
+    if math.isnan(value):
+        detail = (
+            "no requests in the window (0/0)"
+            if need.measure in _REQUEST_BASED
+            else "the query answered NaN (0/0 or an undefined value)"
+        )
+        return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
+    if need.measure in _REQUEST_BASED and samples is not None and round(samples) < min_requests:
+        detail = f"{samples:g} requests in the window; a value needs at least {min_requests:g}"
+        return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
+    # +Inf and -Inf are values: a latency beyond every bound fails a max limit, as it should.
+    return Measurement.ok(value, unit, samples=samples, query=query, duration=duration)
