@@ -191,7 +191,14 @@ class KubernetesEventSender:
             reporting_instance=self._instance,
         )
         try:
-            self._api.create_namespaced_event(notification.namespace, body, _request_timeout=self._timeout)
+            self._api.create_namespaced_event(
+                notification.namespace,
+                body,
+                _request_timeout=self._timeout,
+                # The generated client sends no Content-Type on create (and ignores _content_type
+                # there); the apiserver would guess JSON, but say what the body is.
+                _headers={"Content-Type": "application/json"},
+            )
         except ApiException as error:
             if error.status != 409:
                 raise self._delivery_error("create", notification.namespace, error) from None

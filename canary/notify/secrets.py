@@ -19,7 +19,7 @@ The :class:`Redactor` scrubs, from any string:
 Errors about secrets name the reference (``env SLACK_WEBHOOK_URL``), never the value.
 
 :func:`redact_processor` is a structlog processor over the process-wide :data:`DEFAULT_REDACTOR`;
-put it after ``format_exc_info`` (so tracebacks are scrubbed too) and before the renderer.
+put it anywhere before the renderer (it renders ``exc_info`` itself so tracebacks are scrubbed too).
 The dispatcher also scrubs its own messages, so a missing processor does not leak.
 """
 
@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+import structlog
 
 from canary.policy.model import SecretRef
 
@@ -146,7 +148,7 @@ def _variants(secret: str) -> set[str]:
         tail = parts.path + (f"?{parts.query}" if parts.query else "")
         for fragment in (parts.path, tail, parts.query):
             if len(fragment) >= _MIN_SECRET_PATH_LENGTH:
-                variants.update({fragment, quote(fragment, safe="/?&=")})
+                variants.update({fragment, quote(fragment, safe="/?&="), quote(fragment, safe="")})
         if parts.password:
             variants.add(parts.password)
         if parts.username and len(parts.username) >= MIN_SECRET_LENGTH:
@@ -200,11 +202,11 @@ def make_redact_processor(redactor: Redactor) -> Processor:
     def processor(
         _logger: Any, _method_name: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
+        if event_dict.get("exc_info"):
+            # A traceback repeats exception messages (which may hold a URL): render it here, then
+            # scrub it, so the processor is safe wherever it sits in the chain.
+            event_dict = structlog.processors.format_exc_info(_logger, _method_name, event_dict)
         for key in list(event_dict):
-            if key == "exc_info":
-                # Left for structlog's format_exc_info, which must run before this processor and
-                # turns it into an "exception" string that is then scrubbed like any other value.
-                continue
             event_dict[key] = redactor.scrub_value(event_dict[key])
         return event_dict
 

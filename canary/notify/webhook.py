@@ -56,6 +56,7 @@ field                       meaning
 ``checks[].detail``         why there is no data / what failed, ``""`` otherwise
 ``checks[].measured``       ``{canary, stable, unit}`` canonical numbers (seconds, ratio 0-1,
                             bytes, MiB, count, none) or null; ``canary``/``stable`` may be null
+                            (unknown, or not finite: the text fields show ``+Inf``/``NaN``)
 ``controller``              ``{name: "kserve-canary", version}``
 =========================== ====================================================================
 """
@@ -65,6 +66,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import time
 from typing import Any
 
@@ -97,12 +99,17 @@ def _rfc3339(notification: Notification) -> str:
     return notification.time.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _finite(number: float | None) -> float | None:
+    # JSON has no NaN/Infinity (json.dumps would emit invalid JSON); the text field says "+Inf".
+    return number if number is not None and math.isfinite(number) else None
+
+
 def _check(check: CheckLine) -> dict[str, Any]:
     measured: dict[str, Any] | None = None
     if check.value_number is not None or check.stable_number is not None:
         measured = {
-            "canary": check.value_number,
-            "stable": check.stable_number,
+            "canary": _finite(check.value_number),
+            "stable": _finite(check.stable_number),
             "unit": (check.unit.value if check.unit is not None else "none"),
         }
     return {

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from canary.notify.delivery import DeliveryError
+from canary.notify.events import MESSAGE_LIMIT, KubernetesEventSender, event_message, event_name
+from canary.notify.message import Action, CheckLine, Severity, Verdict
+from canary.notify.secrets import Redactor
+from tests.notify.support import DECISION_TIME, EventApiServer, make_notification, rollback_notification
+
+
+class SteppingClock:
+    def __init__(self) -> None:
+        self.now = DECISION_TIME
+
+    def __call__(self):  # type: ignore[no-untyped-def]
+        return self.now
+
+
+def _sender(
+    apiserver: EventApiServer, clock: SteppingClock | None = None, redactor: Redactor | None = None
+) -> KubernetesEventSender:
+    return KubernetesEventSender(
+        apiserver.api_client(),
+        reporting_instance="kserve-canary-7d9f-abcde",
+        clock=clock or SteppingClock(),
+        redactor=redactor or Redactor(),
+    )
+
+
+def test_event_on_the_inference_service(apiserver: EventApiServer) -> None:
+    notification = rollback_notification()
+    _sender(apiserver).send(notification)
+
+    (request,) = apiserver.requests
+    assert (request.method, request.path) == ("POST", "/api/v1/namespaces/ml/events")
+    event = apiserver.events[("ml", event_name(notification))]
+    assert event["involvedObject"] == {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "name": "llama-chat",
+        "namespace": "ml",
+        "uid": "6f1c2a1e-0d7b-4d0e-9d38-1b0c7a1f2e3d",
+    }
+    assert event["type"] == "Warning"
+    assert event["reason"] == "CanaryRolledBack"
+    assert event["source"] == {"component": "kserve-canary"}
+    assert event["reportingComponent"] == "kserve-canary"
+    assert event["reportingInstance"] == "kserve-canary-7d9f-abcde"
+    assert event["count"] == 1
+    assert event["firstTimestamp"] == event["lastTimestamp"]
+    assert event["firstTimestamp"].startswith("2025-03-14T09:26:53")
+    assert event["metadata"]["annotations"] == {"kserve-canary.dev/decision-id": notification.id}
+    message = event["message"]
+    assert message.startswith("Critical check oom failed at 30%; rolled back to the stable revision.")
+    assert "traffic 30% → 0%" in message
+    # Failing checks come first, with their numbers.
+    assert (
+        "Checks: oom 2, not ≤ 0 [fail]; kv-cache query failed: Prometheus timed out (limit ≤ 95%) [error]"
+        in message
+    )
+
+
+def test_info_decisions_are_normal_events(apiserver: EventApiServer) -> None:
+    _sender(apiserver).send(make_notification())
+    (event,) = apiserver.events.values()
+    assert event["type"] == "Normal"
+    assert event["reason"] == "CanaryAdvanced"
+    assert "p99 612ms ≤ 800ms and ≤ +20% vs stable (stable 540ms), 1840 requests [pass]" in event["message"]
+
+
+def test_identical_events_are_aggregated_by_patching_count(apiserver: EventApiServer) -> None:
+    clock = SteppingClock()
+    sender = _sender(apiserver, clock)
+    outage = make_notification(
+        action=Action.PROMETHEUS_UNAVAILABLE,
+        severity=Severity.WARNING,
+        summary="Prometheus is unreachable.",
+        checks=(),
+        reasons=(),
+    )
+    sender.send(outage)
+    clock.now += timedelta(minutes=1)
+    sender.send(make_notification(**{**_fields(outage), "id": "d-second-tick"}))
+    clock.now += timedelta(minutes=1)
+    sender.send(make_notification(**{**_fields(outage), "id": "d-third-tick"}))
+
+    assert [(r.method, r.headers.get("Content-Type")) for r in apiserver.requests] == [
+        ("POST", "application/json"),
+        ("PATCH", "application/merge-patch+json"),
+        ("PATCH", "application/merge-patch+json"),
+    ]
+    (event,) = apiserver.events.values()
+    assert event["count"] == 3
+    assert event["firstTimestamp"].startswith("2025-03-14T09:26:53")
+    assert event["lastTimestamp"] == "2025-03-14T09:28:53Z"
+    assert json.loads(apiserver.requests[2].body) == {"count": 3, "lastTimestamp": "2025-03-14T09:28:53Z"}
+
+
+def test_aggregation_ends_after_the_window_or_when_the_event_expired(apiserver: EventApiServer) -> None:
+    clock = SteppingClock()
+    sender = _sender(apiserver, clock)
+    base = _fields(make_notification(summary="Holding: no data.", checks=(), reasons=()))
+    sender.send(make_notification(**{**base, "id": "d-1"}))
+    clock.now += timedelta(minutes=11)  # beyond the 10-minute window: a new event
+    sender.send(make_notification(**{**base, "id": "d-2"}))
+    assert len(apiserver.events) == 2
+    apiserver.events.clear()  # the apiserver's TTL removed them
+    clock.now += timedelta(minutes=1)
+    sender.send(make_notification(**{**base, "id": "d-3"}))  # PATCH -> 404 -> create
+    assert [r.method for r in apiserver.requests] == ["POST", "POST", "PATCH", "POST"]
+    assert len(apiserver.events) == 1
+
+
+def test_resending_a_decision_is_idempotent(apiserver: EventApiServer) -> None:
+    notification = make_notification()
+    _sender(apiserver).send(notification)
+    _sender(apiserver).send(notification)  # a fresh sender: as after a controller restart -> 409
+    assert [r.method for r in apiserver.requests] == ["POST", "POST"]
+    assert len(apiserver.events) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable"), [(403, False), (422, False), (429, True), (500, True), (503, True)]
+)
+def test_apiserver_errors_are_classified(apiserver: EventApiServer, status: int, retryable: bool) -> None:
+    apiserver.fail_next.append((status, {"Retry-After": "3"} if status == 429 else {}))
+    with pytest.raises(DeliveryError) as failure:
+        _sender(apiserver).send(make_notification())
+    assert failure.value.retryable is retryable
+    assert failure.value.status == status
+    if status == 429:
+        assert failure.value.retry_after == 3.0
+    if status == 403:
+        assert "grant the controller create and patch on events in namespace ml" in str(failure.value)
+
+
+def test_unreachable_apiserver_is_retryable() -> None:
+    server = EventApiServer()
+    client = server.api_client()
+    server.stop()
+    sender = KubernetesEventSender(client, reporting_instance="x", redactor=Redactor(), timeout=(0.5, 0.5))
+    with pytest.raises(DeliveryError, match="apiserver unreachable") as failure:
+        sender.send(make_notification())
+    assert failure.value.retryable
+
+
+def test_message_is_bounded_and_scrubbed() -> None:
+    redactor = Redactor()
+    redactor.add("https://hooks.example.com/hook/leaked-token-99")
+    checks = tuple(CheckLine(f"check-{i}", Verdict.PASS, "1ms", "≤ 2ms", "1ms") for i in range(60))
+    message = event_message(
+        make_notification(
+            summary="Posting to https://hooks.example.com/hook/leaked-token-99 failed.", checks=checks
+        ),
+        redactor,
+    )
+    assert len(message) == MESSAGE_LIMIT
+    assert message.endswith("…")
+    assert "leaked-token-99" not in message
+    assert message.startswith("Posting to *** failed.")
+
+
+def _fields(notification):  # type: ignore[no-untyped-def]
+    return {name: getattr(notification, name) for name in notification.__dataclass_fields__}

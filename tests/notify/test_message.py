@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from canary.notify.message import (
+    DEFAULT_REASONS,
+    Action,
+    CheckLine,
+    EventReason,
+    Severity,
+    Verdict,
+    make_decision_id,
+    traffic_text,
+)
+from tests.notify.support import make_notification
+
+
+def test_time_is_normalised_to_utc_and_naive_times_are_refused() -> None:
+    in_seoul = datetime(2025, 3, 14, 18, 26, 53, tzinfo=timezone(timedelta(hours=9)))
+    assert make_notification(time=in_seoul).time == datetime(2025, 3, 14, 9, 26, 53, tzinfo=UTC)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        make_notification(time=datetime(2025, 3, 14, 9, 26, 53))
+
+
+def test_reason_defaults_from_the_action_and_must_be_camel_case() -> None:
+    assert make_notification(action=Action.ROLLED_BACK).reason == "CanaryRolledBack"
+    assert make_notification(action=Action.UNGUARDED_ROLLOUT).reason == "UnguardedRollout"
+    assert make_notification(reason="PrometheusUnavailable").reason == "PrometheusUnavailable"
+    with pytest.raises(ValueError, match="UpperCamelCase"):
+        make_notification(reason="canary advanced")
+
+
+def test_every_action_has_a_default_reason() -> None:
+    assert set(DEFAULT_REASONS) == set(Action)
+    assert {reason.value for reason in EventReason} >= {
+        "CanaryStarted",
+        "CanaryAdvanced",
+        "CanaryPromoted",
+        "CanaryRolledBack",
+        "CanaryPaused",
+        "CanaryInconclusive",
+        "UnguardedRollout",
+        "PrometheusUnavailable",
+    }
+
+
+@pytest.mark.parametrize("weight", [-1, 101])
+def test_weights_outside_0_to_100_are_refused(weight: int) -> None:
+    with pytest.raises(ValueError, match="within 0..100"):
+        make_notification(to_weight=weight)
+
+
+def test_lists_are_stored_as_tuples_so_the_value_stays_immutable() -> None:
+    notification = make_notification(
+        reasons=["a reason"], checks=[CheckLine("p99", Verdict.PASS, "1s", "≤ 2s")]
+    )
+    assert notification.reasons == ("a reason",)
+    assert isinstance(notification.checks, tuple)
+
+
+@pytest.mark.parametrize(
+    ("line", "text"),
+    [
+        (CheckLine("p99", Verdict.PASS, "612ms", "≤ 800ms", "540ms"), "612ms ≤ 800ms (stable 540ms)"),
+        (CheckLine("p99", Verdict.FAIL, "950ms", "≤ 800ms", "540ms"), "950ms, not ≤ 800ms (stable 540ms)"),
+        (
+            CheckLine("p99", Verdict.NO_DATA, limit="≤ 800ms", detail="12 requests < minRequests 100"),
+            "no data: 12 requests < minRequests 100 (limit ≤ 800ms)",
+        ),
+        (
+            CheckLine("p99", Verdict.ERROR, limit="≤ 800ms", detail="HTTP 422"),
+            "query failed: HTTP 422 (limit ≤ 800ms)",
+        ),
+        (CheckLine("oom", Verdict.PASS, "0", "≤ 0", samples="4 pods"), "0 ≤ 0, 4 pods"),
+    ],
+)
+def test_a_check_line_reads_true_for_its_verdict(line: CheckLine, text: str) -> None:
+    assert line.describe() == text
+
+
+def test_traffic_text() -> None:
+    assert traffic_text(10, 30, Action.ADVANCED) == "10% → 30%"
+    assert traffic_text(50, None, Action.PROMOTED) == "50% → 100% (promoted)"
+    assert traffic_text(None, 10, Action.STARTED) == "unset → 10%"
+    assert traffic_text(30, 0, Action.ROLLED_BACK) == "30% → 0%"
+    assert traffic_text(30, 30, Action.PAUSED) == "30% (unchanged)"
+    assert traffic_text(None, None, Action.WAITING) == ""
+
+
+def test_decision_ids_are_deterministic_and_distinct() -> None:
+    first = make_decision_id("ml", "llama", "rev-2", "advanced", 30)
+    assert first == make_decision_id("ml", "llama", "rev-2", "advanced", 30)
+    assert first != make_decision_id("ml", "llama", "rev-2", "advanced", 50)
+    # Parts are separated, so shifting text between them changes the id.
+    assert make_decision_id("ab", "c") != make_decision_id("a", "bc")
+
+
+def test_severity_order() -> None:
+    assert Severity.WARNING.at_least(Severity.INFO)
+    assert not Severity.INFO.at_least(Severity.WARNING)
