@@ -191,6 +191,7 @@ class NotificationDispatcher:
         dropped: list[str] = []
         evicted: list[_Item] = []
         with self._lock:
+            closed = self._closed
             for destination in destinations:
                 if not notification.severity.at_least(destination.min_severity):
                     filtered.append(destination.key)
@@ -201,7 +202,7 @@ class NotificationDispatcher:
                     duplicates.append(destination.key)
                     self._recorder.outcome(destination.kind, Outcome.DUPLICATE)
                     continue
-                lane = None if self._closed else self._lane_for(destination)
+                lane = None if closed else self._lane_for(destination)
                 if lane is None:
                     dropped.append(destination.key)
                     self._recorder.outcome(destination.kind, Outcome.DROPPED)
@@ -210,10 +211,13 @@ class NotificationDispatcher:
                 # Offered under the dispatcher lock so close() cannot slip in between the check
                 # above and the enqueue and strand the item in a lane whose worker has exited.
                 victim = lane.offer(_Item(notification, destination))
-                if victim is None or victim.notification is not notification:
-                    accepted.append(destination.key)
-                else:
+                if victim is not None and victim.notification is notification:
+                    # Refused at the door (its queue holds only warnings): it was never accepted,
+                    # so a later re-submission is not a duplicate.
+                    del self._seen[seen_key]
                     dropped.append(destination.key)
+                else:
+                    accepted.append(destination.key)
                 if victim is not None:
                     evicted.append(victim)
         for victim in evicted:
@@ -224,11 +228,10 @@ class NotificationDispatcher:
                 severity=victim.notification.severity.value,
                 queue_capacity=self._queue_capacity,
             )
-        for key in dropped:
-            if self._closed:
-                self._log.warning(
-                    "notification dropped: dispatcher closed", destination=key, decision_id=notification.id
-                )
+        if closed and dropped:
+            self._log.warning(
+                "notification dropped: dispatcher closed", destinations=dropped, decision_id=notification.id
+            )
         return Submission(tuple(accepted), tuple(duplicates), tuple(filtered), tuple(dropped))
 
     def _remember(self, seen_key: tuple[str, str]) -> None:

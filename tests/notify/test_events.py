@@ -1,13 +1,15 @@
 from __future__ import annotations
 
+import dataclasses
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from canary.notify.delivery import DeliveryError
 from canary.notify.events import MESSAGE_LIMIT, KubernetesEventSender, event_message, event_name
-from canary.notify.message import Action, CheckLine, Severity, Verdict
+from canary.notify.message import Action, CheckLine, Notification, Severity, Verdict
 from canary.notify.secrets import Redactor
 from tests.notify.support import DECISION_TIME, EventApiServer, make_notification, rollback_notification
 
@@ -16,7 +18,7 @@ class SteppingClock:
     def __init__(self) -> None:
         self.now = DECISION_TIME
 
-    def __call__(self):  # type: ignore[no-untyped-def]
+    def __call__(self) -> datetime:
         return self.now
 
 
@@ -164,5 +166,5 @@ def test_message_is_bounded_and_scrubbed() -> None:
     assert message.startswith("Posting to *** failed.")
 
 
-def _fields(notification):  # type: ignore[no-untyped-def]
-    return {name: getattr(notification, name) for name in notification.__dataclass_fields__}
+def _fields(notification: Notification) -> dict[str, Any]:
+    return {field.name: getattr(notification, field.name) for field in dataclasses.fields(notification)}
