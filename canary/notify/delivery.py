@@ -25,6 +25,7 @@ __all__ = [
     "HttpPoster",
     "Sender",
     "TargetKind",
+    "is_retryable_status",
     "parse_retry_after",
     "utc_now",
 ]
