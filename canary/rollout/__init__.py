@@ -1,0 +1,53 @@
+"""The pure rollout decision core: state, decide(), judging checks, commands, the timeline.
+
+Nothing in this package performs I/O, reads a clock or draws random numbers: the live controller,
+the demo, simulations and backtests all run the very same decisions.
+"""
+
+from canary.rollout.commands import CommandResult, apply_command
+from canary.rollout.core import decide, evidence_request
+from canary.rollout.decision import Action, Decision, EventReason, Severity
+from canary.rollout.judge import CheckVerdict, Evaluation, Judgement, judge_check, judge_evidence
+from canary.rollout.observed import DeploymentMode, ObservedInferenceService, TrafficTarget
+from canary.rollout.state import (
+    SCHEMA_VERSION,
+    CommandKind,
+    EvaluationVerdict,
+    Pause,
+    PauseKind,
+    Phase,
+    RolloutState,
+    StateFormatError,
+    UnsupportedStateVersion,
+)
+from canary.rollout.timeline import Timeline, TimelineEntry
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Action",
+    "CheckVerdict",
+    "CommandKind",
+    "CommandResult",
+    "Decision",
+    "DeploymentMode",
+    "Evaluation",
+    "EvaluationVerdict",
+    "EventReason",
+    "Judgement",
+    "ObservedInferenceService",
+    "Pause",
+    "PauseKind",
+    "Phase",
+    "RolloutState",
+    "Severity",
+    "StateFormatError",
+    "Timeline",
+    "TimelineEntry",
+    "TrafficTarget",
+    "UnsupportedStateVersion",
+    "apply_command",
+    "decide",
+    "evidence_request",
+    "judge_check",
+    "judge_evidence",
+]

@@ -1,0 +1,133 @@
+"""Operator commands as pure state transitions: pause, resume, approve, abort, promote.
+
+``pause`` and ``approve`` take effect at once: they need nothing but the state. ``resume``,
+``abort`` and ``promote`` are recorded in the state and carried out by the next
+:func:`canary.rollout.core.decide`, which sees the InferenceService and the policy: an abort
+rolls back, a promote removes the percentage (only once the canary is Ready), a resume restores
+what the pause interrupted (for a pause caused by someone else's change, the controller's own value).
+A command that makes no sense in the current phase is refused with a message, and the state is
+returned unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from canary.rollout.state import (
+    MAX_HISTORY,
+    CommandKind,
+    HistoryEntry,
+    Pause,
+    PauseKind,
+    PendingCommand,
+    Phase,
+    RolloutState,
+    describe_time,
+)
+
+__all__ = ["CommandResult", "apply_command"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    state: RolloutState
+    accepted: bool
+    message: str
+
+
+def apply_command(
+    state: RolloutState, command: CommandKind | str, now: datetime, *, by: str | None = None
+) -> CommandResult:
+    """Apply an operator command to ``state``. Raises ValueError for an unknown command name."""
+    kind = CommandKind(command)
+    who = by or "an operator"
+    phase = state.phase
+    pending = state.command
+    if pending is not None and pending.kind is CommandKind.ABORT:
+        return _refuse(state, f"an abort requested by {pending.by or 'an operator'} is already pending")
+    if kind is CommandKind.PAUSE:
+        if phase is Phase.PAUSED and pending is not None and pending.kind is CommandKind.RESUME:
+            return _accept(replace(state, command=None), kind, now, who, "the pending resume was cancelled")
+        if phase is Phase.PAUSED:
+            assert state.pause is not None
+            return _refuse(state, f"already paused: {state.pause.reason}")
+        if not phase.is_rollout_active:
+            return _refuse(state, f"no rollout in progress (phase {phase})")
+        paused = replace(
+            state,
+            phase=Phase.PAUSED,
+            pause=Pause(
+                PauseKind.MANUAL, f"Paused by {who} at {describe_time(now)}.", now, resume_phase=phase
+            ),
+        )
+        return _accept(paused, kind, now, who, f"rollout of {state.revision} paused")
+    if kind is CommandKind.RESUME:
+        if phase is not Phase.PAUSED or state.pause is None:
+            return _refuse(state, f"the rollout is not paused (phase {phase})")
+        if state.pause.kind is PauseKind.APPROVAL:
+            return _refuse(
+                state, "the rollout waits for approval of a step: use approve (resume does not approve)"
+            )
+        return _pending(state, kind, now, by, who, "resume")
+    if kind is CommandKind.APPROVE:
+        step = state.step
+        approvable = phase in (Phase.PENDING, Phase.PROGRESSING) or (
+            phase is Phase.PAUSED
+            and state.pause is not None
+            and state.pause.resume_phase in (Phase.PENDING, Phase.PROGRESSING)
+        )
+        if step is None or not approvable:
+            return _refuse(state, f"no step waits for approval (phase {phase})")
+        waiting = phase is Phase.PAUSED and state.pause is not None and state.pause.kind is PauseKind.APPROVAL
+        if step.weight in state.approvals and not waiting:
+            return _refuse(state, f"step {step.weight}% is already approved")
+        approvals = state.approvals if step.weight in state.approvals else (*state.approvals, step.weight)
+        approved = replace(state, approvals=approvals)
+        if waiting:
+            assert state.pause is not None
+            approved = replace(approved, phase=state.pause.resume_phase, pause=None)
+        return _accept(approved, kind, now, who, f"step {step.weight}% of {state.revision} approved")
+    # abort and promote
+    if not phase.is_rollout_active:
+        return _refuse(state, f"no rollout in progress (phase {phase})")
+    if kind is CommandKind.PROMOTE and phase in (Phase.PROMOTING, Phase.BAKING):
+        return _refuse(state, f"{state.revision} is already promoted (phase {phase})")
+    return _pending(state, kind, now, by, who, str(kind))
+
+
+def _pending(
+    state: RolloutState, kind: CommandKind, now: datetime, by: str | None, who: str, verb: str
+) -> CommandResult:
+    recorded = replace(state, command=PendingCommand(kind, now, by))
+    return _accept(
+        recorded, kind, now, who, f"{verb} of {state.revision} requested; the next decision carries it out"
+    )
+
+
+def _accept(after: RolloutState, kind: CommandKind, now: datetime, who: str, message: str) -> CommandResult:
+    identity = f"{after.revision}|command|{kind.value}|{now.timestamp()!r}"
+    entry = HistoryEntry(
+        at=now,
+        action=f"command:{kind.value}",
+        weight=None,
+        phase=after.phase,
+        event=_EVENTS[kind],
+        reason=f"{message} (by {who})",
+        id=hashlib.sha256(identity.encode()).hexdigest()[:20],
+    )
+    return CommandResult(replace(after, history=(*after.history, entry)[-MAX_HISTORY:]), True, message)
+
+
+def _refuse(state: RolloutState, message: str) -> CommandResult:
+    return CommandResult(state, False, message)
+
+
+_EVENTS = {
+    CommandKind.PAUSE: "CanaryPaused",
+    CommandKind.RESUME: "CanaryResumed",
+    CommandKind.APPROVE: "CanaryApproved",
+    CommandKind.ABORT: "CanaryAborted",
+    CommandKind.PROMOTE: "CanaryPromoted",
+}

@@ -1,0 +1,1176 @@
+"""The decision core: one pure function from (policy, InferenceService, state, evidence, now) to a decision.
+
+The same code runs in the live controller, the demo, simulations and backtests: no I/O, no clock
+reads, no randomness. The shell calls, on every tick::
+
+    request = evidence_request(policy, observed, state, now)      # None: nothing to measure now
+    evidence = source.collect(policy, request) if request else None
+    decision = decide(policy, observed, state, evidence, now)
+    store(decision.new_state)                                      # write-ahead: before patching
+    if decision.action.writes: patch(decision.patch)
+
+The rules, in the order they are applied (DESIGN §2 and §4):
+
+1. No InferenceService, a deployment mode other than Knative, no revision yet, a first deployment:
+   nothing to do, with a clear reason.
+2. An operator's ``abort`` rolls back before anything else (a rollback is always safe).
+3. Identity: a revision we have not seen starts a new rollout (unless it was rolled back before); a
+   spec that changed while KServe still reports the old revision means *wait* — never judge or
+   promote a canary whose spec is no longer the one in the InferenceService.
+4. The percentage in the spec is checked against the write-ahead intent and the last known value:
+   our own write is recognised; anyone else's pauses the rollout.
+5. Then the phase: Pending waits for Ready (deadline), Progressing holds steps and judges evidence,
+   Promoting waits for KServe to record the promotion, Baking watches absolute limits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from canary.evidence import Evidence, EvidenceRequest
+from canary.policy.model import Check, NoDataAction, PromotionPolicy, Step
+from canary.policy.units import format_duration
+from canary.rollout.decision import Action, Decision, EventReason, Severity
+from canary.rollout.judge import Evaluation, has_absolute_limit, judge_evidence
+from canary.rollout.observed import DeploymentMode, ObservedInferenceService
+from canary.rollout.state import (
+    MAX_HISTORY,
+    MAX_REASON_CHARS,
+    MAX_ROLLED_BACK,
+    CommandKind,
+    EvaluationRecord,
+    EvaluationVerdict,
+    HistoryEntry,
+    Pause,
+    PauseKind,
+    Phase,
+    RolledBackRevision,
+    RolloutState,
+    StepProgress,
+    WeightRecord,
+    describe_time,
+)
+
+__all__ = ["decide", "evidence_request"]
+
+
+def decide(
+    policy: PromotionPolicy,
+    observed: ObservedInferenceService,
+    state: RolloutState,
+    evidence: Evidence | None,
+    now: datetime,
+) -> Decision:
+    """Decide what to do with one InferenceService now. Pure: same inputs, same decision.
+
+    ``evidence`` is the answer to :func:`evidence_request` (or None); evidence for another revision,
+    another window, or an evaluation that is not due is ignored, never judged. ``now`` must be
+    timezone-aware.
+    """
+    return _Tick(policy, observed, state, evidence, now, probing=False).run()
+
+
+def evidence_request(
+    policy: PromotionPolicy, observed: ObservedInferenceService, state: RolloutState, now: datetime
+) -> EvidenceRequest | None:
+    """What :func:`decide` would judge now: revisions, window ``[start, now]`` and checks — or None.
+
+    It runs the same rules as :func:`decide` (so a step whose start is observed in this very tick
+    is accounted for) and reports the evaluation that is due, if any.
+    """
+    tick = _Tick(policy, observed, state, None, now, probing=True)
+    tick.run()
+    return tick.requested
+
+
+class _EvaluationMode(StrEnum):
+    """What an evaluation is for: holding a step (all checks, relative to stable) or watching a
+    canary that is not serving a step (pending, baking: absolute limits only)."""
+
+    STEP = "step"
+    PENDING = "pending"
+    BAKE = "bake"
+
+
+class _Tick:
+    """One decision. Mutable only inside itself; what leaves it is the immutable :class:`Decision`."""
+
+    def __init__(
+        self,
+        policy: PromotionPolicy,
+        observed: ObservedInferenceService,
+        state: RolloutState,
+        evidence: Evidence | None,
+        now: datetime,
+        *,
+        probing: bool,
+    ) -> None:
+        if now.tzinfo is None or now.utcoffset() is None:
+            raise ValueError("decide() needs a timezone-aware 'now'")
+        self.policy = policy
+        self.spec = policy.spec
+        self.steps: list[Step] = policy.spec.canary_steps
+        self.observed = observed
+        self.original = state
+        self.state = state
+        self.evidence = evidence
+        self.now = now
+        self.probing = probing
+        self.requested: EvidenceRequest | None = None
+        self.reasons: list[str] = []
+        self.severity = Severity.INFO
+        self.evaluation: Evaluation | None = None
+        self.evaluated_at: datetime | None = None
+        self.resumed_by: str | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # Entry
+
+    def run(self) -> Decision:
+        observed = self.observed
+        if not observed.exists:
+            return self.wait(
+                f"InferenceService {self.policy.key} does not exist; policy {self.policy.metadata.name} "
+                "governs nothing until it is created.",
+                EventReason.INFERENCE_SERVICE_NOT_FOUND,
+                Severity.WARNING,
+            )
+        if observed.deployment_mode is not DeploymentMode.KNATIVE:
+            return self.unsupported_mode()
+        canary = observed.latest_created_revision
+        if canary is None or observed.predictor_fingerprint is None:
+            return self.wait(
+                f"KServe has not reported a predictor revision for {self.policy.key} yet.",
+                EventReason.CANARY_WAITING,
+            )
+        command = self.state.command
+        if command is not None and command.kind is CommandKind.ABORT:
+            if self.state.phase.is_rollout_active:
+                who = f" by {command.by}" if command.by else ""
+                return self.rollback(
+                    f"Rollout of {self.state.revision} aborted{who} (command at {describe_time(command.at)})."
+                )
+            self.state = replace(self.state, command=None)
+
+        if self.state.revision is None:
+            return self.first_sight(canary)
+        if canary != self.state.revision:
+            return self.new_revision(canary)
+        if observed.predictor_fingerprint != self.state.fingerprint:
+            return self.spec_change_pending(canary)
+        if self.state.spec_change_seen_at is not None:
+            self.state = replace(self.state, spec_change_seen_at=None)
+
+        command = self.state.command
+        if command is not None and command.kind is CommandKind.RESUME:
+            self.resume()
+        command = self.state.command
+        if command is not None and command.kind is CommandKind.PROMOTE:
+            promoted = self.promote_by_command()
+            if promoted is not None:
+                return promoted
+        external = self.reconcile_spec_weight()
+        if external is not None:
+            return external
+        return self.by_phase()
+
+    def unsupported_mode(self) -> Decision:
+        observed = self.observed
+        if observed.deployment_mode is DeploymentMode.UNKNOWN and observed.deployment_mode_reported is None:
+            return self.wait(
+                f"KServe has not reported the deployment mode of {self.policy.key} yet.",
+                EventReason.CANARY_WAITING,
+            )
+        mode = observed.deployment_mode_reported or observed.deployment_mode.value
+        return self.wait(
+            f"{self.policy.key} runs in {mode} mode: canaryTrafficPercent only works in Knative "
+            "(Serverless) mode and KServe silently ignores it elsewhere, so kserve-canary does not "
+            "manage this InferenceService (KServe >= 0.20 offers spec.canary[] for Standard mode).",
+            EventReason.UNSUPPORTED_DEPLOYMENT_MODE,
+            Severity.WARNING,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Identity: which revision, which spec
+
+    def first_sight(self, canary: str) -> Decision:
+        """No state yet: adopt a steady InferenceService, or start on a canary already under way."""
+        observed = self.observed
+        if observed.latest_rolledout_revision is None:
+            return self.first_deployment(canary)
+        if canary == observed.latest_rolledout_revision:
+            self.state = replace(
+                self.state,
+                phase=Phase.IDLE,
+                revision=canary,
+                fingerprint=observed.predictor_fingerprint,
+                spec_weight=self.observed_weight_record(),
+            )
+            return self.wait(
+                f"Now watching {self.policy.key}: {canary} is the rolled-out revision; a new predictor "
+                "revision will start a rollout.",
+                EventReason.CANARY_IDLE,
+            )
+        return self.start(canary)
+
+    def first_deployment(self, canary: str) -> Decision:
+        return self.wait(
+            f"{canary} is the first deployment of {self.policy.key}: KServe sends it 100% and there is "
+            "no stable revision to compare with, so there is nothing to roll out.",
+            EventReason.FIRST_DEPLOYMENT,
+        )
+
+    def new_revision(self, canary: str) -> Decision:
+        state = self.state
+        if state.was_rolled_back(canary):
+            self.state = RolloutState(
+                phase=Phase.ROLLED_BACK,
+                revision=canary,
+                fingerprint=self.observed.predictor_fingerprint,
+                spec_weight=self.observed_weight_record(),
+                rolled_back=state.rolled_back,
+                history=state.history,
+            )
+            return self.wait(
+                f"{canary} was rolled back before and is never retried; push a new spec to try again.",
+                EventReason.REVISION_NOT_RETRIED,
+            )
+        if self.observed.latest_rolledout_revision is None:
+            return self.first_deployment(canary)
+        return self.start(canary)
+
+    def spec_change_pending(self, canary: str) -> Decision:
+        """The spec changed but KServe still reports the old revision: judge nothing, wait."""
+        since = self.state.spec_change_seen_at or self.now
+        self.state = replace(self.state, spec_change_seen_at=since)
+        waited = self.now - since
+        severity = Severity.INFO
+        if waited >= _seconds(self.spec.progress_deadline):
+            severity = Severity.WARNING
+            self.reasons.append(
+                f"KServe has created no revision for the changed spec for {_duration(waited)} "
+                f"(progressDeadline {format_duration(self.spec.progress_deadline)}); check the "
+                "InferenceService's conditions."
+            )
+        return self.wait(
+            f"The predictor spec of {self.policy.key} changed (since {describe_time(since)}) but KServe "
+            f"still reports {canary} as the latest revision: waiting for the new revision before judging "
+            "or promoting anything.",
+            EventReason.SPEC_CHANGE_PENDING,
+            severity,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Starting a rollout (DESIGN §2.2)
+
+    def start(self, canary: str) -> Decision:
+        observed = self.observed
+        previous = self.state
+        first = self.steps[0].weight
+        spec_weight = observed.canary_traffic_percent
+        ready = observed.canary_ready
+        stable = observed.stable_for(canary)
+        ours = {
+            record.weight
+            for record in (previous.spec_weight, previous.intent)
+            if record and record.by_controller
+        }
+        if previous.phase.is_rollout_active and previous.revision is not None:
+            at = _weight_text(previous.spec_weight.weight) if previous.spec_weight else "an unknown weight"
+            self.reasons.append(
+                f"{canary} replaces {previous.revision}, whose rollout was {previous.phase} at {at}: the "
+                "analysis restarts from the first step for the new revision."
+            )
+        self.reasons.append(
+            f"New revision {canary} (predictor spec {observed.predictor_fingerprint}); stable revision "
+            f"{stable or 'unknown'}."
+        )
+        if stable is not None and previous.was_rolled_back(stable):
+            self.severity = Severity.WARNING
+            self.reasons.append(
+                f"KServe routes the remaining traffic to {stable}, which was rolled back earlier (KServe "
+                "still tracks it as rolled out after a post-promotion rollback)."
+            )
+        self.state = RolloutState(
+            phase=Phase.PROGRESSING if ready else Phase.PENDING,
+            revision=canary,
+            fingerprint=observed.predictor_fingerprint,
+            stable_revision=stable,
+            started_at=self.now,
+            step=StepProgress(0, first),
+            spec_weight=self.observed_weight_record(),
+            rolled_back=previous.rolled_back,
+            history=previous.history,
+        )
+        if spec_weight == first:
+            self.reasons.append(
+                f"canaryTrafficPercent {first} came with the spec and is the policy's first step: accepted."
+            )
+            return self.wait(
+                f"Rollout of {canary} started at the first step {first}% (set with the spec); "
+                + (
+                    "evaluating once status traffic shows it." if ready else "waiting for it to become Ready."
+                ),
+                EventReason.CANARY_STARTED,
+            )
+        if spec_weight == 0:
+            if ready:
+                return self.write(
+                    Action.START,
+                    first,
+                    f"Dark-launched revision {canary} is Ready: starting its rollout at the first step "
+                    f"{first}%.",
+                    EventReason.CANARY_STARTED,
+                    phase=Phase.PROGRESSING,
+                )
+            return self.wait(
+                f"Rollout of {canary} started as a dark launch (canaryTrafficPercent 0): it moves to the "
+                f"first step {first}% once Ready.",
+                EventReason.CANARY_STARTED,
+            )
+        leftover = spec_weight is not None and spec_weight in ours
+        if spec_weight is None or leftover:
+            if spec_weight is None and not self.spec.auto_start:
+                self.state = replace(
+                    self.state, phase=Phase.IDLE, step=None, stable_revision=None, started_at=None
+                )
+                return self.wait(
+                    f"New revision {canary} has no canaryTrafficPercent and autoStart is off: KServe sends "
+                    "it 100% once Ready, unguarded. Put the first step in the spec, or enable autoStart.",
+                    EventReason.UNGUARDED_ROLLOUT,
+                    Severity.WARNING,
+                )
+            exposed = observed.weight_of(canary)
+            unguarded = ready and (spec_weight is None or exposed > first)
+            event = EventReason.CANARY_STARTED
+            if unguarded:
+                self.severity = Severity.WARNING
+                event = EventReason.UNGUARDED_ROLLOUT
+                self.state = replace(self.state, unguarded=True)
+                self.reasons.append(
+                    f"Unguarded rollout: {canary} was already Ready with "
+                    f"{_weight_text(spec_weight) if spec_weight is not None else '100% (no field)'} before "
+                    f"the controller acted (status shows {exposed}%); the first step pins {100 - first}% "
+                    f"back to {stable or 'the previous revision'} while its pods are still there."
+                )
+            elif leftover:
+                self.reasons.append(
+                    f"canaryTrafficPercent {spec_weight} is the controller's own value from the previous "
+                    "rollout, not a value set with the spec."
+                )
+            return self.write(
+                Action.START,
+                first,
+                f"Starting the rollout of {canary}: writing the first step {first}%"
+                + ("." if ready else " before it becomes Ready."),
+                event,
+            )
+        reason = (
+            f"New revision {canary} came with canaryTrafficPercent {spec_weight}, which is neither the "
+            f"policy's first step ({first}) nor 0 (dark launch). Paused without writing: set it to {first} "
+            f"or remove it in Git, or `kserve-canary resume` to start from {first}%."
+        )
+        return self.pause(PauseKind.UNEXPECTED_START_VALUE, reason, resume_phase=self.state.phase)
+
+    # ------------------------------------------------------------------------------------------
+    # Who wrote the percentage (DESIGN §2.4)
+
+    def observed_weight_record(self) -> WeightRecord:
+        return WeightRecord(
+            self.observed.canary_traffic_percent,
+            self.observed.latest_created_revision,
+            self.now,
+            by_controller=False,
+        )
+
+    def reconcile_spec_weight(self) -> Decision | None:
+        state = self.state
+        observed_weight = self.observed.canary_traffic_percent
+        if state.intent is not None and observed_weight == state.intent.weight:
+            # Our write landed (perhaps before a crash): it is now the known value.
+            self.state = replace(state, spec_weight=state.intent, intent=None)
+            return None
+        if state.spec_weight is None:
+            self.state = replace(state, spec_weight=self.observed_weight_record())
+            return None
+        if observed_weight == state.spec_weight.weight:
+            return None
+        return self.external_change(observed_weight)
+
+    def external_change(self, observed_weight: int | None) -> Decision:
+        state = self.state
+        written = (state.intent or state.spec_weight or WeightRecord(None, None, self.now)).weight
+        headline = (
+            f"canaryTrafficPercent of {self.policy.key} was changed by someone else: observed "
+            f"{_weight_text(observed_weight)}, the controller wrote {_weight_text(written)}. Paused: nothing "
+            "is written until `kserve-canary resume` (restores the controller's value), `abort` or `promote`."
+        )
+        pause = state.pause
+        if (
+            state.phase is Phase.PAUSED
+            and pause is not None
+            and pause.kind is PauseKind.EXTERNAL_CHANGE
+            and pause.observed_weight == observed_weight
+        ):
+            return self.wait(pause.reason, EventReason.EXTERNAL_TRAFFIC_CHANGE, Severity.WARNING)
+        resume_phase = (
+            pause.resume_phase if state.phase is Phase.PAUSED and pause is not None else state.phase
+        )
+        return self.pause(
+            PauseKind.EXTERNAL_CHANGE,
+            headline,
+            resume_phase=resume_phase,
+            observed_weight=observed_weight,
+            event=EventReason.EXTERNAL_TRAFFIC_CHANGE,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Commands that need the full picture (apply_command records them; they happen here)
+
+    def resume(self) -> None:
+        state = self.state
+        command = state.command
+        assert command is not None
+        self.resumed_by = command.by or "an operator"
+        pause = state.pause
+        if state.phase is not Phase.PAUSED or pause is None:
+            self.state = replace(state, command=None)
+            return
+        evaluation = replace(state.evaluation, no_data_clock_from=self.now)
+        target_phase = pause.resume_phase
+        state = replace(state, phase=target_phase, pause=None, command=None, evaluation=evaluation)
+        self.reasons.append(
+            f"Resumed by {self.resumed_by} (command at {describe_time(command.at)}) from: {pause.reason}"
+        )
+        if pause.kind is PauseKind.EXTERNAL_CHANGE:
+            # Restore the value the rollout had; the step's clock restarts once status shows it.
+            before = state.intent or state.spec_weight
+            state = replace(state, spec_weight=self.observed_weight_record())
+            if target_phase is not Phase.IDLE and before is not None:
+                state = self.with_intent(state, before.weight)
+        elif pause.kind is PauseKind.UNEXPECTED_START_VALUE:
+            state = replace(
+                state, spec_weight=self.observed_weight_record(), step=StepProgress(0, self.steps[0].weight)
+            )
+            state = self.with_intent(state, self.steps[0].weight)
+        elif pause.kind is PauseKind.POLICY_CHANGED and state.step is not None:
+            index = _step_at_or_below(self.steps, state.step.weight)
+            state = replace(state, step=StepProgress(index, self.steps[index].weight))
+            state = self.with_intent(state, self.steps[index].weight)
+        self.state = state
+
+    def with_intent(self, state: RolloutState, weight: int | None) -> RolloutState:
+        """``state`` heading for ``weight``: an intent unless the spec already has it."""
+        step = state.step
+        if step is not None:
+            step = replace(step, started_at=None, passed_at=None)
+        if weight == self.observed.canary_traffic_percent:
+            return replace(state, step=step, intent=None)
+        return replace(state, step=step, intent=WeightRecord(weight, state.revision, self.now))
+
+    def promote_by_command(self) -> Decision | None:
+        state = self.state
+        command = state.command
+        assert command is not None
+        if state.phase in (Phase.PROMOTING, Phase.BAKING) or not state.phase.is_rollout_active:
+            self.state = replace(state, command=None)
+            return None
+        if not self.observed.canary_ready:
+            return self.wait(
+                f"Promotion of {state.revision} requested by {command.by or 'an operator'}: waiting for it "
+                "to be Ready (KServe would send 100% to the previous revision otherwise).",
+                EventReason.CANARY_WAITING,
+            )
+        self.state = replace(state, command=None, pause=None, spec_weight=self.observed_weight_record())
+        return self.promote(
+            f"Promoting {state.revision} on command from {command.by or 'an operator'} "
+            f"({describe_time(command.at)}), skipping the remaining analysis: removing canaryTrafficPercent."
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Phases
+
+    def by_phase(self) -> Decision:
+        state = self.state
+        phase = state.phase
+        if phase is Phase.PAUSED:
+            assert state.pause is not None
+            if state.pause.kind is PauseKind.APPROVAL:
+                return self.progressing(awaiting_approval=True)
+            return self.wait(state.pause.reason, EventReason.CANARY_PAUSED, Severity.WARNING)
+        if state.intent is not None:
+            return self.reissue()
+        if phase is Phase.PENDING:
+            return self.pending()
+        if phase is Phase.PROGRESSING:
+            return self.progressing(awaiting_approval=False)
+        if phase is Phase.PROMOTING:
+            return self.promoting()
+        if phase is Phase.BAKING:
+            return self.baking()
+        if phase is Phase.ROLLED_BACK:
+            return self.wait(
+                f"{state.revision} was rolled back; it is not retried. Revert or fix the spec in Git: a "
+                "new revision starts a new rollout.",
+                EventReason.CANARY_IDLE,
+            )
+        if phase is Phase.SUCCEEDED:
+            return self.wait(f"{state.revision} was rolled out successfully.", EventReason.CANARY_IDLE)
+        return self.wait(
+            f"No rollout in progress; {state.revision} is the current revision.", EventReason.CANARY_IDLE
+        )
+
+    def reissue(self) -> Decision:
+        """The intent recorded earlier has not reached the spec: write it again (idempotent)."""
+        state = self.state
+        intent = state.intent
+        assert intent is not None
+        if intent.weight is None:
+            action, event = Action.PROMOTE, EventReason.CANARY_PROMOTED
+        elif intent.weight == 0:
+            action, event = Action.ROLLBACK, EventReason.CANARY_ROLLED_BACK
+        elif state.step is not None and state.step.index == 0:
+            action, event = Action.START, EventReason.CANARY_STARTED
+        else:
+            action, event = Action.ADVANCE, EventReason.CANARY_ADVANCED
+        severity = Severity.WARNING if action is Action.ROLLBACK else Severity.INFO
+        return self.finish(
+            action,
+            event,
+            f"Writing canaryTrafficPercent {_weight_text(intent.weight)} for {state.revision} "
+            f"(intent recorded "
+            f"{describe_time(intent.at)}); the spec still shows "
+            f"{_weight_text(self.observed.canary_traffic_percent)}.",
+            weight=intent.weight,
+            severity=severity,
+            id_time=intent.at,
+        )
+
+    def pending(self) -> Decision:
+        paused = self.check_policy_step()
+        if paused is not None:
+            return paused
+        state = self.state
+        assert state.started_at is not None
+        assert state.step is not None
+        observed = self.observed
+        waited = self.now - state.started_at
+        if observed.canary_ready:
+            self.reasons.append(
+                f"{state.revision} became Ready {_duration(waited)} after its rollout started."
+            )
+            if state.spec_weight is not None and state.spec_weight.weight == 0:
+                return self.write(
+                    Action.START,
+                    state.step.weight,
+                    f"Dark-launched revision {state.revision} is Ready: moving it to the first step "
+                    f"{state.step.weight}%.",
+                    EventReason.CANARY_STARTED,
+                    phase=Phase.PROGRESSING,
+                )
+            self.state = replace(state, phase=Phase.PROGRESSING)
+            return self.progressing(awaiting_approval=False)
+        rolled_back = self.evaluate(_EvaluationMode.PENDING, state.started_at, None)
+        if rolled_back is not None:
+            return rolled_back
+        failure = f" Knative reports: {observed.revision_failure}" if observed.revision_failure else ""
+        deadline = self.spec.progress_deadline
+        if waited >= _seconds(deadline):
+            return self.rollback(
+                f"{state.revision} did not become Ready within progressDeadline {format_duration(deadline)} "
+                f"(rollout started {describe_time(state.started_at)}).{failure}"
+            )
+        return self.wait(
+            f"Waiting for {state.revision} to become Ready: {_duration(waited)} of progressDeadline "
+            f"{format_duration(deadline)}.{failure}",
+            EventReason.CANARY_PENDING,
+            Severity.WARNING if observed.revision_failure else Severity.INFO,
+        )
+
+    def progressing(self, *, awaiting_approval: bool) -> Decision:
+        paused = self.check_policy_step()
+        if paused is not None:
+            return paused
+        state = self.state
+        step = state.step
+        assert step is not None
+        observed = self.observed
+        revision = state.revision
+        if not observed.canary_ready:
+            return self.hold_unready()
+        if state.unready_since is not None:
+            self.reasons.append(
+                f"{revision} is Ready again (it was not since {describe_time(state.unready_since)})."
+            )
+            self.state = state = replace(state, unready_since=None)
+        stable = observed.stable_for(revision) if revision is not None else None
+        if stable is not None and stable != state.stable_revision:
+            self.reasons.append(
+                f"KServe routes the rest of the traffic to {stable} (was {state.stable_revision})."
+            )
+            self.state = state = replace(state, stable_revision=stable)
+        if step.started_at is None:
+            shown = observed.weight_of(revision)
+            if shown != step.weight:
+                return self.wait(
+                    f"Waiting for status traffic to show {step.weight}% for {revision} (it shows "
+                    f"{shown}%); the step's clock starts then.",
+                    EventReason.CANARY_WAITING,
+                )
+            step = replace(step, started_at=self.now)
+            self.state = state = replace(state, step=step)
+            self.reasons.append(
+                f"Step {step.index + 1} of {len(self.steps)} ({step.weight}%) started: status traffic "
+                f"shows it at {describe_time(self.now)}."
+            )
+        assert step.started_at is not None
+        decided = self.evaluate(_EvaluationMode.STEP, step.started_at, state.stable_revision)
+        if decided is not None:
+            return decided
+        step = self.state.step
+        assert step is not None
+        if step.passed_at is None:
+            return self.wait(
+                self.step_progress_text(step), self.evaluation_event(), awaiting=awaiting_approval
+            )
+        policy_step = self.steps[step.index]
+        if policy_step.approval == "manual" and step.weight not in self.state.approvals:
+            text = (
+                f"Step {step.weight}% of {revision} passed and needs approval before the rollout leaves it: "
+                f"`kserve-canary approve {self.policy.key}`. Evaluations continue meanwhile; a failure "
+                "still rolls back."
+            )
+            if awaiting_approval:
+                return self.wait(text, EventReason.CANARY_AWAITING_APPROVAL)
+            return self.pause(
+                PauseKind.APPROVAL,
+                text,
+                resume_phase=Phase.PROGRESSING,
+                event=EventReason.CANARY_AWAITING_APPROVAL,
+            )
+        return self.leave_step(step)
+
+    def hold_unready(self) -> Decision:
+        """A canary that turned un-Ready mid-rollout holds its step; the progress deadline applies."""
+        state = self.state
+        since = state.unready_since or self.now
+        self.state = state = replace(state, unready_since=since)
+        step = state.step
+        assert step is not None
+        failure = (
+            f" Knative reports: {self.observed.revision_failure}" if self.observed.revision_failure else ""
+        )
+        if step.started_at is not None:
+            # Keep judging: the restarts or OOM kills that made it un-Ready are evidence.
+            decided = self.evaluate(_EvaluationMode.STEP, step.started_at, state.stable_revision)
+            if decided is not None:
+                return decided
+            # A step never passes while its canary is un-Ready.
+            state = self.state
+            if state.step is not None and state.step.passed_at is not None:
+                self.state = state = replace(state, step=replace(state.step, passed_at=None))
+        unready_for = self.now - since
+        deadline = self.spec.progress_deadline
+        if unready_for >= _seconds(deadline):
+            return self.rollback(
+                f"{state.revision} has not been Ready for {_duration(unready_for)} "
+                f"(since {describe_time(since)}), beyond progressDeadline {format_duration(deadline)}."
+                f"{failure}"
+            )
+        return self.wait(
+            f"{state.revision} is not Ready (since {describe_time(since)}): holding step {step.weight}%; "
+            f"rollback after progressDeadline {format_duration(deadline)}.{failure}",
+            EventReason.CANARY_WAITING,
+            Severity.WARNING,
+        )
+
+    def leave_step(self, step: StepProgress) -> Decision:
+        policy_step = self.steps[step.index]
+        assert step.started_at is not None
+        assert step.passed_at is not None
+        requests = self.state.evaluation.requests
+        passed = (
+            f"Step {step.weight}% passed: held {_duration(step.passed_at - step.started_at)} (window "
+            f"{format_duration(self.spec.step_window(policy_step))}), "
+            f"{(requests or 0):.0f} canary requests "
+            f"(minRequests {self.spec.step_min_requests(policy_step)}), "
+            f"latest evaluation passed at {describe_time(step.passed_at)}."
+        )
+        self.reasons.insert(0, passed)
+        if step.index + 1 < len(self.steps):
+            following = self.steps[step.index + 1].weight
+            self.state = replace(self.state, step=StepProgress(step.index + 1, following))
+            return self.write(
+                Action.ADVANCE,
+                following,
+                f"Advancing {self.state.revision} from {step.weight}% to {following}%.",
+                EventReason.CANARY_ADVANCED,
+                phase=Phase.PROGRESSING,
+            )
+        return self.promote(
+            f"Promoting {self.state.revision}: its last step {step.weight}% passed; removing "
+            "canaryTrafficPercent."
+        )
+
+    def promoting(self) -> Decision:
+        state = self.state
+        observed = self.observed
+        revision = state.revision
+        recorded = (
+            observed.latest_rolledout_revision == revision
+            and observed.weight_of(revision) == 100
+            and observed.canary_traffic_percent is None
+        )
+        if not recorded:
+            return self.wait(
+                f"Waiting for KServe to record the promotion of {revision} (latestRolledoutRevision is "
+                f"{observed.latest_rolledout_revision or 'unset'}, {revision} receives "
+                f"{observed.weight_of(revision)}%).",
+                EventReason.CANARY_WAITING,
+            )
+        if self.spec.bake > 0:
+            self.state = replace(state, phase=Phase.BAKING, bake_started_at=self.now)
+            return self.wait(
+                f"KServe recorded the promotion of {revision}; baking for {format_duration(self.spec.bake)}: "
+                "absolute limits are still watched and a failure rolls back (to a cold previous revision).",
+                EventReason.CANARY_BAKING,
+            )
+        self.state = replace(state, phase=Phase.SUCCEEDED)
+        return self.wait(
+            f"Rollout of {revision} succeeded: KServe records it as the rolled-out revision at 100%.",
+            EventReason.CANARY_SUCCEEDED,
+        )
+
+    def baking(self) -> Decision:
+        state = self.state
+        assert state.bake_started_at is not None
+        decided = self.evaluate(_EvaluationMode.BAKE, state.bake_started_at, None)
+        if decided is not None:
+            return decided
+        state = self.state
+        bake_end = state.bake_started_at + _seconds(self.spec.bake) if state.bake_started_at else self.now
+        last = state.evaluation
+        finished = (
+            last.at is not None
+            and last.at >= bake_end
+            and last.verdict is not EvaluationVerdict.FAIL
+            and not last.query_error
+        )
+        if finished:
+            self.state = replace(state, phase=Phase.SUCCEEDED)
+            return self.wait(
+                f"Rollout of {state.revision} succeeded: the {format_duration(self.spec.bake)} bake is over "
+                "without a failure.",
+                EventReason.CANARY_SUCCEEDED,
+            )
+        baked = self.now - state.bake_started_at if state.bake_started_at else timedelta(0)
+        return self.wait(
+            f"Baking {state.revision}: {_duration(baked)} of {format_duration(self.spec.bake)}.",
+            self.evaluation_event(default=EventReason.CANARY_BAKING),
+        )
+
+    def check_policy_step(self) -> Decision | None:
+        """The policy may have been edited: find the current weight among its steps, or pause."""
+        state = self.state
+        step = state.step
+        assert step is not None
+        if step.index < len(self.steps) and self.steps[step.index].weight == step.weight:
+            return None
+        for index, candidate in enumerate(self.steps):
+            if candidate.weight == step.weight:
+                self.state = replace(state, step=replace(step, index=index))
+                self.reasons.append(
+                    f"The policy was edited: {step.weight}% is now step {index + 1} of {len(self.steps)}."
+                )
+                return None
+        weights = ", ".join(f"{candidate.weight}%" for candidate in self.steps)
+        return self.pause(
+            PauseKind.POLICY_CHANGED,
+            f"The policy was edited: the current weight {step.weight}% is no longer one of its steps "
+            f"({weights}). "
+            f"Paused; `kserve-canary resume` continues from "
+            f"{self.steps[_step_at_or_below(self.steps, step.weight)].weight}%.",
+            resume_phase=state.phase if state.phase is not Phase.PAUSED else Phase.PROGRESSING,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Evaluations
+
+    def evaluate(self, mode: _EvaluationMode, window_start: datetime, stable: str | None) -> Decision | None:
+        """Judge the evidence if it is the evaluation due now; may decide a rollback or a pause."""
+        compare = mode == _EvaluationMode.STEP
+        checks = (
+            self.spec.checks
+            if compare
+            else [check for check in self.spec.checks if has_absolute_limit(check)]
+        )
+        if not checks:
+            return None
+        window_end = self.window_end(mode, window_start)
+        if self.probing:
+            if self.due(self.now, window_start, window_end):
+                self.requested = self.request(checks, window_start, stable if compare else None, compare)
+            return None
+        evidence = self.evidence
+        if evidence is None:
+            if self.due(self.now, window_start, window_end):
+                self.reasons.append("An evaluation is due but no evidence was supplied.")
+            return None
+        asked = evidence.request
+        if (
+            asked.canary_revision != self.state.revision
+            or asked.window_start != window_start
+            or asked.compare_with_stable != compare
+            or (compare and asked.stable_revision != stable)
+            or asked.at > self.now
+            or not self.due(asked.at, window_start, window_end)
+        ):
+            return None
+        return self.record_evaluation(mode, checks, evidence, window_start, window_end)
+
+    def window_end(self, mode: _EvaluationMode, window_start: datetime) -> datetime | None:
+        if mode == _EvaluationMode.STEP:
+            step = self.state.step
+            assert step is not None
+            return window_start + _seconds(self.spec.step_window(self.steps[step.index]))
+        if mode == _EvaluationMode.BAKE:
+            return window_start + _seconds(self.spec.bake)
+        return None
+
+    def due(self, at: datetime, window_start: datetime, window_end: datetime | None) -> bool:
+        """An evaluation is due every ``interval``, and once more when the window ends between two."""
+        if at <= window_start:
+            return False
+        interval = _seconds(self.spec.interval)
+        last = self.state.evaluation.at
+        if last is None or last < window_start:
+            return at - window_start >= interval
+        if at <= last:
+            return False
+        if at - last >= interval:
+            return True
+        return window_end is not None and last < window_end <= at
+
+    def request(
+        self, checks: list[Check], window_start: datetime, stable: str | None, compare: bool
+    ) -> EvidenceRequest:
+        assert self.state.revision is not None
+        return EvidenceRequest(
+            namespace=self.policy.metadata.namespace,
+            inference_service=self.spec.target.inference_service,
+            canary_revision=self.state.revision,
+            stable_revision=stable,
+            window_start=window_start,
+            at=self.now,
+            checks=tuple(checks),
+            compare_with_stable=compare,
+        )
+
+    def record_evaluation(
+        self,
+        mode: _EvaluationMode,
+        checks: list[Check],
+        evidence: Evidence,
+        window_start: datetime,
+        window_end: datetime | None,
+    ) -> Decision | None:
+        at = evidence.request.at
+        compare = mode == _EvaluationMode.STEP
+        evaluation = judge_evidence(checks, evidence.canary, evidence.stable, compare_with_stable=compare)
+        self.evaluation, self.evaluated_at = evaluation, at
+        state = self.state
+        previous = state.evaluation
+        verdict = evaluation.verdict
+        has_error = evaluation.has_error
+        step = state.step
+        min_requests = self.spec.step_min_requests(self.steps[step.index]) if compare and step else 0
+        enough_requests = evaluation.requests is not None and evaluation.requests >= min_requests
+        if mode == _EvaluationMode.STEP:
+            conclusive = verdict is EvaluationVerdict.FAIL or (
+                verdict is EvaluationVerdict.PASS and enough_requests
+            )
+        else:
+            conclusive = verdict is not EvaluationVerdict.INCONCLUSIVE
+        streak = previous.failure_streak
+        if verdict is EvaluationVerdict.FAIL:
+            streak += 1
+        elif verdict is EvaluationVerdict.PASS:
+            streak = 0
+        record = EvaluationRecord(
+            at=at,
+            verdict=verdict,
+            requests=evaluation.requests,
+            failed_checks=tuple(judgement.name for judgement in evaluation.failures),
+            failure_streak=streak,
+            query_error=has_error,
+            last_conclusive_at=at if conclusive else previous.last_conclusive_at,
+            no_data_clock_from=at if has_error else previous.no_data_clock_from,
+        )
+        self.state = state = replace(state, evaluation=record)
+        what = {
+            _EvaluationMode.STEP: f"step {step.weight}%" if step else "step",
+            _EvaluationMode.PENDING: "while not Ready, absolute limits",
+            _EvaluationMode.BAKE: "bake, absolute limits",
+        }[mode]
+        self.reasons.append(
+            f"Evaluation at {describe_time(at)} over {_duration(at - window_start)} ({what}): "
+            f"{evaluation.summary()}."
+        )
+        for judgement in evaluation.judgements:
+            if judgement.verdict.value != "pass":
+                self.reasons.append(judgement.describe())
+
+        critical = evaluation.critical_failures
+        if critical:
+            return self.rollback(
+                "Critical check failed: " + "; ".join(f"{j.name}: {j.detail}" for j in critical) + "."
+            )
+        if verdict is EvaluationVerdict.FAIL:
+            failures = "; ".join(f"{j.name}: {j.detail}" for j in evaluation.failures)
+            if streak >= self.spec.failure_limit:
+                return self.rollback(
+                    f"{streak} consecutive failed evaluations (failureLimit {self.spec.failure_limit}): "
+                    f"{failures}."
+                )
+            self.severity = Severity.WARNING
+            self.reasons.insert(
+                0,
+                f"Evaluation failed ({streak} of failureLimit {self.spec.failure_limit} in a row): "
+                f"{failures}.",
+            )
+        if has_error:
+            self.severity = Severity.WARNING
+            self.reasons.append(
+                "Prometheus queries failed: the rollout holds and retries; query errors never count as "
+                "failures and never trigger onNoData."
+            )
+        if mode != _EvaluationMode.STEP:
+            return None
+        assert step is not None
+        assert step.started_at is not None
+        window = self.spec.step_window(self.steps[step.index])
+        passed = (
+            verdict is EvaluationVerdict.PASS and enough_requests and at - step.started_at >= _seconds(window)
+        )
+        self.state = replace(state, step=replace(step, passed_at=at if passed else None))
+        if conclusive or has_error:
+            return None
+        return self.no_data(at, step)
+
+    def no_data(self, at: datetime, step: StepProgress) -> Decision | None:
+        """``onNoData``: counted from the last conclusive evaluation, the step's start, or the last
+        query error or resume, whichever is latest."""
+        assert step.started_at is not None
+        record = self.state.evaluation
+        clock_from = max(
+            moment
+            for moment in (step.started_at, record.last_conclusive_at, record.no_data_clock_from)
+            if moment is not None
+        )
+        silent = at - clock_from
+        after = self.spec.on_no_data.after
+        action = self.spec.on_no_data.action
+        if silent < _seconds(after):
+            self.reasons.append(
+                f"No conclusive evidence for {_duration(silent)}; onNoData ({action}) applies after "
+                f"{format_duration(after)}."
+            )
+            return None
+        text = (
+            f"No conclusive evidence for {step.weight}% of {self.state.revision} for {_duration(silent)} "
+            f"(since {describe_time(clock_from)}; onNoData.after {format_duration(after)})"
+        )
+        if action is NoDataAction.ROLLBACK:
+            return self.rollback(f"{text}: onNoData rolls back.")
+        if action is NoDataAction.PAUSE:
+            return self.pause(
+                PauseKind.NO_DATA,
+                f"{text}: paused until `kserve-canary resume`.",
+                resume_phase=Phase.PROGRESSING,
+                event=EventReason.CANARY_INCONCLUSIVE,
+            )
+        self.severity = Severity.WARNING
+        self.reasons.insert(0, f"{text}: holding the step and evaluating again (onNoData: hold).")
+        return None
+
+    def evaluation_event(self, default: EventReason = EventReason.CANARY_WAITING) -> EventReason:
+        evaluation = self.evaluation
+        if evaluation is None:
+            return default
+        if evaluation.verdict is EvaluationVerdict.FAIL:
+            return EventReason.CANARY_CHECK_FAILED
+        if evaluation.has_error:
+            return EventReason.PROMETHEUS_UNAVAILABLE
+        if evaluation.verdict is EvaluationVerdict.INCONCLUSIVE:
+            return EventReason.CANARY_INCONCLUSIVE
+        return EventReason.CANARY_EVALUATED
+
+    def step_progress_text(self, step: StepProgress) -> str:
+        assert step.started_at is not None
+        policy_step = self.steps[step.index]
+        held = self.now - step.started_at
+        window = self.spec.step_window(policy_step)
+        record = self.state.evaluation
+        current = record.at is not None and record.at >= step.started_at
+        requests = f"{record.requests:.0f}" if current and record.requests is not None else "?"
+        verdict = record.verdict if current and record.verdict else "none yet"
+        return (
+            f"Holding {self.state.revision} at {step.weight}% (step {step.index + 1} of "
+            f"{len(self.steps)}): held {_duration(held)} of {format_duration(window)}, {requests} of "
+            f"{self.spec.step_min_requests(policy_step)} canary requests, latest evaluation {verdict}."
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Outcomes
+
+    def write(
+        self,
+        action: Action,
+        weight: int | None,
+        headline: str,
+        event: EventReason,
+        *,
+        phase: Phase | None = None,
+    ) -> Decision:
+        state = self.state
+        self.state = replace(
+            state,
+            phase=phase or state.phase,
+            intent=WeightRecord(weight, state.revision, self.now),
+            pause=None,
+        )
+        return self.finish(action, event, headline, weight=weight)
+
+    def promote(self, headline: str) -> Decision:
+        return self.write(Action.PROMOTE, None, headline, EventReason.CANARY_PROMOTED, phase=Phase.PROMOTING)
+
+    def rollback(self, headline: str) -> Decision:
+        state = self.state
+        revision = state.revision
+        rolled_back = state.rolled_back
+        if revision is not None and not state.was_rolled_back(revision):
+            rolled_back = (*rolled_back, RolledBackRevision(revision, self.now))[-MAX_ROLLED_BACK:]
+        self.state = replace(state, command=None, rolled_back=rolled_back, unready_since=None)
+        self.severity = Severity.WARNING
+        return self.write(
+            Action.ROLLBACK,
+            0,
+            f"Rolling back {revision}: {headline}",
+            EventReason.CANARY_ROLLED_BACK,
+            phase=Phase.ROLLED_BACK,
+        )
+
+    def pause(
+        self,
+        kind: PauseKind,
+        reason: str,
+        *,
+        resume_phase: Phase,
+        observed_weight: int | None = None,
+        event: EventReason = EventReason.CANARY_PAUSED,
+    ) -> Decision:
+        self.state = replace(
+            self.state,
+            phase=Phase.PAUSED,
+            pause=Pause(kind, reason, self.now, resume_phase, observed_weight),
+        )
+        severity = Severity.INFO if kind is PauseKind.APPROVAL else Severity.WARNING
+        return self.finish(Action.PAUSE, event, reason, severity=severity)
+
+    def wait(
+        self,
+        headline: str,
+        event: EventReason,
+        severity: Severity = Severity.INFO,
+        *,
+        awaiting: bool = False,
+    ) -> Decision:
+        if self.resumed_by is not None and event in (
+            EventReason.CANARY_WAITING,
+            EventReason.CANARY_EVALUATED,
+        ):
+            event = EventReason.CANARY_RESUMED
+        if awaiting:
+            headline = f"{headline} Awaiting approval once the step passes."
+        return self.finish(Action.WAIT, event, headline, severity=severity)
+
+    def finish(
+        self,
+        action: Action,
+        event: EventReason,
+        headline: str,
+        *,
+        weight: int | None = None,
+        severity: Severity = Severity.INFO,
+        id_time: datetime | None = None,
+    ) -> Decision:
+        if self.severity is Severity.WARNING:
+            severity = Severity.WARNING
+        state = self.state
+        step_index = state.step.index if state.step else -1
+        moment = id_time or self.now
+        # Not the event: a write re-issued after a crash keeps the id of the original decision.
+        identity = (
+            f"{self.policy.key}|{state.revision}|{action.value}|{step_index}|{weight}|{moment.timestamp()!r}"
+        )
+
+        decision_id = hashlib.sha256(identity.encode()).hexdigest()[:20]
+        if action is not Action.WAIT or state.phase is not self.original.phase:
+            history = state.history
+            if not history or history[-1].id != decision_id:
+                entry = HistoryEntry(
+                    at=self.now,
+                    action=action.value,
+                    weight=weight,
+                    phase=state.phase,
+                    event=event.value,
+                    reason=_shorten(headline),
+                    id=decision_id,
+                )
+                state = replace(state, history=(*history, entry)[-MAX_HISTORY:])
+                self.state = state
+        evaluation = self.evaluation
+        return Decision(
+            action=action,
+            weight=weight if action.writes else None,
+            new_state=state,
+            reasons=(headline, *self.reasons),
+            event_reason=event,
+            severity=severity,
+            id=decision_id,
+            revision=state.revision,
+            stable_revision=state.stable_revision,
+            previous_weight=self.observed.canary_traffic_percent,
+            judgements=evaluation.judgements if evaluation else (),
+            verdict=evaluation.verdict if evaluation else None,
+            requests=evaluation.requests if evaluation else None,
+            evaluated_at=self.evaluated_at,
+        )
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+def _duration(delta: timedelta) -> str:
+    return format_duration(delta.total_seconds())
+
+
+def _weight_text(weight: int | None) -> str:
+    return "unset (field absent)" if weight is None else f"{weight}%"
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
+
+
+def _step_at_or_below(steps: list[Step], weight: int) -> int:
+    """The index of the highest step not above ``weight`` (the first step when all are above)."""
+    index = 0
+    for position, step in enumerate(steps):
+        if step.weight <= weight:
+            index = position
+    return index

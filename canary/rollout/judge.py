@@ -1,0 +1,304 @@
+"""Judging checks: the canary's measurements against absolute limits and against the stable revision.
+
+Each check gets one of four verdicts (DESIGN §4), never confused with each other:
+
+* ``fail`` — a limit is broken (a failure always wins: a broken absolute limit is a failure even
+  when the stable revision's value could not be read);
+* ``error`` — a query failed: the controller's problem, never the canary's;
+* ``no-data`` — nothing to judge (no requests, no pods, the stable revision has no value);
+* ``pass`` — every limit that applies is met.
+
+An evaluation fails if any check fails, is inconclusive if none fails but one has no data or an
+error, and passes otherwise. Every :class:`Judgement` keeps the value, the limit, the stable value,
+the samples and the query, so every decision can be explained with its numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from canary.evidence import REQUESTS, EvidenceStatus, Measurement
+from canary.policy.model import Check
+from canary.policy.units import Unit, format_value
+from canary.rollout.state import EvaluationVerdict
+
+__all__ = [
+    "CheckVerdict",
+    "Evaluation",
+    "Judgement",
+    "fraction_key",
+    "has_absolute_limit",
+    "judge_check",
+    "judge_evidence",
+]
+
+
+class CheckVerdict(StrEnum):
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    FAIL = "fail"
+    NO_DATA = "no-data"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """One check as judged in one evaluation, with the numbers behind the verdict."""
+
+    name: str
+    verdict: CheckVerdict
+    value: float | None  # the canary's value, canonical unit
+    unit: Unit
+    limit: str  # the condition, comparator first: "≤ 800ms and ≤ +20% vs stable (≤ 468ms)"
+    stable_value: float | None = None
+    samples: float | None = None  # what the value rests on (requests, pods), when known
+    critical: bool = False
+    detail: str = ""  # which limit broke, why there is no data, what failed
+    query: str = ""
+    max_allowed: float | None = None  # the effective upper bound (tightest of max and relative)
+    min_allowed: float | None = None
+    fraction: float | None = None  # gpu-memory-peak: used / total, when maxFraction is judged
+
+    def describe(self) -> str:
+        """``p99: 612ms ≤ 800ms (stable 540ms, 1234 samples) -> pass``."""
+        value = "no value" if self.value is None else format_value(self.value, self.unit)
+        extras = []
+        if self.stable_value is not None:
+            extras.append(f"stable {format_value(self.stable_value, self.unit)}")
+        if self.samples is not None:
+            extras.append(f"{self.samples:.0f} samples")
+        suffix = f" ({', '.join(extras)})" if extras else ""
+        detail = f": {self.detail}" if self.detail and self.verdict is not CheckVerdict.PASS else ""
+        return f"{self.name}: {value} {self.limit}{suffix} -> {self.verdict}{detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The verdict over all checks, with the canary's request count in the window."""
+
+    verdict: EvaluationVerdict
+    judgements: tuple[Judgement, ...]
+    requests: float | None  # None: the request count could not be read (query error)
+    requests_detail: str = ""
+
+    @property
+    def critical_failures(self) -> tuple[Judgement, ...]:
+        return tuple(j for j in self.judgements if j.verdict is CheckVerdict.FAIL and j.critical)
+
+    @property
+    def failures(self) -> tuple[Judgement, ...]:
+        return tuple(j for j in self.judgements if j.verdict is CheckVerdict.FAIL)
+
+    @property
+    def has_error(self) -> bool:
+        """A query failed — for a check or for the request count."""
+        return self.requests is None or any(j.verdict is CheckVerdict.ERROR for j in self.judgements)
+
+    def summary(self) -> str:
+        """One line: ``fail (p99, errors); 1234 requests``."""
+        failed = [j.name for j in self.failures]
+        missing = [j.name for j in self.judgements if j.verdict in (CheckVerdict.NO_DATA, CheckVerdict.ERROR)]
+        details = failed if self.verdict is EvaluationVerdict.FAIL else missing
+        named = f" ({', '.join(details)})" if details else ""
+        requests = "request count unavailable" if self.requests is None else f"{self.requests:.0f} requests"
+        return f"{self.verdict}{named}; {requests}"
+
+
+def fraction_key(check: Check) -> str:
+    """Where the evidence layer puts gpu-memory-peak's used/total fraction for ``maxFraction``."""
+    return f"{check.name}:fraction"
+
+
+def has_absolute_limit(check: Check) -> bool:
+    """Whether the check can be judged without the stable revision (while pending or baking)."""
+    return check.max is not None or check.min is not None or check.max_fraction is not None
+
+
+def judge_evidence(
+    checks: Sequence[Check],
+    canary: Mapping[str, Measurement],
+    stable: Mapping[str, Measurement],
+    *,
+    compare_with_stable: bool,
+) -> Evaluation:
+    """Judge every check; without ``compare_with_stable`` only absolute limits apply."""
+    judgements = tuple(
+        judge_check(check, canary, stable, compare_with_stable=compare_with_stable) for check in checks
+    )
+    verdicts = {judgement.verdict for judgement in judgements}
+    requests, requests_detail = _request_count(canary.get(REQUESTS))
+    if CheckVerdict.FAIL in verdicts:
+        verdict = EvaluationVerdict.FAIL
+    elif CheckVerdict.NO_DATA in verdicts or CheckVerdict.ERROR in verdicts:
+        verdict = EvaluationVerdict.INCONCLUSIVE
+    else:
+        verdict = EvaluationVerdict.PASS
+    return Evaluation(verdict, judgements, requests, requests_detail)
+
+
+def _request_count(measurement: Measurement | None) -> tuple[float | None, str]:
+    # No requests in the window is a count of zero (the step cannot pass); a failed query is an
+    # unknown count (None), which the core treats as a query error.
+    if measurement is None:
+        return 0.0, "no request count was supplied"
+    if measurement.status is EvidenceStatus.ERROR:
+        return None, f"request count query failed: {measurement.detail or measurement.error_class}"
+    if measurement.status is EvidenceStatus.NO_DATA or measurement.value is None:
+        return 0.0, measurement.detail or "no requests"
+    if math.isnan(measurement.value):
+        return 0.0, "request count is NaN"
+    return measurement.value, ""
+
+
+def judge_check(
+    check: Check,
+    canary: Mapping[str, Measurement],
+    stable: Mapping[str, Measurement],
+    *,
+    compare_with_stable: bool,
+) -> Judgement:
+    unit = check.value_unit
+    relative = compare_with_stable and check.max_increase is not None and check.comparable_to_stable
+    limit_text = _limit_text(check, unit, relative=relative)
+    measurement = canary.get(check.name)
+    query = measurement.query if measurement is not None else ""
+    unusable = _unusable(measurement, "the canary")
+    if unusable is not None:
+        verdict, detail = unusable
+        return Judgement(
+            check.name,
+            verdict,
+            None,
+            unit,
+            limit_text,
+            samples=measurement.samples if measurement is not None else None,
+            critical=check.critical,
+            detail=detail,
+            query=query,
+        )
+    assert measurement is not None and measurement.value is not None  # noqa: PT018 - narrowed by _unusable
+    value = measurement.value
+    failures: list[str] = []
+    # The worst missing piece (an error outranks no-data) when no limit broke.
+    missing: tuple[CheckVerdict, str] | None = None
+    max_allowed = check.max
+    if check.max is not None and value > check.max:
+        failures.append(f"{format_value(value, unit)} is above max {format_value(check.max, unit)}")
+    if check.min is not None and value < check.min:
+        failures.append(f"{format_value(value, unit)} is below min {format_value(check.min, unit)}")
+
+    fraction: float | None = None
+    if check.max_fraction is not None:
+        fraction_measurement = canary.get(fraction_key(check))
+        unusable = _unusable(fraction_measurement, "the GPU memory fraction")
+        if unusable is not None:
+            missing = _worse(missing, unusable)
+        else:
+            assert fraction_measurement is not None and fraction_measurement.value is not None  # noqa: PT018
+            fraction = fraction_measurement.value
+            if fraction > check.max_fraction:
+                failures.append(
+                    f"GPU memory {_percent(fraction)} of the device is above maxFraction "
+                    f"{_percent(check.max_fraction)}"
+                )
+
+    stable_value: float | None = None
+    if relative:
+        assert check.max_increase is not None
+        stable_measurement = stable.get(check.name)
+        unusable = _unusable(stable_measurement, "the stable revision")
+        if unusable is not None:
+            missing = _worse(missing, unusable)
+        else:
+            assert stable_measurement is not None and stable_measurement.value is not None  # noqa: PT018
+            stable_value = stable_measurement.value
+            if check.min_stable is not None and stable_value < check.min_stable:
+                pass  # below the floor the relative limit is noise: only absolute limits apply
+            else:
+                allowed = stable_value * (1.0 + check.max_increase)
+                max_allowed = allowed if max_allowed is None else min(max_allowed, allowed)
+                if value > allowed:
+                    failures.append(
+                        f"{format_value(value, unit)} is above {1.0 + check.max_increase:.3g} × stable "
+                        f"{format_value(stable_value, unit)} = {format_value(allowed, unit)}"
+                    )
+
+    if failures:
+        verdict, detail = CheckVerdict.FAIL, "; ".join(failures)
+    elif missing is not None:
+        verdict, detail = missing
+    else:
+        verdict, detail = CheckVerdict.PASS, ""
+    if (
+        relative
+        and check.min_stable is not None
+        and stable_value is not None
+        and stable_value < check.min_stable
+    ):
+        note = (
+            f"maxIncrease not applied: stable {format_value(stable_value, unit)} is below minStable "
+            f"{format_value(check.min_stable, unit)}"
+        )
+        detail = f"{detail}; {note}" if detail else note
+    return Judgement(
+        check.name,
+        verdict,
+        value,
+        unit,
+        limit_text,
+        stable_value=stable_value,
+        samples=measurement.samples,
+        critical=check.critical,
+        detail=detail,
+        query=query,
+        max_allowed=max_allowed,
+        min_allowed=check.min,
+        fraction=fraction,
+    )
+
+
+def _unusable(measurement: Measurement | None, whose: str) -> tuple[CheckVerdict, str] | None:
+    """Why a measurement cannot be judged, or None when it carries a value."""
+    if measurement is None:
+        return CheckVerdict.NO_DATA, f"no measurement for {whose}"
+    if measurement.status is EvidenceStatus.ERROR:
+        cause = measurement.detail or (measurement.error_class or "unknown error")
+        return CheckVerdict.ERROR, f"query for {whose} failed: {cause}"
+    if measurement.status is EvidenceStatus.NO_DATA or measurement.value is None:
+        return CheckVerdict.NO_DATA, f"no data for {whose}" + (
+            f": {measurement.detail}" if measurement.detail else ""
+        )
+    if math.isnan(measurement.value):
+        # NaN is 0/0 in PromQL: nothing was measured (a defensive check; the evidence layer maps it).
+        return CheckVerdict.NO_DATA, f"no data for {whose}: the value is NaN"
+    return None
+
+
+def _worse(
+    current: tuple[CheckVerdict, str] | None, new: tuple[CheckVerdict, str]
+) -> tuple[CheckVerdict, str]:
+    if current is None or (new[0] is CheckVerdict.ERROR and current[0] is not CheckVerdict.ERROR):
+        return new
+    return current
+
+
+def _percent(fraction: float) -> str:
+    return format_value(fraction, Unit.RATIO)
+
+
+def _limit_text(check: Check, unit: Unit, *, relative: bool) -> str:
+    parts = []
+    if check.max is not None:
+        parts.append(f"≤ {format_value(check.max, unit)}")
+    if check.min is not None:
+        parts.append(f"≥ {format_value(check.min, unit)}")
+    if check.max_fraction is not None:
+        parts.append(f"≤ {_percent(check.max_fraction)} of GPU memory")
+    if relative and check.max_increase is not None:
+        floor = (
+            f" when stable ≥ {format_value(check.min_stable, unit)}" if check.min_stable is not None else ""
+        )
+        parts.append(f"≤ +{_percent(check.max_increase)} vs stable{floor}")
+    return " and ".join(parts) if parts else "no limit"

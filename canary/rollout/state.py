@@ -1,0 +1,290 @@
+"""The rollout state of one InferenceService: what the controller remembers between two decisions.
+
+It is an immutable value. :func:`canary.rollout.core.decide` returns a new one; the shell stores it
+(a ConfigMap next to the InferenceService) *before* it patches anything, so a crash at any point
+resumes exactly where it was (DESIGN §4). Everything in it is an observation or a decision of the
+core with the time it happened at — never a wall-clock read.
+
+The JSON form carries ``schemaVersion``. A newer controller reads older versions (through
+:data:`_MIGRATIONS`); a version from the future is refused, because acting on a state one does not
+fully understand could repeat or skip a step. Lists that grow with time (the decision history, the
+rolled-back revisions) are bounded so the document stays well under a ConfigMap's 1 MiB.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "MAX_HISTORY",
+    "MAX_REASON_CHARS",
+    "MAX_ROLLED_BACK",
+    "SCHEMA_VERSION",
+    "CommandKind",
+    "EvaluationRecord",
+    "EvaluationVerdict",
+    "HistoryEntry",
+    "Pause",
+    "PauseKind",
+    "PendingCommand",
+    "Phase",
+    "RolledBackRevision",
+    "RolloutState",
+    "StateFormatError",
+    "StepProgress",
+    "UnsupportedStateVersion",
+    "WeightRecord",
+    "describe_time",
+]
+
+SCHEMA_VERSION = 1
+# Bounds that keep the serialised state small (well under 64 KiB even with 63-character names).
+MAX_HISTORY = 100
+MAX_ROLLED_BACK = 32
+MAX_REASON_CHARS = 200
+
+_JSON_CONFIG = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Phase(StrEnum):
+    IDLE = "Idle"  # no rollout: the newest revision is the rolled-out one (or not ours to manage)
+    PENDING = "Pending"  # a rollout started; the canary revision is not Ready yet
+    PROGRESSING = "Progressing"  # the canary holds a traffic step and is being evaluated
+    PROMOTING = "Promoting"  # the percentage was removed; waiting for KServe to record the promotion
+    BAKING = "Baking"  # promoted; absolute limits are still watched for ``bake``
+    SUCCEEDED = "Succeeded"
+    ROLLED_BACK = "RolledBack"
+    PAUSED = "Paused"  # stopped until a person acts; see :class:`Pause`
+
+    @property
+    def is_rollout_active(self) -> bool:
+        """Whether a rollout is under way (a person can pause, abort or promote it)."""
+        return self in _ACTIVE_PHASES
+
+
+_ACTIVE_PHASES = frozenset({Phase.PENDING, Phase.PROGRESSING, Phase.PROMOTING, Phase.BAKING, Phase.PAUSED})
+
+
+class PauseKind(StrEnum):
+    """Why a rollout is paused; each kind has its own way out (see ``apply_command``)."""
+
+    MANUAL = "manual"  # ``kserve-canary pause``
+    APPROVAL = "approval"  # a step with ``approval: manual`` passed; waiting for ``approve``
+    EXTERNAL_CHANGE = "external-change"  # someone else changed canaryTrafficPercent
+    UNEXPECTED_START_VALUE = "unexpected-start-value"  # the new spec came with a percentage we cannot adopt
+    NO_DATA = "no-data"  # onNoData.action: pause
+    POLICY_CHANGED = "policy-changed"  # the current weight is no longer a step of the edited policy
+
+
+class EvaluationVerdict(StrEnum):
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+class CommandKind(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    APPROVE = "approve"
+    ABORT = "abort"
+    PROMOTE = "promote"
+
+
+@dataclass(frozen=True, slots=True)
+class WeightRecord:
+    """A value of ``spec.predictor.canaryTrafficPercent``; ``weight`` None is the field being absent."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    weight: int | None
+    revision: str | None
+    at: AwareDatetime
+    by_controller: bool = True  # False: a value found in the spec and adopted, not written by us
+
+
+@dataclass(frozen=True, slots=True)
+class StepProgress:
+    """Where the rollout is: the step, when status first showed its weight, when it passed."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    index: int
+    weight: int
+    started_at: AwareDatetime | None = None  # observed in status traffic, not when it was patched
+    passed_at: AwareDatetime | None = None  # the evaluation that met window, minRequests and pass
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationRecord:
+    """The latest evaluation and the counters the step semantics need."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    at: AwareDatetime | None = None
+    verdict: EvaluationVerdict | None = None
+    requests: float | None = None
+    failed_checks: tuple[str, ...] = ()
+    failure_streak: int = 0  # consecutive failed evaluations; a pass resets it
+    query_error: bool = False  # a query of this evaluation failed (Prometheus, not the canary)
+    last_conclusive_at: AwareDatetime | None = None
+    # A query error or a resume restarts the onNoData clock: Prometheus being down is not the
+    # canary's lack of data, and a person who resumed has seen the situation.
+    no_data_clock_from: AwareDatetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    __pydantic_config__ = _JSON_CONFIG
+
+    kind: PauseKind
+    reason: str
+    since: AwareDatetime
+    resume_phase: Phase  # the phase to return to
+    observed_weight: int | None = None  # for external changes: the value someone else set
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommand:
+    """An operator command the next decision carries out (abort, promote, resume need the full picture)."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    kind: CommandKind
+    at: AwareDatetime
+    by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RolledBackRevision:
+    __pydantic_config__ = _JSON_CONFIG
+
+    revision: str
+    at: AwareDatetime
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One decision, small: the full reasons go to events, logs and notifications."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    at: AwareDatetime
+    action: str
+    weight: int | None
+    phase: Phase
+    event: str
+    reason: str
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutState:
+    """Everything the core remembers about one InferenceService's rollouts."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    phase: Phase = Phase.IDLE
+    # The revision under management (the canary during a rollout, the last known one otherwise)
+    # and the fingerprint of the predictor spec that produced it.
+    revision: str | None = None
+    fingerprint: str | None = None
+    stable_revision: str | None = None
+    started_at: AwareDatetime | None = None  # when the rollout of ``revision`` began
+    step: StepProgress | None = None
+    evaluation: EvaluationRecord = field(default_factory=EvaluationRecord)
+    unready_since: AwareDatetime | None = None  # the canary turned un-Ready mid-rollout at
+    spec_change_seen_at: AwareDatetime | None = None  # spec changed, KServe has not created a revision yet
+    bake_started_at: AwareDatetime | None = None
+    pause: Pause | None = None
+    command: PendingCommand | None = None
+    # Write-ahead intent: recorded before the shell patches, so after a crash the next decision
+    # recognises the write as its own. ``spec_weight`` is the value known to be in the spec.
+    intent: WeightRecord | None = None
+    spec_weight: WeightRecord | None = None
+    unguarded: bool = False  # the canary got more than the first step before the controller acted
+    approvals: tuple[int, ...] = ()  # step weights approved for this revision
+    rolled_back: tuple[RolledBackRevision, ...] = ()
+    history: tuple[HistoryEntry, ...] = ()
+
+    # -- JSON --------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """The state as a compact JSON document with ``schemaVersion`` first."""
+        body = _ADAPTER.dump_python(self, mode="json", by_alias=True)
+        return json.dumps({"schemaVersion": SCHEMA_VERSION, **body}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RolloutState:
+        """Read a state written by this or an older controller.
+
+        Raises :class:`UnsupportedStateVersion` for a state written by a newer controller and
+        :class:`StateFormatError` for anything that is not a valid state.
+        """
+        try:
+            document = json.loads(text)
+        except ValueError as error:
+            raise StateFormatError(f"the rollout state is not valid JSON: {error}") from None
+        if not isinstance(document, dict):
+            raise StateFormatError("the rollout state is not a JSON object")
+        version = document.pop("schemaVersion", None)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise StateFormatError(f"the rollout state has no valid schemaVersion (found {version!r})")
+        if version > SCHEMA_VERSION:
+            raise UnsupportedStateVersion(version)
+        while version < SCHEMA_VERSION:
+            document = _MIGRATIONS[version](document)
+            version += 1
+        try:
+            state = _ADAPTER.validate_python(document)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise StateFormatError(f"the rollout state is invalid at {where}: {first['msg']}") from None
+        return state.bounded()
+
+    def bounded(self) -> RolloutState:
+        """This state with its growing lists cut to their bounds (newest kept)."""
+        if len(self.history) <= MAX_HISTORY and len(self.rolled_back) <= MAX_ROLLED_BACK:
+            return self
+        return replace(
+            self, history=self.history[-MAX_HISTORY:], rolled_back=self.rolled_back[-MAX_ROLLED_BACK:]
+        )
+
+    def was_rolled_back(self, revision: str) -> bool:
+        return any(entry.revision == revision for entry in self.rolled_back)
+
+
+class StateFormatError(ValueError):
+    """The stored rollout state cannot be read."""
+
+
+class UnsupportedStateVersion(StateFormatError):
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"the rollout state was written by a newer kserve-canary (schemaVersion {version}); this "
+            f"controller understands schemaVersion {SCHEMA_VERSION} and older. It will not act on a state "
+            "it does not understand: upgrade the controller (or delete the state ConfigMap to start over)."
+        )
+        self.version = version
+
+
+# schemaVersion N -> N+1. Empty while only version 1 exists; a change to the state's shape adds a
+# function here and bumps SCHEMA_VERSION, and tests keep a document of every old version.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+_ADAPTER: TypeAdapter[RolloutState] = TypeAdapter(RolloutState)
+
+
+def describe_time(moment: datetime | None) -> str:
+    """A timestamp for people: ``2026-03-01T12:00:00Z`` (UTC, whole seconds)."""
+    if moment is None:
+        return "never"
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
