@@ -1,0 +1,301 @@
+"""One reconcile of one InferenceService: read, decide, remember, write, tell.
+
+The order is the safety argument (DESIGN.md §2.4, §4):
+
+1. read the InferenceService and the stored state (and any operator command waiting in it);
+2. ask the pure core what to measure, collect that evidence, ask the core what to do;
+3. store the new state — it carries the write-ahead intent — under the resourceVersion read in 1;
+4. only then patch ``canaryTrafficPercent``, with the InferenceService's resourceVersion from 1 as a
+   precondition; a 409 means somebody changed it: nothing is written, the next reconcile re-reads;
+5. log, export and announce the decision with its numbers.
+
+Every write is fenced by the leader elector. A crash between 3 and 4 leaves an intent the next
+decision recognises; a crash before 3 leaves nothing. Nothing here raises for a bad rollout: a
+broken state, an apiserver error or a failing Prometheus ends this reconcile for this model only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+from kubernetes.client.exceptions import ApiException
+
+from canary.controller.announce import is_announced, to_notification
+from canary.controller.observability import ControllerMetrics
+from canary.evidence import Evidence, EvidenceSource, EvidenceStatus
+from canary.kserve.client import ConflictError, InferenceServiceClient
+from canary.kserve.store import ConfigMapStateStore, StoredState
+from canary.kserve.view import observe
+from canary.notify import Destination, Notification, NotificationDispatcher
+from canary.policy import LoadedPolicy, PromotionPolicy
+from canary.rollout.commands import apply_command
+from canary.rollout.core import decide, evidence_request
+from canary.rollout.decision import Decision
+from canary.rollout.observed import ObservedInferenceService
+from canary.rollout.state import CommandKind, RolloutState, StateFormatError
+
+__all__ = ["ReconcileOutcome", "Reconciler"]
+
+log = structlog.get_logger("kserve_canary.reconciler")
+
+
+@dataclass
+class ReconcileOutcome:
+    key: str
+    decision: Decision | None = None
+    wrote_state: bool = False
+    patched: bool = False
+    error: str | None = None
+    retry_soon: bool = False  # a conflict: re-read and decide again without waiting a whole interval
+    notifications: list[Notification] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        inference_services: InferenceServiceClient,
+        store: ConfigMapStateStore,
+        evidence: EvidenceSource,
+        dispatcher: NotificationDispatcher,
+        metrics: ControllerMetrics,
+        clock: Callable[[], datetime],
+        fence: Callable[[], None] = lambda: None,
+        destinations_for: Callable[[PromotionPolicy], list[Destination]] = lambda policy: [],
+        dry_run: bool = False,
+    ):
+        self._isvcs = inference_services
+        self._store = store
+        self._evidence = evidence
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+        self._clock = clock
+        self._fence = fence
+        self._destinations_for = destinations_for
+        self._dry_run = dry_run
+        # Dry-run keeps state in memory only; live runs read the ConfigMap every time.
+        self._memory: dict[str, StoredState] = {}
+        self._last_reason: dict[str, str] = {}
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def reconcile(self, loaded: LoadedPolicy) -> ReconcileOutcome:
+        policy = loaded.policy
+        key = policy.key
+        started = time.monotonic()
+        bound = log.bind(
+            namespace=policy.metadata.namespace, inferenceService=policy.spec.target.inference_service
+        )
+        try:
+            return self._reconcile(policy, key, bound)
+        except ApiException as error:
+            reason = f"apiserver answered {error.status} {error.reason}"
+            bound.warning("reconcile failed: kubernetes API", status=error.status, reason=error.reason)
+            self._metrics.reconcile_errors.labels("kubernetes").inc()
+            return ReconcileOutcome(key, error=reason)
+        except Exception as error:  # a strange object must never take the controller down
+            bound.exception("reconcile failed", error=str(error))
+            self._metrics.reconcile_errors.labels("internal").inc()
+            return ReconcileOutcome(key, error=str(error))
+        finally:
+            self._metrics.reconcile_duration.observe(time.monotonic() - started)
+
+    def pause_removed(self, policy: PromotionPolicy) -> None:
+        """A policy was removed from the directory: pause its rollout (never roll it back)."""
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        stored = self._load(policy.key, namespace, name)
+        if stored.data is None:
+            return
+        try:
+            state = RolloutState.from_json(stored.data)
+        except StateFormatError:
+            return
+        if not state.phase.is_rollout_active:
+            return
+        result = apply_command(state, CommandKind.PAUSE, self._clock(), by="kserve-canary (policy removed)")
+        if result.accepted:
+            self._save(policy.key, stored, result.state, owner_uid=None)
+            log.warning(
+                "policy removed: rollout paused",
+                namespace=namespace,
+                inferenceService=name,
+                message=result.message,
+            )
+
+    # -- the reconcile -------------------------------------------------------------------------
+
+    def _reconcile(self, policy: PromotionPolicy, key: str, bound: Any) -> ReconcileOutcome:
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        now = self._clock()
+        raw = self._isvcs.get(namespace, name)
+        observed = observe(raw) if raw is not None else ObservedInferenceService.missing(namespace, name)
+        uid = str(((raw or {}).get("metadata") or {}).get("uid") or "") or None
+        isvc_version = str(((raw or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+        stored = self._load(key, namespace, name)
+        try:
+            state = RolloutState.from_json(stored.data) if stored.data else RolloutState()
+        except StateFormatError as error:
+            # Never overwrite what we cannot read: a person must look at it (or delete it).
+            bound.error("rollout state unreadable: rollout paused until it is fixed", error=str(error))
+            self._metrics.reconcile_errors.labels("state").inc()
+            return ReconcileOutcome(key, error=f"state unreadable: {error}")
+
+        command_applied = False
+        if stored.command:
+            state, command_applied = self._apply_command(stored.command, state, now, bound)
+
+        request = evidence_request(policy, observed, state, now)
+        evidence: Evidence | None = None
+        if request is not None:
+            evidence = self._collect(policy, request, bound)
+        decision = decide(policy, observed, state, evidence, now)
+        outcome = ReconcileOutcome(key, decision=decision)
+
+        if decision.new_state != state or command_applied or stored.data is None:
+            try:
+                self._save(key, stored, decision.new_state, owner_uid=uid)
+                outcome.wrote_state = True
+            except ConflictError:
+                bound.info("state changed while deciding (an operator command?); deciding again")
+                outcome.retry_soon = True
+                return outcome
+
+        if decision.action.writes:
+            try:
+                self._patch(namespace, name, decision, isvc_version)
+                outcome.patched = True
+            except ConflictError:
+                bound.info(
+                    "InferenceService changed since it was read; deciding again", action=str(decision.action)
+                )
+                outcome.retry_soon = True
+
+        self._report(policy, decision, bound, uid, outcome, now)
+        return outcome
+
+    def _apply_command(
+        self, text: str, state: RolloutState, now: datetime, bound: Any
+    ) -> tuple[RolloutState, bool]:
+        try:
+            document = json.loads(text)
+            kind = CommandKind(document["command"])
+            by = str(document.get("by") or "an operator")
+        except (ValueError, KeyError, TypeError) as error:
+            bound.warning("ignoring a malformed operator command", error=str(error))
+            return state, True
+        result = apply_command(state, kind, now, by=by)
+        level = bound.info if result.accepted else bound.warning
+        level("operator command", command=str(kind), by=by, accepted=result.accepted, message=result.message)
+        return result.state, True
+
+    def _collect(self, policy: PromotionPolicy, request: Any, bound: Any) -> Evidence | None:
+        started = time.monotonic()
+        try:
+            evidence = self._evidence.collect(policy, request)
+        except Exception as error:  # the contract says it never raises; a bug must not stop the rollout loop
+            bound.exception("evidence collection failed", error=str(error))
+            self._metrics.query_errors.labels("internal").inc()
+            return None
+        finally:
+            self._metrics.query_duration.observe(time.monotonic() - started)
+        for measurements in (evidence.canary, evidence.stable):
+            for measurement in measurements.values():
+                if measurement.status is EvidenceStatus.ERROR and measurement.error_class is not None:
+                    self._metrics.query_errors.labels(str(measurement.error_class)).inc()
+        return evidence
+
+    # -- edges -----------------------------------------------------------------------------------
+
+    def _load(self, key: str, namespace: str, name: str) -> StoredState:
+        if self._dry_run:
+            return self._memory.get(key) or StoredState(namespace, name, None, None)
+        return self._store.load(namespace, name)
+
+    def _save(self, key: str, stored: StoredState, state: RolloutState, *, owner_uid: str | None) -> None:
+        data = state.to_json()
+        if self._dry_run:
+            self._memory[key] = StoredState(stored.namespace, stored.inference_service, data, "dry-run")
+            return
+        self._fence()
+        self._store.save(
+            stored.namespace,
+            stored.inference_service,
+            data,
+            resource_version=stored.resource_version,
+            owner_uid=owner_uid,
+        )
+
+    def _patch(self, namespace: str, name: str, decision: Decision, resource_version: str) -> None:
+        if self._dry_run:
+            return
+        self._fence()
+        self._isvcs.set_canary_percent(namespace, name, decision.weight, resource_version)
+
+    def _report(
+        self,
+        policy: PromotionPolicy,
+        decision: Decision,
+        bound: Any,
+        uid: str | None,
+        outcome: ReconcileOutcome,
+        now: datetime,
+    ) -> None:
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        state = decision.new_state
+        checks = {
+            judgement.name: {
+                "verdict": str(judgement.verdict),
+                "value": judgement.value,
+                "stable": judgement.stable_value,
+                "limit": judgement.limit,
+                "samples": judgement.samples,
+            }
+            for judgement in decision.judgements
+        }
+        level = bound.warning if decision.severity == "warning" else bound.info
+        level(
+            decision.summary,
+            revision=decision.revision,
+            stableRevision=decision.stable_revision,
+            step=state.step.index if state.step else None,
+            weight=decision.weight,
+            action=str(decision.action),
+            phase=str(state.phase),
+            event=str(decision.event_reason),
+            verdict=str(decision.verdict) if decision.verdict else None,
+            requests=decision.requests,
+            reasons=list(decision.reasons),
+            checks=checks or None,
+            dryRun=self._dry_run or None,
+            decisionId=decision.id,
+        )
+        metrics = self._metrics
+        metrics.decisions.labels(namespace, name, str(decision.action)).inc()
+        metrics.set_phase(namespace, name, str(state.phase))
+        if state.step is not None:
+            metrics.step.labels(namespace, name).set(state.step.index)
+        weight = decision.weight if decision.action.writes else decision.previous_weight
+        metrics.weight.labels(namespace, name).set(-1 if weight is None else weight)
+        for judgement in decision.judgements:
+            metrics.set_verdict(namespace, name, judgement.name, str(judgement.verdict))
+            if judgement.value is not None:
+                metrics.check_value.labels(namespace, name, judgement.name, "canary").set(judgement.value)
+            if judgement.stable_value is not None:
+                metrics.check_value.labels(namespace, name, judgement.name, "stable").set(
+                    judgement.stable_value
+                )
+
+        previous = self._last_reason.get(policy.key)
+        self._last_reason[policy.key] = str(decision.event_reason)
+        if self._dry_run or not is_announced(decision, previous):
+            return
+        notification = to_notification(decision, policy, now, inference_service_uid=uid)
+        self._dispatcher.submit(notification, self._destinations_for(policy))
+        outcome.notifications.append(notification)
