@@ -1,6 +1,6 @@
 """The HTTP side of the evidence layer: one Prometheus (or Thanos, Mimir, Cortex) and how we ask it.
 
-Built on prometheus-api-client's :class:`PrometheusConnect`, with three of its 0.7.2 habits undone:
+Built on prometheus-api-client's :class:`PrometheusConnect`, with four of its 0.7.2 habits undone:
 
 * its default ``Retry(total=3, status_forcelist=[..., 503, 504])`` re-runs a query that timed out —
   three more times the most expensive query of the tick. We mount ``Retry(total=0)`` and run our own
@@ -11,6 +11,8 @@ Built on prometheus-api-client's :class:`PrometheusConnect`, with three of its 0
   an HTTP error as an exception carrying the body as a ``bytes`` repr. A response hook on our own
   ``requests.Session`` keeps the real response, so we read the envelope (``resultType``,
   ``errorType``, ``error``, ``warnings``) ourselves.
+* ``method="POST"`` still puts the query in the URL, which proxies cut off or refuse; queries longer
+  than ``max_get_length`` (grouped queries over many rollouts) are POSTed as a form body instead.
 * it never sends Prometheus' ``timeout`` parameter; we do, so Prometheus stops an expensive query
   itself (HTTP 503, errorType ``timeout``) a little before our client-side read timeout fires.
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import urlencode
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -90,6 +93,7 @@ class PrometheusConfig:
     insecure_skip_verify: bool = False
     timeout: float = 10.0  # seconds: Prometheus' own query timeout; the client waits a little longer
     connect_timeout: float = 3.0
+    max_get_length: int = 4000  # longer encoded queries go as a POST form body
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
@@ -260,7 +264,16 @@ class PrometheusClient:
         params = {"time": f"{as_utc(at).timestamp():.3f}", "timeout": f"{self.config.timeout:g}"}
 
         def call() -> object:
-            return self._connect.custom_query(query=promql, params=params, timeout=self._http_timeout)
+            if len(urlencode({"query": promql, **params})) <= self.config.max_get_length:
+                return self._connect.custom_query(query=promql, params=params, timeout=self._http_timeout)
+            # The library sends parameters in the URL even with method="POST", and long URLs fail
+            # behind proxies (414, or silently truncated): send long queries as a form body instead.
+            return self._session.post(
+                f"{self._connect.url}/api/v1/query",
+                data={"query": promql, **params},
+                headers=dict(self.config.headers),
+                timeout=self._http_timeout,
+            )
 
         started = self._clock()
         attempt, http_requests = self._with_retries(call)

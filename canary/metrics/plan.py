@@ -229,7 +229,8 @@ def plan_rollout(
             revision_label=metrics.revision_label if family is Family.REQUESTS else None,
             gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
         )
-        ask = GroupedAsk(query, request.at, scope_for(side, key))
+        # A gpu check's value and fraction come from one query, whatever the grouping.
+        ask = GroupedAsk(query, request.at, scope_for(side, key.removesuffix(FRACTION_SUFFIX)))
         return Need(rollout, side, key, revision, unit, measure, field, ask=ask)
 
     def measure_needs(

@@ -1,0 +1,494 @@
+"""Production-like metrics of KServe revisions, generated from raw events, for a real Prometheus.
+
+A :class:`Simulation` plays pods of revisions over time — requests with latencies and status codes,
+container restarts and OOM kills, GPU memory, vLLM KV cache — and keeps the **raw events** so a test
+can compute the truth independently (exact quantiles from the individual latencies, error ratios
+from the individual requests) and compare it with what PromQL says. It renders the series as the
+real exporters do:
+
+* Knative queue-proxy, one family per generation: OpenCensus ``revision_request_count`` /
+  ``revision_request_latencies`` (milliseconds, Knative's bucket layout, ``namespace_name``,
+  ``revision_name``, ``response_code_class``), OpenTelemetry ``kn_queueproxy_app_duration_seconds``
+  (1.19-1.20) or ``kn_serving_invocation_duration_seconds`` (>= 1.21) with
+  ``http_response_status_code`` and no revision label. Counters reset when the queue-proxy container
+  restarts; a 5xx series appears only with the first 5xx, as the exporters do.
+* kube-state-metrics: ``kube_pod_created``, ``kube_pod_status_ready_time`` (only while Ready),
+  restart counters of containers and of the ``storage-initializer`` init container, and the
+  ``*_last_terminated_reason`` gauges (only the last reason, as kube-state-metrics does).
+* dcgm-exporter: ``DCGM_FI_DEV_FB_USED`` / ``FREE`` / ``RESERVED`` in MiB, one series per GPU, with the
+  workload under ``pod``/``namespace`` or, behind a ServiceMonitor without honorLabels,
+  ``exported_pod``/``exported_namespace`` (then ``pod`` is the exporter's own pod).
+* vLLM: ``vllm:kv_cache_usage_perc`` (or the old ``vllm:gpu_cache_usage_perc``), and the
+  ``vllm:time_to_first_token_seconds`` / ``vllm:e2e_request_latency_seconds`` histograms.
+
+:meth:`Simulation.openmetrics` gives timestamped OpenMetrics text for
+``PrometheusServer(backfill=...)``. Everything is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+__all__ = [
+    "E2E_BUCKETS",
+    "OPENCENSUS_BUCKETS_MS",
+    "OTEL_BUCKETS",
+    "TTFT_BUCKETS",
+    "Pod",
+    "RequestRecord",
+    "Restart",
+    "Revision",
+    "Simulation",
+    "bucket_bounds",
+    "empirical_quantile",
+]
+
+# Knative's OpenCensus latency distribution (milliseconds).
+OPENCENSUS_BUCKETS_MS = (
+    5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 250.0, 300.0, 350.0, 400.0, 450.0, 500.0,
+    600.0, 700.0, 800.0, 900.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 50000.0, 100000.0,
+)  # fmt: skip
+# Knative's OpenTelemetry duration buckets (seconds): 5 ms .. 10 s.
+OTEL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+GPU_TOTAL_MIB = 81559.0  # an H100 80GB HBM3 as DCGM reports it
+GPU_RESERVED_MIB = 573.0
+
+OK_CODE = "200"
+ERROR_CODE = "503"
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """A container (or the storage-initializer init container) terminated at ``at`` and restarted."""
+
+    at: float
+    container: str  # "kserve-container", "queue-proxy" or "storage-initializer"
+    reason: str  # "OOMKilled", "Error", ...
+
+    @property
+    def init(self) -> bool:
+        return self.container == "storage-initializer"
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    name: str
+    created: float
+    ready: float | None  # when it became Ready; None: never
+    deleted: float | None = None
+    gpus: int = 0
+    restarts: tuple[Restart, ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{self.name}"))
+
+    def alive(self, t: float) -> bool:
+        return self.created <= t and (self.deleted is None or t < self.deleted)
+
+    def serving(self, t: float) -> bool:
+        return self.alive(t) and self.ready is not None and t >= self.ready
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """A revision and how its pods behave. Pod names must be ``<name>-deployment-...``."""
+
+    namespace: str
+    inference_service: str
+    name: str
+    pods: tuple[Pod, ...]
+    requests_per_second: float = 2.0  # per serving pod
+    error_ratio: float = 0.0  # probability that a request gets a 5xx
+    latency_median: float = 0.08  # seconds
+    latency_sigma: float = 0.6  # of the log-normal
+    requests_profile: str | None = "knative-opencensus"  # or knative-otel-queueproxy / -invocation
+    gpu_labels: str = "pod"  # or "exported_pod"
+    gpu_used_mib: float = 40000.0  # plateau of framebuffer use per GPU
+    gpu_spike_mib: float = 0.0  # added once, on the first pod's GPU 0, mid-way
+    vllm: bool = False
+    vllm_old_names: bool = False  # vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc
+    kv_cache_level: float = 0.4
+
+    def __post_init__(self) -> None:
+        for pod in self.pods:
+            if not pod.name.startswith(f"{self.name}-deployment-"):
+                raise ValueError(f"pod {pod.name!r} is not named {self.name}-deployment-...")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    revision: str
+    namespace: str
+    pod: str
+    tick: float  # the scrape at which the request is first counted
+    latency: float  # seconds
+    status: str
+    ttft: float = 0.0
+    e2e: float = 0.0
+
+
+def bucket_bounds(value: float, bounds: tuple[float, ...]) -> tuple[float, float]:
+    """The (lower, upper] bucket of ``value`` among histogram ``bounds`` (upper may be +Inf)."""
+    index = bisect.bisect_left(bounds, value)
+    lower = bounds[index - 1] if index > 0 else 0.0
+    upper = bounds[index] if index < len(bounds) else math.inf
+    return lower, upper
+
+
+def empirical_quantile(values: list[float], quantile: float) -> float:
+    """The smallest value with at least ``quantile`` of the values at or below it."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(quantile * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(slots=True)
+class _Series:
+    name: str
+    labels: dict[str, str]
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+
+class Simulation:
+    """Plays ``revisions`` from ``start`` to ``end`` with a sample every ``step`` seconds."""
+
+    def __init__(
+        self, revisions: list[Revision], *, start: float, end: float, step: float = 5.0, seed: int = 7
+    ) -> None:
+        if step <= 0 or end <= start:
+            raise ValueError("need start < end and a positive step")
+        self.revisions = revisions
+        self.step = step
+        count = int((end - start) // step) + 1
+        self.ticks = [start + index * step for index in range(count)]
+        self.requests: list[RequestRecord] = []
+        self.gpu_samples: dict[tuple[str, str, int], list[tuple[float, float, float, float]]] = {}
+        self.kv_samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        self._families: dict[str, tuple[str, list[_Series]]] = {}
+        self._index: dict[tuple[str, tuple[tuple[str, str], ...]], _Series] = {}
+        # Cumulative vLLM histograms per (revision, pod): they live in the model server, not the
+        # queue-proxy, so a queue-proxy restart does not reset them.
+        self._vllm_histograms: dict[tuple[str, str], dict[str, list[float]]] = {}
+        random_source = random.Random(seed)  # noqa: S311 - reproducible test data, not secrets
+        for revision in revisions:
+            for pod_index, pod in enumerate(revision.pods):
+                self._play_pod(revision, pod, pod_index, random_source)
+
+    # -- raw-data helpers for tests -------------------------------------------------------------
+
+    def requests_between(self, revision: str, after: float, until: float) -> list[RequestRecord]:
+        """Requests of ``revision`` counted at a scrape in (after, until]."""
+        return [r for r in self.requests if r.revision == revision and after < r.tick <= until]
+
+    def first_tick_at_or_after(self, moment: float) -> float:
+        index = bisect.bisect_left(self.ticks, moment)
+        return self.ticks[index]
+
+    # -- rendering ------------------------------------------------------------------------------
+
+    def openmetrics(self) -> str:
+        """Timestamped OpenMetrics text of every series (for promtool backfill)."""
+        return "".join(self._openmetrics_lines()) + "# EOF\n"
+
+    def _openmetrics_lines(self) -> Iterator[str]:
+        for family, (kind, series_list) in self._families.items():
+            yield f"# TYPE {family} {kind}\n"
+            for series in series_list:
+                labels = ",".join(f'{key}="{_escape(value)}"' for key, value in series.labels.items())
+                prefix = f"{series.name}{{{labels}}} "
+                for moment, value in series.samples:
+                    yield f"{prefix}{_number(value)} {moment:.3f}\n"
+
+    # -- simulation -----------------------------------------------------------------------------
+
+    def _series(self, family: str, kind: str, name: str, labels: dict[str, str]) -> _Series:
+        key = (name, tuple(sorted(labels.items())))
+        series = self._index.get(key)
+        if series is None:
+            series = _Series(name, labels)
+            self._index[key] = series
+            self._families.setdefault(family, (kind, []))[1].append(series)
+        return series
+
+    def _play_pod(self, revision: Revision, pod: Pod, pod_index: int, rng: random.Random) -> None:
+        alive_ticks = [t for t in self.ticks if pod.alive(t)]
+        self._play_requests(revision, pod, alive_ticks, rng)
+        self._play_kube_state(revision, pod, alive_ticks)
+        self._play_gpus(revision, pod, pod_index, alive_ticks, rng)
+        if revision.vllm:
+            self._play_kv_cache(revision, pod, alive_ticks, rng)
+
+    def _play_requests(self, revision: Revision, pod: Pod, ticks: list[float], rng: random.Random) -> None:
+        resets = sorted(r.at for r in pod.restarts if r.container == "queue-proxy")
+        # Cumulative state per status code, as the queue-proxy keeps it since its last (re)start.
+        counts: dict[str, int] = {}
+        sums: dict[str, float] = {}
+        buckets: dict[str, list[int]] = {}
+        previous = None
+        for t in ticks:
+            if previous is not None and any(previous < at <= t for at in resets):
+                counts, sums, buckets = {}, {}, {}
+            previous = t
+            if not pod.serving(t):
+                continue
+            started_serving = counts == {} and revision.requests_profile is not None
+            arrivals = _poisson(rng, revision.requests_per_second * self.step)
+            fresh: list[RequestRecord] = []
+            for _ in range(arrivals):
+                latency = revision.latency_median * math.exp(revision.latency_sigma * rng.gauss(0.0, 1.0))
+                status = ERROR_CODE if rng.random() < revision.error_ratio else OK_CODE
+                ttft = min(latency, 0.02 + latency * 0.3 * rng.random())
+                e2e = latency * (4.0 + 8.0 * rng.random())
+                fresh.append(
+                    RequestRecord(revision.name, revision.namespace, pod.name, t, latency, status, ttft, e2e)
+                )
+            self.requests.extend(fresh)
+            if started_serving:
+                counts.setdefault(OK_CODE, 0)  # the success series exists from the first scrape
+            for record in fresh:
+                counts[record.status] = counts.get(record.status, 0) + 1
+                sums[record.status] = sums.get(record.status, 0.0) + record.latency
+                bounds = self._latency_bounds(revision)
+                scaled = record.latency * (
+                    1000.0 if revision.requests_profile == "knative-opencensus" else 1.0
+                )
+                per_bucket = buckets.setdefault(record.status, [0] * len(bounds))
+                for index, bound in enumerate(bounds):
+                    if scaled <= bound:
+                        per_bucket[index] += 1
+                if revision.vllm:
+                    self._observe_vllm(revision, pod, record)
+            if OK_CODE in counts:
+                buckets.setdefault(OK_CODE, [0] * len(self._latency_bounds(revision)))
+                sums.setdefault(OK_CODE, 0.0)
+            self._emit_requests(revision, pod, t, counts, sums, buckets)
+            if revision.vllm:
+                self._emit_vllm(revision, pod, t)
+
+    @staticmethod
+    def _latency_bounds(revision: Revision) -> tuple[float, ...]:
+        return OPENCENSUS_BUCKETS_MS if revision.requests_profile == "knative-opencensus" else OTEL_BUCKETS
+
+    def _emit_requests(
+        self,
+        revision: Revision,
+        pod: Pod,
+        t: float,
+        counts: dict[str, int],
+        sums: dict[str, float],
+        buckets: dict[str, list[int]],
+    ) -> None:
+        profile = revision.requests_profile
+        if profile is None:
+            return
+        bounds = self._latency_bounds(revision)
+        for status, count in counts.items():
+            if profile == "knative-opencensus":
+                code_labels = {"response_code": status, "response_code_class": status[0] + "xx"}
+                base = {
+                    "namespace_name": revision.namespace,
+                    "configuration_name": f"{revision.inference_service}-predictor",
+                    "revision_name": revision.name,
+                    "service_name": f"{revision.inference_service}-predictor",
+                    "pod_name": pod.name,
+                    "container_name": "queue-proxy",
+                    **code_labels,
+                    "namespace": revision.namespace,
+                    "pod": pod.name,
+                    "job": "queue-proxy",
+                }
+                counter_family, counter = "revision_request_count", "revision_request_count"
+                histogram = "revision_request_latencies"
+            else:
+                base = {
+                    "namespace": revision.namespace,
+                    "pod": pod.name,
+                    "container": "queue-proxy",
+                    "job": "queue-proxy",
+                    "http_request_method": "POST",
+                    "http_response_status_code": status,
+                    "otel_scope_name": "knative.dev/serving/pkg/queue",
+                }
+                histogram = (
+                    "kn_queueproxy_app_duration_seconds"
+                    if profile == "knative-otel-queueproxy"
+                    else "kn_serving_invocation_duration_seconds"
+                )
+                counter_family, counter = "", ""
+            if counter:
+                self._series(counter_family, "counter", counter, base).samples.append((t, float(count)))
+            for index, bound in enumerate(bounds):
+                labels = {**base, "le": _number(bound)}
+                self._series(histogram, "histogram", f"{histogram}_bucket", labels).samples.append(
+                    (t, float(buckets[status][index]))
+                )
+            infinite = {**base, "le": "+Inf"}
+            self._series(histogram, "histogram", f"{histogram}_bucket", infinite).samples.append(
+                (t, float(count))
+            )
+            latency_sum = sums[status] * (1000.0 if profile == "knative-opencensus" else 1.0)
+            self._series(histogram, "histogram", f"{histogram}_sum", base).samples.append((t, latency_sum))
+            self._series(histogram, "histogram", f"{histogram}_count", base).samples.append((t, float(count)))
+
+    def _observe_vllm(self, revision: Revision, pod: Pod, record: RequestRecord) -> None:
+        key = (revision.name, pod.name)
+        state = self._vllm_histograms.setdefault(
+            key,
+            {
+                "ttft": [0.0] * (len(TTFT_BUCKETS) + 1),
+                "e2e": [0.0] * (len(E2E_BUCKETS) + 1),
+                "sums": [0.0, 0.0],
+            },
+        )
+        for name, value, bounds in (("ttft", record.ttft, TTFT_BUCKETS), ("e2e", record.e2e, E2E_BUCKETS)):
+            counts = state[name]
+            for index, bound in enumerate(bounds):
+                if value <= bound:
+                    counts[index] += 1
+            counts[-1] += 1
+        state["sums"][0] += record.ttft
+        state["sums"][1] += record.e2e
+
+    def _emit_vllm(self, revision: Revision, pod: Pod, t: float) -> None:
+        state = self._vllm_histograms.get((revision.name, pod.name))
+        if state is None:
+            return
+        base = {"namespace": revision.namespace, "pod": pod.name, "model_name": revision.inference_service}
+        for name, family, bounds, sum_index in (
+            ("ttft", "vllm:time_to_first_token_seconds", TTFT_BUCKETS, 0),
+            ("e2e", "vllm:e2e_request_latency_seconds", E2E_BUCKETS, 1),
+        ):
+            counts = state[name]
+            for index, bound in enumerate(bounds):
+                self._series(
+                    family, "histogram", f"{family}_bucket", {**base, "le": _number(bound)}
+                ).samples.append((t, float(counts[index])))
+            self._series(family, "histogram", f"{family}_bucket", {**base, "le": "+Inf"}).samples.append(
+                (t, float(counts[-1]))
+            )
+            self._series(family, "histogram", f"{family}_count", base).samples.append((t, float(counts[-1])))
+            self._series(family, "histogram", f"{family}_sum", base).samples.append(
+                (t, state["sums"][sum_index])
+            )
+
+    def _play_kube_state(self, revision: Revision, pod: Pod, ticks: list[float]) -> None:
+        base = {"namespace": revision.namespace, "pod": pod.name, "uid": pod.uid, "job": "kube-state-metrics"}
+        containers = ("kserve-container", "queue-proxy")
+        for t in ticks:
+            self._series("kube_pod_created", "gauge", "kube_pod_created", base).samples.append(
+                (t, pod.created)
+            )
+            if pod.serving(t):
+                assert pod.ready is not None
+                self._series(
+                    "kube_pod_status_ready_time", "gauge", "kube_pod_status_ready_time", base
+                ).samples.append((t, pod.ready))
+            for container in (*containers, "storage-initializer"):
+                init = container == "storage-initializer"
+                done = [r for r in pod.restarts if r.container == container and r.at <= t]
+                prefix = "kube_pod_init_container" if init else "kube_pod_container"
+                if not init or done:
+                    name = f"{prefix}_status_restarts_total"
+                    labels = {**base, "container": container}
+                    self._series(name, "counter", name, labels).samples.append((t, float(len(done))))
+                if done:
+                    name = f"{prefix}_status_last_terminated_reason"
+                    labels = {**base, "container": container, "reason": done[-1].reason}
+                    self._series(name, "gauge", name, labels).samples.append((t, 1.0))
+
+    def _play_gpus(
+        self, revision: Revision, pod: Pod, pod_index: int, ticks: list[float], rng: random.Random
+    ) -> None:
+        if not ticks:
+            return
+        middle = ticks[len(ticks) // 2]
+        for gpu in range(pod.gpus):
+            gpu_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpu/{pod.name}/{gpu}"))
+            if revision.gpu_labels == "exported_pod":
+                placement = {
+                    "namespace": "gpu-operator",
+                    "pod": "nvidia-dcgm-exporter-x7k2p",
+                    "container": "nvidia-dcgm-exporter",
+                    "exported_namespace": revision.namespace,
+                    "exported_pod": pod.name,
+                    "exported_container": "kserve-container",
+                }
+            else:
+                placement = {
+                    "namespace": revision.namespace,
+                    "pod": pod.name,
+                    "container": "kserve-container",
+                }
+            base = {
+                "gpu": str(gpu),
+                "UUID": f"GPU-{gpu_uuid}",
+                "device": f"nvidia{gpu}",
+                "modelName": "NVIDIA H100 80GB HBM3",
+                "Hostname": f"gpu-node-{pod_index}",
+                **placement,
+            }
+            samples = self.gpu_samples.setdefault((revision.name, pod.name, gpu), [])
+            for t in ticks:
+                loaded = min(1.0, (t - pod.created) / 120.0)  # the model loads over two minutes
+                used = float(round(revision.gpu_used_mib * loaded * (0.97 + 0.03 * rng.random())))
+                if pod_index == 0 and gpu == 0 and t == middle:
+                    used += revision.gpu_spike_mib
+                used = min(used, GPU_TOTAL_MIB - GPU_RESERVED_MIB)
+                free = GPU_TOTAL_MIB - GPU_RESERVED_MIB - used
+                samples.append((t, used, free, GPU_RESERVED_MIB))
+                for name, value in (
+                    ("DCGM_FI_DEV_FB_USED", used),
+                    ("DCGM_FI_DEV_FB_FREE", free),
+                    ("DCGM_FI_DEV_FB_RESERVED", GPU_RESERVED_MIB),
+                ):
+                    self._series(name, "gauge", name, base).samples.append((t, value))
+
+    def _play_kv_cache(self, revision: Revision, pod: Pod, ticks: list[float], rng: random.Random) -> None:
+        name = "vllm:gpu_cache_usage_perc" if revision.vllm_old_names else "vllm:kv_cache_usage_perc"
+        base = {"namespace": revision.namespace, "pod": pod.name, "model_name": revision.inference_service}
+        samples = self.kv_samples.setdefault((revision.name, pod.name), [])
+        for t in ticks:
+            if not pod.serving(t):
+                continue
+            level = min(1.0, max(0.0, revision.kv_cache_level + 0.1 * (rng.random() - 0.5)))
+            samples.append((t, level))
+            self._series(name, "gauge", name, base).samples.append((t, level))
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    # Knuth's method is fine for the small means of a scrape interval.
+    if mean <= 0:
+        return 0
+    limit = math.exp(-mean)
+    count, product = 0, rng.random()
+    while product > limit:
+        count += 1
+        product *= rng.random()
+    return count
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
