@@ -40,7 +40,7 @@ from canary.rollout.decision import Decision
 from canary.rollout.observed import ObservedInferenceService
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 
-__all__ = ["ReconcileOutcome", "Reconciler"]
+__all__ = ["ReconcileOutcome", "Reconciler", "explain_document"]
 
 log = structlog.get_logger("kserve_canary.reconciler")
 
@@ -158,9 +158,10 @@ class Reconciler:
         decision = decide(policy, observed, state, evidence, now)
         outcome = ReconcileOutcome(key, decision=decision)
 
+        explain = explain_document(decision, evidence, now) if decision.judgements else stored.explain
         if decision.new_state != state or command_applied or stored.data is None:
             try:
-                self._save(key, stored, decision.new_state, owner_uid=uid)
+                self._save(key, stored, decision.new_state, owner_uid=uid, explain=explain)
                 outcome.wrote_state = True
             except ConflictError:
                 bound.info("state changed while deciding (an operator command?); deciding again")
@@ -218,10 +219,20 @@ class Reconciler:
             return self._memory.get(key) or StoredState(namespace, name, None, None)
         return self._store.load(namespace, name)
 
-    def _save(self, key: str, stored: StoredState, state: RolloutState, *, owner_uid: str | None) -> None:
+    def _save(
+        self,
+        key: str,
+        stored: StoredState,
+        state: RolloutState,
+        *,
+        owner_uid: str | None,
+        explain: str | None = None,
+    ) -> None:
         data = state.to_json()
         if self._dry_run:
-            self._memory[key] = StoredState(stored.namespace, stored.inference_service, data, "dry-run")
+            self._memory[key] = StoredState(
+                stored.namespace, stored.inference_service, data, "dry-run", explain=explain
+            )
             return
         self._fence()
         self._store.save(
@@ -230,6 +241,7 @@ class Reconciler:
             data,
             resource_version=stored.resource_version,
             owner_uid=owner_uid,
+            explain=explain or stored.explain,
         )
 
     def _patch(self, namespace: str, name: str, decision: Decision, resource_version: str) -> None:
@@ -299,3 +311,42 @@ class Reconciler:
         notification = to_notification(decision, policy, now, inference_service_uid=uid)
         self._dispatcher.submit(notification, self._destinations_for(policy))
         outcome.notifications.append(notification)
+
+
+def explain_document(decision: Decision, evidence: Evidence | None, now: datetime) -> str:
+    """The latest evaluation, in full, for ``kserve-canary explain`` (stored beside the state)."""
+    return json.dumps(
+        {
+            "at": now.isoformat(),
+            "decisionId": decision.id,
+            "revision": decision.revision,
+            "stableRevision": decision.stable_revision,
+            "action": str(decision.action),
+            "verdict": str(decision.verdict) if decision.verdict else None,
+            "requests": decision.requests,
+            "reasons": list(decision.reasons),
+            "window": (
+                {"start": evidence.request.window_start.isoformat(), "end": evidence.request.at.isoformat()}
+                if evidence is not None
+                else None
+            ),
+            "profiles": dict(evidence.profile) if evidence is not None else {},
+            "queries": evidence.queries if evidence is not None else 0,
+            "checks": [
+                {
+                    "name": judgement.name,
+                    "verdict": str(judgement.verdict),
+                    "value": judgement.value,
+                    "unit": str(judgement.unit),
+                    "limit": judgement.limit,
+                    "stable": judgement.stable_value,
+                    "samples": judgement.samples,
+                    "critical": judgement.critical,
+                    "detail": judgement.detail,
+                    "query": judgement.query,
+                }
+                for judgement in decision.judgements
+            ],
+        },
+        separators=(",", ":"),
+    )

@@ -18,6 +18,7 @@ from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, is_
 
 __all__ = [
     "COMMAND_KEY",
+    "EXPLAIN_KEY",
     "MANAGED_BY",
     "MAX_STATE_BYTES",
     "STATE_KEY",
@@ -32,6 +33,9 @@ STATE_KEY = "state.json"
 # controller applies it and saves the state without it, under the resourceVersion it read, so a
 # command written in between is never lost (the save fails with 409 and is retried).
 COMMAND_KEY = "command.json"
+# The latest evaluation in full (each check's value, limit, stable value and PromQL), for
+# ``kserve-canary explain``. Kept beside the state so the core's state stays small.
+EXPLAIN_KEY = "explain.json"
 MANAGED_BY = "kserve-canary"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_INFERENCE_SERVICE = "kserve-canary.dev/inference-service"
@@ -54,6 +58,7 @@ class StoredState:
     data: str | None  # the serialised state; None when nothing is stored yet
     resource_version: str | None  # precondition for the next write; None = create
     command: str | None = None  # a pending operator command (JSON), if any
+    explain: str | None = None  # the latest evaluation, for ``explain``
 
 
 class ConfigMapStateStore:
@@ -77,6 +82,7 @@ class ConfigMapStateStore:
             data.get(STATE_KEY),
             found.metadata.resource_version if found.metadata else None,
             data.get(COMMAND_KEY),
+            data.get(EXPLAIN_KEY),
         )
 
     def save(
@@ -87,9 +93,10 @@ class ConfigMapStateStore:
         *,
         resource_version: str | None,
         owner_uid: str | None,
+        explain: str | None = None,
     ) -> str:
         """Write the state; returns the new resourceVersion. Raises :class:`ConflictError` on 409."""
-        size = len(data.encode())
+        size = len(data.encode()) + len((explain or "").encode())
         if size > MAX_STATE_BYTES:
             raise StateTooLarge(
                 f"state of {namespace}/{inference_service} is {size} bytes (limit {MAX_STATE_BYTES})"
@@ -117,7 +124,7 @@ class ConfigMapStateStore:
                 owner_references=owners,
                 resource_version=resource_version,
             ),
-            data={STATE_KEY: data},
+            data={STATE_KEY: data, **({EXPLAIN_KEY: explain} if explain else {})},
         )
         try:
             if resource_version is None:
@@ -175,6 +182,7 @@ class ConfigMapStateStore:
                     (item.data or {}).get(STATE_KEY),
                     meta.resource_version,
                     (item.data or {}).get(COMMAND_KEY),
+                    (item.data or {}).get(EXPLAIN_KEY),
                 )
             )
         return states

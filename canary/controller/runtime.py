@@ -1,0 +1,310 @@
+"""The long-running controller: policies, watch, schedule, lead, serve health — and stop cleanly.
+
+Threads, each with one job:
+
+* the main loop reloads the policy directory every few seconds (hot reload, DESIGN.md §5) and keeps
+  the scheduler's jobs in line with it;
+* a watch per namespace (or one cluster-wide) triggers an immediate reconcile when a governed
+  InferenceService changes, so auto-start writes the first step within seconds of a new revision;
+* the scheduler evaluates each policy at its interval on a bounded worker pool;
+* the leader elector renews the Lease; only the leader reconciles, and every write is fenced;
+* the health server serves /metrics, /healthz and /readyz.
+
+SIGTERM stops scheduling, lets evaluations in flight finish (a write is never cut in half), drains
+notifications for a few seconds and releases the Lease so the standby takes over at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+import structlog
+from kubernetes import client, config
+
+from canary.controller.leader import LeaderElector, NotLeader
+from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
+from canary.controller.policies import PolicyRegistry
+from canary.controller.reconciler import Reconciler
+from canary.controller.scheduler import RolloutScheduler
+from canary.evidence import EvidenceSource
+from canary.kserve.client import InferenceServiceClient
+from canary.kserve.store import ConfigMapStateStore
+from canary.notify import (
+    Destination,
+    NotificationDispatcher,
+    PrometheusDeliveryRecorder,
+    SecretResolver,
+    destinations_for,
+    events_destination,
+)
+from canary.notify.secrets import DEFAULT_REDACTOR
+from canary.policy import PromotionPolicy
+
+__all__ = ["Controller", "ControllerConfig", "load_api_client"]
+
+log = structlog.get_logger("kserve_canary.controller")
+
+
+@dataclass
+class ControllerConfig:
+    policy_paths: Sequence[str | os.PathLike[str]]
+    namespaces: Sequence[str] = ()  # empty: every namespace
+    metrics_port: int = 8080
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a pod serves probes on all interfaces
+    leader_elect: bool = True
+    lease_name: str = "kserve-canary"
+    lease_namespace: str = "kserve-canary"
+    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname())
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    dry_run: bool = False
+    max_workers: int = 8
+    reload_period: float = 5.0
+    watch_timeout: int = 300
+    request_timeout: float = 10.0
+
+
+def load_api_client(kubeconfig: str | None) -> client.ApiClient:
+    """The given kubeconfig, else in-cluster config, else the default kubeconfig."""
+    if kubeconfig:
+        return cast(client.ApiClient, config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    except config.ConfigException:
+        return cast(client.ApiClient, config.new_client_from_config())  # type: ignore[no-untyped-call]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: ControllerConfig,
+        *,
+        api_client: client.ApiClient,
+        evidence: EvidenceSource,
+        clock: Callable[[], datetime] = _utcnow,
+        metrics: ControllerMetrics | None = None,
+    ):
+        self.settings = settings
+        self.metrics = metrics or ControllerMetrics()
+        self._api_client = api_client
+        self._registry = PolicyRegistry(settings.policy_paths)
+        self._stop = threading.Event()
+        self._heartbeat = Heartbeat(tolerance=max(60.0, 6 * settings.reload_period))
+        self._resolver = SecretResolver(DEFAULT_REDACTOR)
+        self._dispatcher = NotificationDispatcher(
+            [] if settings.dry_run else [events_destination(api_client, resolver=self._resolver)],
+            recorder=PrometheusDeliveryRecorder(self.metrics.registry),
+            redactor=DEFAULT_REDACTOR,
+        )
+        self._destinations: dict[str, tuple[PromotionPolicy, list[Destination]]] = {}
+        self._elector: LeaderElector | None = None
+        if settings.leader_elect and not settings.dry_run:
+            self._elector = LeaderElector(
+                api_client,
+                name=settings.lease_name,
+                namespace=settings.lease_namespace,
+                identity=settings.identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+                request_timeout=min(settings.request_timeout, settings.retry_period * 2),
+                on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            )
+        self._isvcs = InferenceServiceClient(api_client, request_timeout=settings.request_timeout)
+        self.reconciler = Reconciler(
+            inference_services=self._isvcs,
+            store=ConfigMapStateStore(api_client, request_timeout=settings.request_timeout),
+            evidence=evidence,
+            dispatcher=self._dispatcher,
+            metrics=self.metrics,
+            clock=clock,
+            fence=self._elector.fence if self._elector is not None else (lambda: None),
+            destinations_for=self._policy_destinations,
+            dry_run=settings.dry_run,
+        )
+        self._scheduler = RolloutScheduler(self._run_one, max_workers=settings.max_workers)
+        self._health: HealthServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._loaded_once = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Run until :meth:`stop` (or SIGTERM through the CLI)."""
+        settings = self.settings
+        if settings.metrics_port >= 0:
+            self._health = HealthServer(
+                self.metrics,
+                host=settings.metrics_host,
+                port=settings.metrics_port,
+                liveness=self._heartbeat.check,
+                readiness=self._readiness,
+            )
+            self._health.start()
+        log.info(
+            "kserve-canary starting",
+            identity=settings.identity,
+            policies=[os.fspath(path) for path in settings.policy_paths],
+            namespaces=list(settings.namespaces) or "all",
+            dryRun=settings.dry_run,
+            leaderElection=self._elector is not None,
+            metricsPort=self._health.port if self._health else None,
+        )
+        if self._elector is not None:
+            self._spawn("leader-election", lambda: self._elector.run(self._stop) if self._elector else None)
+        self._reload()
+        self._scheduler.start()
+        watched: list[str | None] = list(settings.namespaces) or [None]
+        for namespace in watched:
+            self._spawn(f"watch-{namespace or 'all'}", self._watcher(namespace))
+        try:
+            while not self._stop.wait(self.settings.reload_period):
+                self._heartbeat.beat()
+                self._reload()
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        log.info("shutting down: finishing evaluations in flight")
+        self._scheduler.shutdown(wait=True)
+        drained = self._dispatcher.close(timeout=5.0)
+        for thread in self._threads:
+            thread.join(timeout=self.settings.retry_period + self.settings.request_timeout)
+        if self._health is not None:
+            self._health.stop()
+        log.info("stopped", notificationsDrained=drained)
+
+    def _spawn(self, name: str, target: Callable[[], object]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- policies --------------------------------------------------------------------------------
+
+    def _governed(self, policy: PromotionPolicy) -> bool:
+        return not self.settings.namespaces or policy.metadata.namespace in self.settings.namespaces
+
+    def _reload(self) -> None:
+        report = self._registry.reload()
+        if report.changed:
+            for error in report.errors:
+                log.error(
+                    "policy error", error=str(error), file=error.path, line=error.line, field=error.field
+                )
+            for key in report.kept_previous:
+                log.warning("policy edit rejected: the previous version keeps running", key=key)
+            if report.added or report.updated or report.removed:
+                log.info(
+                    "policies loaded", added=report.added, updated=report.updated, removed=report.removed
+                )
+            for key in report.removed:
+                previous = self._destinations.pop(key, None)
+                if previous is not None and self._is_leading():
+                    self.reconciler.pause_removed(previous[0])
+        active = {
+            key: loaded for key, loaded in self._registry.active.items() if self._governed(loaded.policy)
+        }
+        for key, loaded in active.items():
+            if key not in self._destinations or self._destinations[key][0] != loaded.policy:
+                self._destinations[key] = (loaded.policy, [])
+        self.metrics.policies.labels("loaded").set(len(active))
+        self.metrics.policies.labels("invalid-files").set(
+            len({error.path for error in self._registry.errors})
+        )
+        self._scheduler.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
+        self._loaded_once = True
+
+    def _policy_destinations(self, policy: PromotionPolicy) -> list[Destination]:
+        cached = self._destinations.get(policy.key)
+        if cached is not None and cached[0] == policy and cached[1]:
+            return cached[1]
+        built = destinations_for(policy.spec.notify, resolver=self._resolver)
+        self._destinations[policy.key] = (policy, built)
+        return built
+
+    # -- work ----------------------------------------------------------------------------------
+
+    def _is_leading(self) -> bool:
+        return self._elector is None or self._elector.is_leader
+
+    def _run_one(self, key: str) -> None:
+        if self._stop.is_set() or not self._is_leading():
+            return
+        loaded = self._registry.get(key)
+        if loaded is None:
+            return
+        try:
+            outcome = self.reconciler.reconcile(loaded)
+        except NotLeader as error:
+            log.warning("write refused: not the leader", key=key, error=str(error))
+            return
+        if outcome.retry_soon:
+            self._scheduler.trigger(key)
+
+    def _watcher(self, namespace: str | None) -> Callable[[], None]:
+        return lambda: self._watch(namespace)
+
+    def _watch(self, namespace: str | None) -> None:
+        """List+watch InferenceServices; trigger a reconcile when a governed one changes."""
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                items, version = self._isvcs.list(namespace)
+                backoff = 1.0
+                for event in self._isvcs.watch(
+                    namespace, version, timeout_seconds=self.settings.watch_timeout
+                ):
+                    if self._stop.is_set():
+                        return
+                    if event.type == "ERROR":
+                        break  # e.g. 410 Gone: list again
+                    metadata = event.object.get("metadata") or {}
+                    key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+                    if self._registry.get(key) is not None:
+                        self._scheduler.trigger(key)
+                del items
+            except Exception as error:
+                if self._stop.is_set():
+                    return
+                log.warning(
+                    "watch interrupted; listing again", namespace=namespace or "all", error=str(error)
+                )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _readiness(self) -> tuple[bool, str]:
+        if not self._loaded_once:
+            return False, "policies not loaded yet\n"
+        role = "leader" if self._elector is None or self._elector.is_leader else "standby"
+        return True, f"ok ({role}, {len(self._registry.active)} policies)\n"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` (for tests and the demo)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def default_policy_dir() -> Path:
+    return Path(os.environ.get("POLICY_DIR", "/etc/kserve-canary/policies"))
