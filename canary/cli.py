@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
+import signal
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from canary import __version__
+from canary.controller.observability import configure_logging
+from canary.controller.runtime import Controller, ControllerConfig, load_api_client
+from canary.kserve.store import ConfigMapStateStore
+from canary.metrics.client import PrometheusConfig
+from canary.metrics.prometheus import PrometheusEvidenceSource
+from canary.notify import redact_processor
 from canary.policy import load_paths
 from canary.policy.schema import policy_json_schema
+from canary.policy.units import Unit, format_value
+from canary.rollout.state import RolloutState, StateFormatError, describe_time
 
 app = typer.Typer(
     name="kserve-canary",
@@ -91,3 +104,256 @@ def schema() -> None:
 
 def main() -> None:
     app()
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller
+
+
+class LogFormat(StrEnum):
+    AUTO = "auto"
+    JSON = "json"
+    CONSOLE = "console"
+
+
+def _parse_headers(values: list[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for value in values:
+        name, separator, content = value.partition("=")
+        if not separator or not name.strip():
+            raise typer.BadParameter(f"expected K=V, got {value!r}", param_hint="--prometheus-header")
+        headers[name.strip()] = content.strip()
+    return headers
+
+
+@app.command()
+def run(
+    policies: Annotated[
+        list[Path], typer.Option("--policies", envvar="POLICY_DIR", help="Policy directory (repeatable).")
+    ] = [Path("/etc/kserve-canary/policies")],  # noqa: B006 - typer reads the default, never mutates it
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster config.")
+    ] = None,
+    prometheus_url: Annotated[str, typer.Option(envvar="PROMETHEUS_URL")] = "http://localhost:9090",
+    prometheus_header: Annotated[
+        list[str], typer.Option(help="Extra header K=V, e.g. X-Scope-OrgID=tenant (repeatable).")
+    ] = [],  # noqa: B006
+    prometheus_token_file: Annotated[
+        str | None,
+        typer.Option(envvar="PROMETHEUS_TOKEN_FILE", help="Bearer token file (re-read per request)."),
+    ] = None,
+    prometheus_ca_file: Annotated[str | None, typer.Option(envvar="PROMETHEUS_CA_FILE")] = None,
+    prometheus_timeout: Annotated[
+        float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
+    ] = 10.0,
+    scrape_interval: Annotated[
+        float,
+        typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
+    ] = 30.0,
+    namespace: Annotated[
+        list[str],
+        typer.Option("--namespace", "-n", envvar="WATCH_NAMESPACES", help="Watched namespace (repeatable)."),
+    ] = [],  # noqa: B006
+    metrics_port: Annotated[
+        int, typer.Option(envvar="METRICS_PORT", help="/metrics, /healthz, /readyz.")
+    ] = 8080,
+    leader_elect: Annotated[
+        bool, typer.Option("--leader-elect/--no-leader-elect", envvar="LEADER_ELECT")
+    ] = True,
+    lease_name: Annotated[str, typer.Option(envvar="LEASE_NAME")] = "kserve-canary",
+    lease_namespace: Annotated[str, typer.Option(envvar="LEASE_NAMESPACE")] = "kserve-canary",
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", envvar="DRY_RUN", help="Decide and report; write nothing; take no lease."),
+    ] = False,
+    log_format: Annotated[LogFormat, typer.Option(envvar="LOG_FORMAT")] = LogFormat.AUTO,
+    max_workers: Annotated[int, typer.Option(envvar="MAX_WORKERS", help="Concurrent evaluations.")] = 8,
+) -> None:
+    """Run the controller until SIGTERM."""
+    configure_logging(log_format.value, extra_processors=[redact_processor])
+    source = PrometheusEvidenceSource(
+        PrometheusConfig(
+            url=prometheus_url,
+            headers=_parse_headers(prometheus_header),
+            bearer_token_file=prometheus_token_file,
+            ca_file=prometheus_ca_file,
+            timeout=prometheus_timeout,
+        ),
+        scrape_interval=scrape_interval,
+    )
+    controller = Controller(
+        ControllerConfig(
+            policy_paths=policies,
+            namespaces=namespace,
+            metrics_port=metrics_port,
+            leader_elect=leader_elect,
+            lease_name=lease_name,
+            lease_namespace=lease_namespace,
+            dry_run=dry_run,
+            max_workers=max_workers,
+        ),
+        api_client=load_api_client(kubeconfig),
+        evidence=source,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: controller.stop())
+    signal.signal(signal.SIGINT, lambda *_: controller.stop())
+    controller.run()
+
+
+# ---------------------------------------------------------------------------------------------
+# Operating rollouts
+
+
+def _split_target(target: str) -> tuple[str, str]:
+    namespace, separator, name = target.partition("/")
+    if not separator or not namespace or not name:
+        raise typer.BadParameter(f"expected NAMESPACE/NAME, got {target!r}", param_hint="TARGET")
+    return namespace, name
+
+
+KubeconfigOption = Annotated[str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig file.")]
+
+
+def _store(kubeconfig: str | None) -> ConfigMapStateStore:
+    return ConfigMapStateStore(load_api_client(kubeconfig))
+
+
+@app.command()
+def status(
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    output: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.TEXT,
+) -> None:
+    """A table of rollouts, read from the controller's state ConfigMaps."""
+    rows: list[dict[str, str]] = []
+    for stored in sorted(
+        _store(kubeconfig).list_all(namespace), key=lambda s: (s.namespace, s.inference_service)
+    ):
+        try:
+            state = RolloutState.from_json(stored.data or "")
+        except StateFormatError as error:
+            rows.append(
+                {
+                    "model": f"{stored.namespace}/{stored.inference_service}",
+                    "phase": "Unreadable",
+                    "reason": str(error),
+                }
+            )
+            continue
+        last = state.history[-1] if state.history else None
+        weight = state.spec_weight.weight if state.spec_weight else None
+        rows.append(
+            {
+                "model": f"{stored.namespace}/{stored.inference_service}",
+                "revision": state.revision or "",
+                "phase": str(state.phase),
+                "weight": "-" if weight is None else f"{weight}%",
+                "step": "-" if state.step is None else f"{state.step.index + 1} ({state.step.weight}%)",
+                "since": describe_time(state.step.started_at if state.step else state.started_at),
+                "reason": last.reason if last else "",
+                "pendingCommand": str(json.loads(stored.command).get("command")) if stored.command else "",
+            }
+        )
+    if output is OutputFormat.JSON:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("MODEL", "REVISION", "PHASE", "WEIGHT", "STEP", "SINCE", "LAST DECISION", box=None)
+    for row in rows:
+        table.add_row(
+            row["model"], row.get("revision", ""), row["phase"], row.get("weight", ""),
+            row.get("step", ""), row.get("since", ""), row.get("reason", ""),
+        )  # fmt: skip
+    Console(soft_wrap=False).print(table)
+
+
+@app.command()
+def explain(
+    target: Annotated[str, typer.Argument(help="NAMESPACE/NAME of the InferenceService.")],
+    kubeconfig: KubeconfigOption = None,
+    output: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.TEXT,
+) -> None:
+    """The latest evidence and judgement per check, with the PromQL behind each value."""
+    namespace, name = _split_target(target)
+    stored = _store(kubeconfig).load(namespace, name)
+    if stored.data is None:
+        typer.echo(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it", err=True)
+        raise typer.Exit(1)
+    document = json.loads(stored.explain) if stored.explain else None
+    if output is OutputFormat.JSON:
+        typer.echo(json.dumps({"state": json.loads(stored.data), "latestEvaluation": document}, indent=2))
+        return
+    console = Console(soft_wrap=True, highlight=False)
+    if document is None:
+        console.print(f"{namespace}/{name}: no evaluation recorded yet", markup=False)
+        return
+    console.print(
+        f"{namespace}/{name} revision {document['revision']} vs {document['stableRevision']} "
+        f"at {document['at']}: {document['verdict'] or 'no verdict'}, {document['requests']} requests"
+        f" — {document['action']}",
+        markup=False,
+    )
+    for reason in document["reasons"]:
+        console.print(f"  {reason}", markup=False)
+    table = Table("CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES", box=None)
+    for check in document["checks"]:
+        unit = Unit(check["unit"])
+        table.add_row(
+            check["name"],
+            check["verdict"],
+            "" if check["value"] is None else format_value(check["value"], unit),
+            check["limit"],
+            "" if check["stable"] is None else format_value(check["stable"], unit),
+            "" if check["samples"] is None else f"{check['samples']:.0f}",
+        )
+    console.print(table)
+    for check in document["checks"]:
+        if check["query"]:
+            console.print(f"[{check['name']}] {check['query']}", markup=False)
+
+
+def _command(kind: str, target: str, kubeconfig: str | None, reason: str | None) -> None:
+    namespace, name = _split_target(target)
+    by = os.environ.get("KSERVE_CANARY_USER") or getpass.getuser()
+    document = {"command": kind, "by": by, "at": datetime.now(UTC).isoformat(), "reason": reason}
+    try:
+        _store(kubeconfig).request_command(namespace, name, json.dumps(document))
+    except LookupError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"{kind} requested for {namespace}/{name}; the controller carries it out at its next evaluation"
+    )
+
+
+ReasonOption = Annotated[str | None, typer.Option(help="Why, for the record.")]
+TargetArgument = Annotated[str, typer.Argument(help="NAMESPACE/NAME of the InferenceService.")]
+
+
+@app.command()
+def pause(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
+    """Stop the rollout where it is (nothing is written to the InferenceService)."""
+    _command("pause", target, kubeconfig, reason)
+
+
+@app.command()
+def resume(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
+    """Continue a paused rollout."""
+    _command("resume", target, kubeconfig, reason)
+
+
+@app.command()
+def approve(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
+    """Let a step with `approval: manual` proceed."""
+    _command("approve", target, kubeconfig, reason)
+
+
+@app.command()
+def abort(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
+    """Roll back now (canaryTrafficPercent: 0)."""
+    _command("abort", target, kubeconfig, reason)
+
+
+@app.command()
+def promote(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
+    """Skip the remaining steps and promote (once the canary is Ready)."""
+    _command("promote", target, kubeconfig, reason)
