@@ -620,13 +620,15 @@ class _Tick:
                     f"{shown}%); the step's clock starts then.",
                     EventReason.CANARY_WAITING,
                 )
-            step = replace(step, started_at=self.now)
-            self.state = state = replace(state, step=step)
-            self.reasons.append(
-                f"Step {step.index + 1} of {len(self.steps)} ({step.weight}%) started: status traffic "
-                f"shows it at {describe_time(self.now)}."
+            # Nothing can be due at the very moment the step starts: its window is empty.
+            self.state = replace(state, step=replace(step, started_at=self.now))
+            window = format_duration(self.spec.step_window(self.steps[step.index]))
+            return self.wait(
+                f"Step {step.index + 1} of {len(self.steps)} ({step.weight}%) of {revision} started: status "
+                f"traffic shows it at {describe_time(self.now)}; holding it for {window}.",
+                EventReason.CANARY_WAITING,
+                awaiting=awaiting_approval,
             )
-        assert step.started_at is not None
         decided = self.evaluate(_EvaluationMode.STEP, step.started_at, state.stable_revision)
         if decided is not None:
             return decided
