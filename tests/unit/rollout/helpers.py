@@ -93,7 +93,9 @@ class EvidenceMaker:
                     fraction if isinstance(fraction, Measurement) else Measurement.ok(fraction, Unit.RATIO)
                 )
             if request.compare_with_stable and check.comparable_to_stable:
-                stable[check.name] = _measure(check, self.stable.get(check.name, HEALTHY_STABLE.get(check.name, 0.0)))
+                stable[check.name] = _measure(
+                    check, self.stable.get(check.name, HEALTHY_STABLE.get(check.name, 0.0))
+                )
         return Evidence(request=request, canary=canary, stable=stable)
 
     def failing(self, **values: float | Measurement) -> EvidenceMaker:

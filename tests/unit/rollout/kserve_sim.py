@@ -71,7 +71,7 @@ class KServeSim:
             self.predictor[_FIELD] = percent
         self.generation += 1
 
-    def change_model(self, storage_uri: str, *, percent: int | None | str = "keep") -> None:
+    def change_model(self, storage_uri: str, *, percent: int | str | None = "keep") -> None:
         """A new predictor spec (as Git would push it), optionally with a percentage."""
         self.predictor["model"] = {**self.predictor["model"], "storageUri": storage_uri}
         if percent != "keep":
@@ -93,7 +93,9 @@ class KServeSim:
         revision = self.revision(name)
         revision.ready, revision.failed, revision.crashed = True, None, False
 
-    def fail(self, message: str = "Container failed with: CUDA out of memory", name: str | None = None) -> None:
+    def fail(
+        self, message: str = "Container failed with: CUDA out of memory", name: str | None = None
+    ) -> None:
         revision = self.revision(name)
         revision.failed = message
 
@@ -125,7 +127,12 @@ class KServeSim:
             targets: list[dict[str, Any]] = [{"latestRevision": True, "percent": percent}]
             if percent < 100:
                 targets.append(
-                    {"tag": "prev", "revisionName": last_rolledout, "latestRevision": False, "percent": 100 - percent}
+                    {
+                        "tag": "prev",
+                        "revisionName": last_rolledout,
+                        "latestRevision": False,
+                        "percent": 100 - percent,
+                    }
                 )
         else:
             targets = [{"latestRevision": True, "percent": 100}]
@@ -134,14 +141,15 @@ class KServeSim:
             self.traffic = []
         else:
             self.traffic = [
-                {**target, "revisionName": target.get("revisionName") or self.latest_ready} for target in targets
+                {**target, "revisionName": target.get("revisionName") or self.latest_ready}
+                for target in targets
             ]
         # PropagateStatus: record a rollout when the latest ready revision has 100%.
         for target in self.traffic:
-            if target["latestRevision"] and target["revisionName"] == self.latest_ready:
-                if self.latest_rolledout != self.latest_ready and target["percent"] == 100:
-                    self.previous_rolledout = self.latest_rolledout
-                    self.latest_rolledout = self.latest_ready
+            recorded = target["latestRevision"] and target["revisionName"] == self.latest_ready
+            if recorded and self.latest_rolledout != self.latest_ready and target["percent"] == 100:
+                self.previous_rolledout = self.latest_rolledout
+                self.latest_rolledout = self.latest_ready
 
     def _index(self, name: str) -> int:
         return next(index for index, revision in enumerate(self.revisions) if revision.name == name)

@@ -12,13 +12,13 @@ from canary.rollout.state import (
     MAX_HISTORY,
     MAX_ROLLED_BACK,
     SCHEMA_VERSION,
+    CommandKind,
     EvaluationRecord,
     EvaluationVerdict,
     HistoryEntry,
     Pause,
     PauseKind,
     PendingCommand,
-    CommandKind,
     Phase,
     RolledBackRevision,
     RolloutState,
@@ -145,13 +145,19 @@ def test_serialised_state_stays_under_64_kib_with_long_histories() -> None:
     # Hundreds of rollouts and rollbacks with long names and reasons.
     state = harness.state
     for index in range(3 * MAX_HISTORY):
-        entry = HistoryEntry(T0, "rollback", 0, Phase.ROLLED_BACK, "CanaryRolledBack", long_reason[:200], "i" * 20)
+        entry = HistoryEntry(
+            T0, "rollback", 0, Phase.ROLLED_BACK, "CanaryRolledBack", long_reason[:200], "i" * 20
+        )
         state = replace(
             state,
             history=(*state.history, entry)[-MAX_HISTORY:],
-            rolled_back=(*state.rolled_back, RolledBackRevision(f"{LONG_NAME}{index}", T0))[-MAX_ROLLED_BACK:],
+            rolled_back=(*state.rolled_back, RolledBackRevision(f"{LONG_NAME}{index}", T0))[
+                -MAX_ROLLED_BACK:
+            ],
         )
-    state = replace(state, pause=busy_state().pause, step=busy_state().step, evaluation=busy_state().evaluation)
+    state = replace(
+        state, pause=busy_state().pause, step=busy_state().step, evaluation=busy_state().evaluation
+    )
     assert len(state.to_json().encode()) < 64 * 1024
 
 

@@ -26,7 +26,10 @@ CANARY_IN_PROGRESS: dict[str, Any] = {
     "spec": {
         "predictor": {
             "canaryTrafficPercent": 10,
-            "model": {"modelFormat": {"name": "sklearn"}, "storageUri": "gs://kfserving-examples/models/sklearn/2"},
+            "model": {
+                "modelFormat": {"name": "sklearn"},
+                "storageUri": "gs://kfserving-examples/models/sklearn/2",
+            },
         }
     },
     "status": {
@@ -114,7 +117,12 @@ def test_latest_revision_entry_without_a_name_resolves_to_the_latest_ready_revis
     isvc = copy.deepcopy(CANARY_IN_PROGRESS)
     isvc["status"]["components"]["predictor"]["traffic"] = [
         {"latestRevision": True, "percent": 10},
-        {"latestRevision": False, "percent": 90, "revisionName": "sklearn-iris-predictor-00001", "tag": "prev"},
+        {
+            "latestRevision": False,
+            "percent": 90,
+            "revisionName": "sklearn-iris-predictor-00001",
+            "tag": "prev",
+        },
     ]
     view = observe(isvc)
     assert view.weight_of("sklearn-iris-predictor-00003") == 10
@@ -128,9 +136,18 @@ def test_a_canary_that_is_not_ready_gets_no_traffic_of_its_own() -> None:
     predictor["latestReadyRevision"] = "sklearn-iris-predictor-00001"
     predictor["traffic"] = [
         {"latestRevision": True, "percent": 10, "revisionName": "sklearn-iris-predictor-00001"},
-        {"latestRevision": False, "percent": 90, "revisionName": "sklearn-iris-predictor-00001", "tag": "prev"},
+        {
+            "latestRevision": False,
+            "percent": 90,
+            "revisionName": "sklearn-iris-predictor-00001",
+            "tag": "prev",
+        },
     ]
-    isvc["status"]["conditions"][1] = {"type": "PredictorReady", "status": "Unknown", "reason": "RevisionMissing"}
+    isvc["status"]["conditions"][1] = {
+        "type": "PredictorReady",
+        "status": "Unknown",
+        "reason": "RevisionMissing",
+    }
     view = observe(isvc)
     assert not view.canary_ready
     assert view.predictor_ready is None
@@ -235,9 +252,15 @@ def test_integral_floats_are_integers() -> None:
 
 
 def test_wrongly_typed_sections_are_reported() -> None:
-    view = observe({"metadata": [], "spec": "x", "status": {"components": {"predictor": 3}, "conditions": None}})
+    view = observe(
+        {"metadata": [], "spec": "x", "status": {"components": {"predictor": 3}, "conditions": None}}
+    )
     assert view.exists
-    assert {problem.split(" ")[0] for problem in view.problems} == {"metadata", "spec", "status.components.predictor"}
+    assert {problem.split(" ")[0] for problem in view.problems} == {
+        "metadata",
+        "spec",
+        "status.components.predictor",
+    }
     assert observe({"status": {"components": {"predictor": {"traffic": {}}}}}).problems == (
         "status.components.predictor.traffic is not a list",
     )
@@ -245,7 +268,9 @@ def test_wrongly_typed_sections_are_reported() -> None:
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=12,
 )
 
@@ -263,7 +288,9 @@ JSON = st.recursive(
         },
     ),
 )
-def test_observe_never_raises_on_strange_inference_services(metadata: Any, predictor: Any, status: Any) -> None:
+def test_observe_never_raises_on_strange_inference_services(
+    metadata: Any, predictor: Any, status: Any
+) -> None:
     view = observe({"metadata": metadata, "spec": {"predictor": predictor}, "status": status})
     assert view.exists
     assert isinstance(view.problems, tuple)
