@@ -125,6 +125,8 @@ class _Tick:
         self.evaluation: Evaluation | None = None
         self.evaluated_at: datetime | None = None
         self.resumed_by: str | None = None
+        # A finding that outranks the wait's own headline (a failed evaluation, an onNoData hold).
+        self.lead: str | None = None
 
     # ------------------------------------------------------------------------------------------
     # Entry
@@ -938,10 +940,9 @@ class _Tick:
                     f"{failures}."
                 )
             self.severity = Severity.WARNING
-            self.reasons.insert(
-                0,
+            self.lead = (
                 f"Evaluation failed ({streak} of failureLimit {self.spec.failure_limit} in a row): "
-                f"{failures}.",
+                f"{failures}."
             )
         if has_error:
             self.severity = Severity.WARNING
@@ -995,7 +996,7 @@ class _Tick:
                 event=EventReason.CANARY_INCONCLUSIVE,
             )
         self.severity = Severity.WARNING
-        self.reasons.insert(0, f"{text}: holding the step and evaluating again (onNoData: hold).")
+        self.lead = f"{text}: holding the step and evaluating again (onNoData: hold)."
         return None
 
     def evaluation_event(self, default: EventReason = EventReason.CANARY_WAITING) -> EventReason:
@@ -1097,6 +1098,9 @@ class _Tick:
             event = EventReason.CANARY_RESUMED
         if awaiting:
             headline = f"{headline} Awaiting approval once the step passes."
+        if self.lead is not None:
+            self.reasons.insert(0, headline)
+            headline = self.lead
         return self.finish(Action.WAIT, event, headline, severity=severity)
 
     def finish(

@@ -192,3 +192,26 @@ def at(minutes: float = 0.0, seconds: float = 0.0) -> datetime:
 
 def measurements(**values: float) -> Mapping[str, Measurement]:
     return {name: Measurement.ok(value, Unit.NONE) for name, value in values.items()}
+
+
+def in_sequence(*answers: Callable[[EvidenceRequest], Evidence]) -> Callable[[EvidenceRequest], Evidence]:
+    """Answers the n-th evidence request with the n-th answer (the last one repeats)."""
+    calls = iter(range(1_000_000))
+
+    def answer(request: EvidenceRequest) -> Evidence:
+        return answers[min(next(calls), len(answers) - 1)](request)
+
+    return answer
+
+
+def progressing(policy: PromotionPolicy | None = None, sim: KServeSim | None = None) -> Harness:
+    """A harness whose canary llama-predictor-00002 is Ready and holds the first step, just started."""
+    harness = Harness(policy or make_policy(), sim or KServeSim.serving())
+    harness.start_rollout()
+    harness.sim.make_ready()
+    harness.sim.reconcile()
+    started = harness.tick(60)
+    step = started.new_state.step
+    assert step is not None
+    assert step.started_at == harness.now, harness.timeline.render()
+    return harness
