@@ -96,12 +96,7 @@ class ControllerMetrics:
             ("state",),
             registry=self.registry,
         )
-        self.notifications = Counter(
-            "kserve_canary_notifications",
-            "Notification deliveries, by target kind and result.",
-            ("target", "result"),
-            registry=self.registry,
-        )
+        # Notification deliveries are counted by canary.notify's PrometheusDeliveryRecorder.
 
     def set_phase(self, namespace: str, inference_service: str, phase: str) -> None:
         for candidate in PHASES:

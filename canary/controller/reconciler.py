@@ -280,7 +280,7 @@ class Reconciler:
             weight=decision.weight,
             action=str(decision.action),
             phase=str(state.phase),
-            event=str(decision.event_reason),
+            reason=str(decision.event_reason),
             verdict=str(decision.verdict) if decision.verdict else None,
             requests=decision.requests,
             reasons=list(decision.reasons),
