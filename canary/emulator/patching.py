@@ -115,7 +115,10 @@ def _remove(document: Any, pointer: str) -> tuple[Any, Any]:
 def apply_json_patch(target: Any, operations: Any) -> Any:
     """RFC 6902 add/remove/replace/move/copy/test on a copy of ``target``."""
     if not isinstance(operations, list):
-        raise ApiError.bad_request("a JSON patch must be a list of operations")
+        # What the apiserver answers when a merge-style object is sent as application/json-patch+json
+        # (the Python client's default Content-Type for core PATCH calls in v37).
+        kind = "object" if isinstance(operations, dict) else type(operations).__name__
+        raise ApiError.bad_request(f"json: cannot unmarshal {kind} into Go value of type jsonpatch.Patch")
     document = copy.deepcopy(target)
     for operation in operations:
         if not isinstance(operation, dict) or "op" not in operation or "path" not in operation:
