@@ -36,7 +36,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.auth import AuthBase, HTTPBasicAuth
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from canary.evidence import ErrorClass
@@ -243,7 +243,8 @@ class PrometheusClient:
             url=config.url.rstrip("/"),
             headers=dict(config.headers),
             # The library's default re-runs timed-out queries; retries are ours (see RetryPolicy).
-            retry=Retry(total=0, raise_on_status=False, raise_on_redirect=False),
+            # read=False re-raises a read timeout as itself instead of wrapping it as a connection error.
+            retry=Retry(total=0, read=False, raise_on_status=False, raise_on_redirect=False),
             session=session,
             timeout=self._http_timeout,  # the label calls take no per-call timeout
         )
@@ -318,6 +319,9 @@ class PrometheusClient:
             return QueryFailure(ErrorClass.UNEXPECTED_RESULT, "expected a list of names"), http_requests
         return [str(item) for item in attempt.payload], http_requests
 
+    def _read_timeout_detail(self) -> str:
+        return f"no answer within {self._http_timeout[1]:g}s (client read timeout; not retried)"
+
     def _with_retries(self, call: Callable[[], object]) -> tuple[_Attempt, int]:
         policy = self.config.retry
         tries = 0
@@ -337,19 +341,16 @@ class PrometheusClient:
         except requests.exceptions.ConnectTimeout as error:
             return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)), retryable=True)
         except requests.exceptions.Timeout:
-            return _Attempt(
-                failure=QueryFailure(
-                    ErrorClass.TIMEOUT, f"no answer within {self._http_timeout[1]:g}s (client read timeout)"
-                )
-            )
+            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail()))
         except requests.exceptions.SSLError as error:
             return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"TLS: {_short(error)}"))
         except requests.exceptions.ConnectionError as error:
+            if _caused_by(error, ReadTimeoutError):
+                return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail()))
             # Retry only when the request certainly never reached Prometheus (refused, DNS): a reset
             # connection may have been running an expensive query.
-            return _Attempt(
-                failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)), retryable=_never_sent(error)
-            )
+            never_sent = _caused_by(error, NewConnectionError, ConnectTimeoutError)
+            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)), retryable=never_sent)
         except requests.exceptions.RequestException as error:
             return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)))
         except ValueError as error:  # a 200 whose body is not JSON (a proxy's login page, ...)
@@ -366,7 +367,8 @@ class PrometheusClient:
         return _classify(response)
 
 
-def _never_sent(error: BaseException) -> bool:
+def _caused_by(error: BaseException, *kinds: type[BaseException]) -> bool:
+    """Whether ``error`` or anything in its cause chain (urllib3 nests them deeply) is one of ``kinds``."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:
@@ -374,7 +376,7 @@ def _never_sent(error: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, NewConnectionError | ConnectTimeoutError):
+        if isinstance(current, kinds):
             return True
         pending.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
         pending.extend(arg for arg in current.args if isinstance(arg, BaseException))

@@ -31,6 +31,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -68,6 +69,8 @@ class PrometheusServer:
         promtool_binary: str = "promtool",
         extra_args: Sequence[str] = (),
         startup_timeout: float = 30.0,
+        tls_cert_file: Path | None = None,
+        tls_key_file: Path | None = None,
     ) -> None:
         """
         :param scrape_targets: ``host:port`` targets scraped at ``/metrics`` (job ``fixture``).
@@ -76,9 +79,14 @@ class PrometheusServer:
         :param backfill: OpenMetrics text written into the TSDB before start.
         :param data_dir: keep the TSDB there (not deleted on stop); default a temporary directory.
         :param extra_args: more flags for ``prometheus`` (e.g. ``--query.lookback-delta=1m``).
+        :param tls_cert_file: serve HTTPS with this certificate (and ``tls_key_file``); :attr:`url`
+            is then ``https://``.
         """
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be positive")
+        if (tls_cert_file is None) != (tls_key_file is None):
+            raise ValueError("TLS needs both a certificate and a key")
+        self._tls = (tls_cert_file, tls_key_file) if tls_cert_file and tls_key_file else None
         self.scrape_targets = tuple(scrape_targets)
         self.scrape_interval = scrape_interval
         self.honor_labels = honor_labels
@@ -99,7 +107,7 @@ class PrometheusServer:
     def url(self) -> str:
         if not self.port:
             raise RuntimeError("the Prometheus server is not running")
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -117,13 +125,19 @@ class PrometheusServer:
         self._log_file = self._workdir / "prometheus.log"
         config = self._workdir / "prometheus.yml"
         config.write_text(self._config_text(), encoding="utf-8")
+        web_config = self._workdir / "web.yml"
+        if self._tls is not None:
+            cert, key = self._tls
+            web_config.write_text(
+                f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n", encoding="utf-8"
+            )
         try:
             if self._backfill is not None:
                 self._run_backfill(self._backfill)
             # The port is free when probed but may be taken before Prometheus binds it: try again.
             for attempt in range(3):
                 self.port = free_port()
-                self._launch(config)
+                self._launch(config, web_config if self._tls else None)
                 if self._wait_ready():
                     return self
                 self._terminate()
@@ -141,6 +155,23 @@ class PrometheusServer:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+    def wait_until_scraped(self, timeout: float = 30.0) -> None:
+        """Block until every scrape target has been scraped successfully at least once.
+
+        Prometheus 2.x hands new targets to its scrapers on a 5-second tick, so the first scrape of a
+        freshly started server comes about 5 s after it is ready.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(requests.RequestException, ValueError, KeyError):
+                targets = self._local_get("/api/v1/targets").json()["data"]
+                active = targets["activeTargets"]
+                if len(active) >= len(self.scrape_targets) and all(t["health"] == "up" for t in active):
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"targets not scraped within {timeout:g}s:\n{self._log_tail()}")
+            time.sleep(0.1)
 
     def reload(self) -> None:
         """Ask Prometheus to re-read its configuration (and pick up new blocks)."""
@@ -194,8 +225,9 @@ class PrometheusServer:
         if result.returncode != 0:
             raise PrometheusStartError(f"promtool backfill failed:\n{result.stderr[-4000:]}")
 
-    def _launch(self, config: Path) -> None:
+    def _launch(self, config: Path, web_config: Path | None) -> None:
         assert self._log_file is not None
+        web = [f"--web.config.file={web_config}"] if web_config is not None else []
         with self._log_file.open("ab") as log:
             self._process = subprocess.Popen(
                 [
@@ -204,9 +236,9 @@ class PrometheusServer:
                     f"--storage.tsdb.path={self.data_dir}",
                     f"--web.listen-address=127.0.0.1:{self.port}",
                     "--web.enable-lifecycle",
-                    # Backfilled history may be older than the default 15 days retention is generous for;
-                    # keep everything the test wrote.
+                    # Backfilled history may lie further back than the default 15-day retention: keep it.
                     "--storage.tsdb.retention.time=3650d",
+                    *web,
                     *self._extra_args,
                 ],
                 stdout=log,
@@ -221,10 +253,17 @@ class PrometheusServer:
             if self._process.poll() is not None:
                 return False
             with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                if self._local_get("/-/ready").status_code == 200:
                     return True
             time.sleep(0.05)
         return False
+
+    def _local_get(self, path: str) -> requests.Response:
+        # Our own server on loopback, for readiness and targets only: verifying its certificate is the
+        # caller's business (the TLS tests do).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return requests.get(f"{self.url}{path}", timeout=2, verify=False)  # noqa: S501
 
     def _terminate(self, timeout: float = 10.0) -> None:
         process, self._process = self._process, None

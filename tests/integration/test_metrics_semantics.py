@@ -207,7 +207,7 @@ def test_query_errors_stay_errors(
     assert measurement.error_class is error_class
     assert detail in measurement.detail
     assert measurement.value is None
-    assert measurement.query.startswith(promql.split("{")[0])
+    assert measurement.query.startswith(promql.split("{", maxsplit=1)[0])
 
 
 def test_a_failing_override_does_not_spoil_the_other_checks(production: Scenario) -> None:
