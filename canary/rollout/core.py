@@ -308,11 +308,10 @@ class _Tick:
             history=previous.history,
         )
         if spec_weight == first:
-            self.reasons.append(
-                f"canaryTrafficPercent {first} came with the spec and is the policy's first step: accepted."
-            )
+            origin = "left from the previous rollout" if first in ours else "set with the spec"
+            self.reasons.append(f"canaryTrafficPercent is already the first step {first}% ({origin}).")
             return self.wait(
-                f"Rollout of {canary} started at the first step {first}% (set with the spec); "
+                f"Rollout of {canary} started at the first step {first}% ({origin}); "
                 + (
                     "evaluating once status traffic shows it." if ready else "waiting for it to become Ready."
                 ),

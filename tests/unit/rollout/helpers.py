@@ -77,13 +77,15 @@ class EvidenceMaker:
     override is used as is (for no-data and errors).
     """
 
-    requests: float = 5000.0
+    requests: float | Measurement = 5000.0
     canary: dict[str, float | Measurement] = field(default_factory=dict)
     stable: dict[str, float | Measurement] = field(default_factory=dict)
     gpu_fraction: float | Measurement = 0.5
 
     def __call__(self, request: EvidenceRequest) -> Evidence:
-        canary: dict[str, Measurement] = {REQUESTS: Measurement.ok(self.requests, Unit.COUNT)}
+        requests = self.requests
+        count = requests if isinstance(requests, Measurement) else Measurement.ok(requests, Unit.COUNT)
+        canary: dict[str, Measurement] = {REQUESTS: count}
         stable: dict[str, Measurement] = {}
         for check in request.checks:
             canary[check.name] = _measure(check, self.canary.get(check.name, HEALTHY.get(check.name, 0.0)))
