@@ -45,8 +45,13 @@ class TemplateError(ValueError):
     """A query template that cannot be rendered safely (the check then reports a bad query)."""
 
 
+_NEEDS_ESCAPE = re.compile(r"[\\\"'\x00-\x1f\x7f]")
+
+
 def string_literal(value: str, quote: str = '"') -> str:
     """``value`` escaped for the inside of a PromQL string quoted with ``quote`` (no quotes added)."""
+    if _NEEDS_ESCAPE.search(value) is None:
+        return value  # the common case: Kubernetes names need no escaping
     out: list[str] = []
     for char in value:
         if char == "\\":
