@@ -117,6 +117,7 @@ class Revision:
     latency_median: float = 0.08  # seconds
     latency_sigma: float = 0.6  # of the log-normal
     requests_profile: str | None = "knative-opencensus"  # or knative-otel-queueproxy / -invocation
+    revision_label: str | None = None  # OTel profiles: a PodMonitor relabelling that adds the revision
     gpu_labels: str = "pod"  # or "exported_pod"
     gpu_used_mib: float = 40000.0  # plateau of framebuffer use per GPU
     gpu_spike_mib: float = 0.0  # added once, on the first pod's GPU 0, mid-way
@@ -324,6 +325,8 @@ class Simulation:
                     "http_response_status_code": status,
                     "otel_scope_name": "knative.dev/serving/pkg/queue",
                 }
+                if revision.revision_label:
+                    base[revision.revision_label] = revision.name
                 histogram = (
                     "kn_queueproxy_app_duration_seconds"
                     if profile == "knative-otel-queueproxy"

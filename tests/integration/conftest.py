@@ -12,6 +12,7 @@ interval, evaluated at ``AT`` over the 10 minutes before it):
   ``bert`` — a canary with 6% 5xx against a 1% stable.
 * ``kn121`` (Knative >= 1.21, ``kn_serving_invocation_duration_seconds``): ``resnet`` — canary pods
   created *inside* the window, one whose storage-initializer init container was OOMKilled.
+* ``relabel``: ``gemma`` — OpenTelemetry series carrying a relabelled ``knative_revision`` label.
 * ``idle``: ``quiet`` — a canary whose pods are Ready with request series but no requests; ``dark`` — a
   canary with pods and no request series at all.
 * ``od\\d"ns``: revisions whose names carry quotes, backslashes and regex metacharacters, next to decoys
@@ -123,6 +124,10 @@ def production_revisions() -> list[Revision]:
             _pods("resnet-predictor-00008", 2, AT_SECONDS - 400.0, ready_after=45.0, spacing=5.0,
                   restarts={0: (Restart(AT_SECONDS - 380.0, "storage-initializer", "OOMKilled"),)}),
             error_ratio=0.0, latency_median=0.035, requests_profile="knative-otel-invocation",
+        ),
+        Revision(
+            "relabel", "gemma", "gemma-predictor-00003", _pods("gemma-predictor-00003", 2, long_ago),
+            error_ratio=0.03, requests_profile="knative-otel-invocation", revision_label="knative_revision",
         ),
         Revision(
             "idle", "quiet", "quiet-predictor-00002", _pods("quiet-predictor-00002", 1, long_ago),

@@ -227,3 +227,22 @@ def test_exported_pod_label_style_finds_the_gpus(production: Scenario) -> None:
     # with the wrong label style nothing matches: an honest no-data, never a zero
     assert wrong_style.canary["gpu"].status is EvidenceStatus.NO_DATA
     assert "DCGM" in wrong_style.canary["gpu"].detail
+
+
+def test_relabelled_revision_label_selects_the_revision(production: Scenario) -> None:
+    policy = make_policy(
+        REQUEST_CHECKS[2:],
+        namespace="relabel",
+        name="gemma",
+        metrics={"requests": "knative-otel-invocation", "revisionLabel": "knative_revision"},
+    )
+    with production.source() as source:
+        evidence = source.collect(
+            policy, make_request(policy, "relabel", "gemma-predictor-00003", None, inference_service="gemma")
+        )
+    raw = visible_requests(production.simulation, "gemma-predictor-00003")
+    errors = evidence.canary["errors"]
+    assert 'knative_revision="gemma-predictor-00003"' in errors.query
+    assert "deployment" not in errors.query  # not by pod name
+    assert _ok(errors) == pytest.approx(sum(1 for r in raw if r.status.startswith("5")) / len(raw), abs=0.003)
+    assert _ok(evidence.canary[REQUESTS]) == pytest.approx(len(raw), rel=0.03)
