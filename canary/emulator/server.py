@@ -156,7 +156,8 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("emulator failed on %s %s", method, self.path)
             response = _Response(500, ApiError(500, f"emulator internal error: {error}").status())
         finally:
-            status = response.status if response is not None else 200
+            # A watch (status -1 here) was answered with a 200 and a stream.
+            status = 200 if response is None or response.status < 0 else response.status
             self.emulator.requests.add(
                 LoggedRequest(
                     sequence=sequence,
@@ -339,13 +340,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _table(
         self, resource: r.ResourceType, items: list[JsonObject], version: str, query: dict[str, str]
     ) -> _Response:
+        # Cells are computed from the stored (core) form; rows carry the object as this endpoint shows it.
         stored = [to_storage(resource, item) for item in items]
+        table = to_table(resource, stored, version, self.emulator.clock.now())
         include = query.get("includeObject", "Metadata")
-        table = to_table(resource, stored, version, self.emulator.clock.now(), include)
-        if include != "None":
-            for row, item in zip(table["rows"], items, strict=True):
-                if include == "Object":
-                    row["object"] = item
+        for row, item in zip(table["rows"], items, strict=True):
+            if include == "Object":
+                row["object"] = item
+            elif include != "None":
+                row["object"] = {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": item.get("metadata", {}),
+                }
         return _Response(200, table, "application/json;as=Table;v=v1;g=meta.k8s.io")
 
     def _serve_watch(self, resource: r.ResourceType, namespace: str | None, query: dict[str, str]) -> None:
@@ -516,7 +523,10 @@ class _Admin:
                 continue
             known_path = True
             if route_method == method:
-                body = json.loads(raw) if raw.strip() else {}
+                try:
+                    body = json.loads(raw) if raw.strip() else {}
+                except ValueError as error:
+                    raise ApiError.bad_request(f"the request body is not valid JSON: {error}") from None
                 if not isinstance(body, dict):
                     raise ApiError.bad_request("the request body must be a JSON object")
                 result = getattr(self, handler)(query=query, body=body, **match.groupdict())
@@ -698,7 +708,7 @@ class EmulatorServer:
         self._http = _HttpServer((self.host, self.port), self)
         # A short poll interval makes stop() quick (shutdown waits for the serving loop to notice).
         self._thread = threading.Thread(
-            target=self._http.serve_forever, args=(0.05,), name="emulator-http", daemon=True
+            target=self._http.serve_forever, args=(0.02,), name="emulator-http", daemon=True
         )
         self._thread.start()
         self.emulator.start()

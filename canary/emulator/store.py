@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from canary.emulator import resources as r
 from canary.emulator.clock import Clock
-from canary.emulator.errors import ApiError
+from canary.emulator.errors import ApiError, FieldError
 from canary.emulator.patching import apply_json_patch, apply_merge_patch
 from canary.emulator.scheduler import Scheduler
 from canary.emulator.selectors import FieldSelector, LabelSelector
@@ -367,6 +367,14 @@ class ObjectStore:
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
         requested_version = metadata.get("resourceVersion")
+        if requested_version in (None, "") and resource.is_custom:
+            # Custom resources do not allow unconditional updates (built-in kinds do).
+            cause = FieldError(
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                "Invalid value: 0x0: must be specified for an update",
+            )
+            raise ApiError.invalid(resource.kind, resource.group, name, [cause])
         if (
             requested_version not in (None, "")
             and str(requested_version) != old["metadata"]["resourceVersion"]

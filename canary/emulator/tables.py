@@ -196,27 +196,17 @@ _PRINTERS: dict[str, tuple[list[JsonObject], Callable[[JsonObject, float], list[
 
 
 def to_table(
-    resource: r.ResourceType,
-    objects: list[JsonObject],
-    resource_version: str,
-    now: float,
-    include_object: str,
+    resource: r.ResourceType, objects: list[JsonObject], resource_version: str, now: float
 ) -> JsonObject:
-    """A ``meta.k8s.io/v1`` Table of ``objects`` (stored/core forms) as the apiserver prints them."""
+    """A ``meta.k8s.io/v1`` Table of ``objects`` (stored/core forms) as the apiserver prints them.
+
+    Rows carry only cells; the caller attaches each row's object as the request's includeObject asks.
+    """
     columns, row_of = _PRINTERS.get(resource.store_key, ([_name_column(), _AGE], None))
-    rows = []
-    for obj in objects:
-        cells = row_of(obj, now) if row_of else [obj["metadata"]["name"], _age(obj, now)]
-        row: JsonObject = {"cells": cells}
-        if include_object == "Object":
-            row["object"] = obj
-        elif include_object != "None":
-            row["object"] = {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj.get("metadata", {}),
-            }
-        rows.append(row)
+    rows = [
+        {"cells": row_of(obj, now) if row_of else [obj["metadata"]["name"], _age(obj, now)]}
+        for obj in objects
+    ]
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

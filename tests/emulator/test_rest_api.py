@@ -93,6 +93,21 @@ def test_replace_with_stale_resource_version_is_409_conflict(core: client.CoreV1
     assert core.read_namespaced_config_map("state", NAMESPACE).data == {"phase": "Pending"}
 
 
+def test_replacing_an_inferenceservice_needs_a_resource_version_unlike_built_in_kinds(
+    core: client.CoreV1Api, isvcs: Isvcs
+) -> None:
+    manifest = isvcs.create(isvc_manifest())
+    del manifest["metadata"]["resourceVersion"]
+    with pytest.raises(ApiException) as invalid:
+        isvcs.api.replace_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "llama", manifest)
+    assert invalid.value.status == 422
+    assert "metadata.resourceVersion" in status_of(invalid.value)["message"]
+    created = core.create_namespaced_config_map(NAMESPACE, configmap())
+    created.metadata.resource_version = None
+    created.data = {"phase": "Paused"}
+    assert core.replace_namespaced_config_map("state", NAMESPACE, created).data == {"phase": "Paused"}
+
+
 def test_merge_patch_carrying_resource_version_is_a_precondition(
     core: client.CoreV1Api, isvcs: Isvcs
 ) -> None:
