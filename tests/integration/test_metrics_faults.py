@@ -145,9 +145,9 @@ def test_slow_beyond_the_timeout_is_a_timeout_and_is_not_rerun(production: Scena
     for key in (REQUESTS, "oom"):
         measurement = evidence.canary[key]
         assert (measurement.status, measurement.error_class) == (EvidenceStatus.ERROR, ErrorClass.TIMEOUT)
-        assert measurement.duration == pytest.approx(1.3, abs=0.4)  # timeout + 1 s of client grace
+        assert 1.2 <= measurement.duration < 2.5  # timeout + 1 s of client grace, not the relay's 2.5 s
     assert relay.queries() == 2  # each query sent once: a timed-out query is never re-run
-    assert elapsed < 4
+    assert elapsed < 5
 
 
 def test_prometheus_own_timeout_is_a_timeout_and_is_not_rerun(production: Scenario) -> None:
