@@ -12,6 +12,7 @@ import json
 import logging
 import queue
 import re
+import select
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from canary.emulator import resources as r
+from canary.emulator.client import EmulatorAdminClient
 from canary.emulator.clock import ManualClock, ScaledClock
 from canary.emulator.core import Emulator
 from canary.emulator.diagnostics import LoggedRequest, summarise_body
@@ -422,6 +424,8 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 item = watch.next(timeout=min(remaining, 0.5, interval if bookmarks else 0.5))
             except queue.Empty:
+                if self._client_gone():
+                    return
                 if bookmarks and time.monotonic() - last_bookmark >= interval:
                     last_bookmark = time.monotonic()
                     version = str(self.emulator.store.resource_version)
@@ -444,6 +448,14 @@ class _Handler(BaseHTTPRequestHandler):
                 version = obj["metadata"]["resourceVersion"]
                 obj = self._table(resource, [obj], version, query).body
             self._chunk({"type": event_type, "object": obj})
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed the connection (a stopped ``Watch``), so an idle watch can end."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _chunk(self, event: JsonObject) -> None:
         data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
@@ -733,6 +745,10 @@ class EmulatorServer:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
+
+    def admin_client(self) -> EmulatorAdminClient:
+        """A client for this server's admin API (what another process would use)."""
+        return EmulatorAdminClient(self.url)
 
     def kubeconfig(self, namespace: str = "default", context: str = "kserve-canary-emulator") -> JsonObject:
         return {

@@ -623,6 +623,10 @@ class ObjectStore:
         self._watches.append(watch)
         return watch
 
+    @property
+    def open_watches(self) -> int:
+        return len(self._watches)
+
     def stop_watch(self, watch: Watch) -> None:
         watch.close()
         if watch in self._watches:

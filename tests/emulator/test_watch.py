@@ -172,3 +172,16 @@ def test_inferenceservice_watch_namespaced_and_cluster_wide_sees_kserve_status_u
     cluster.stop()
     assert first["type"] == "ADDED"
     assert first["object"]["metadata"]["namespace"] == NAMESPACE
+
+
+def test_a_watch_the_client_stopped_is_closed_on_the_server(
+    emulator: Emulator, core: client.CoreV1Api
+) -> None:
+    core.create_namespaced_config_map(NAMESPACE, configmap("a"))
+    stopper = watch.Watch()
+    for _ in stopper.stream(core.list_namespaced_config_map, NAMESPACE):
+        stopper.stop()  # after the initial ADDED; nothing more will be written to this idle stream
+    deadline = time.monotonic() + 3
+    while emulator.store.open_watches and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert emulator.store.open_watches == 0
