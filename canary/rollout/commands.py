@@ -53,8 +53,8 @@ def apply_command(
         if phase is Phase.PAUSED:
             assert state.pause is not None
             return _refuse(state, f"already paused: {state.pause.reason}")
-        if not phase.is_rollout_active:
-            return _refuse(state, f"no rollout in progress (phase {phase})")
+        if not state.rollout_active:
+            return _refuse(state, f"no rollout in progress (phase {state.underlying_phase})")
         paused = replace(
             state,
             phase=Phase.PAUSED,
@@ -90,10 +90,11 @@ def apply_command(
             approved = replace(approved, phase=state.pause.resume_phase, pause=None)
         return _accept(approved, kind, now, who, f"step {step.weight}% of {state.revision} approved")
     # abort and promote
-    if not phase.is_rollout_active:
-        return _refuse(state, f"no rollout in progress (phase {phase})")
-    if kind is CommandKind.PROMOTE and phase in (Phase.PROMOTING, Phase.BAKING):
-        return _refuse(state, f"{state.revision} is already promoted (phase {phase})")
+    underlying = state.underlying_phase
+    if not state.rollout_active:
+        return _refuse(state, f"no rollout in progress (phase {underlying})")
+    if kind is CommandKind.PROMOTE and underlying in (Phase.PROMOTING, Phase.BAKING):
+        return _refuse(state, f"{state.revision} is already promoted (phase {underlying})")
     return _pending(state, kind, now, by, who, str(kind))
 
 

@@ -148,23 +148,33 @@ class _Tick:
                 f"KServe has not reported a predictor revision for {self.policy.key} yet.",
                 EventReason.CANARY_WAITING,
             )
-        command = self.state.command
+        state = self.state
+        same_revision = state.revision is not None and canary == state.revision
+        spec_changed = same_revision and observed.predictor_fingerprint != state.fingerprint
+        if spec_changed and state.spec_change_seen_at is None:
+            self.state = state = replace(state, spec_change_seen_at=self.now)
+        elif not spec_changed and state.spec_change_seen_at is not None:
+            self.state = state = replace(state, spec_change_seen_at=None)
+
+        command = state.command
         if command is not None and command.kind is CommandKind.ABORT:
-            if self.state.phase.is_rollout_active:
+            # A rollback is always safe, even while KServe lags behind a changed spec. An abort
+            # issued for a revision that a newer one has replaced since is moot: the new revision
+            # starts its own rollout (and can be aborted in turn).
+            if same_revision and state.rollout_active:
                 who = f" by {command.by}" if command.by else ""
                 return self.rollback(
-                    f"Rollout of {self.state.revision} aborted{who} (command at {describe_time(command.at)})."
+                    f"Rollout of {state.revision} aborted{who} (command at {describe_time(command.at)})."
                 )
-            self.state = replace(self.state, command=None)
+            self.reasons.append(f"The abort requested at {describe_time(command.at)} no longer applies.")
+            self.state = state = replace(state, command=None)
 
-        if self.state.revision is None:
+        if state.revision is None:
             return self.first_sight(canary)
-        if canary != self.state.revision:
+        if not same_revision:
             return self.new_revision(canary)
-        if observed.predictor_fingerprint != self.state.fingerprint:
+        if spec_changed:
             return self.spec_change_pending(canary)
-        if self.state.spec_change_seen_at is not None:
-            self.state = replace(self.state, spec_change_seen_at=None)
 
         command = self.state.command
         if command is not None and command.kind is CommandKind.RESUME:
@@ -247,7 +257,6 @@ class _Tick:
     def spec_change_pending(self, canary: str) -> Decision:
         """The spec changed but KServe still reports the old revision: judge nothing, wait."""
         since = self.state.spec_change_seen_at or self.now
-        self.state = replace(self.state, spec_change_seen_at=since)
         waited = self.now - since
         severity = Severity.INFO
         if waited >= _seconds(self.spec.progress_deadline):
@@ -280,7 +289,7 @@ class _Tick:
             for record in (previous.spec_weight, previous.intent)
             if record and record.by_controller
         }
-        if previous.phase.is_rollout_active and previous.revision is not None:
+        if previous.rollout_active and previous.revision is not None:
             at = _weight_text(previous.spec_weight.weight) if previous.spec_weight else "an unknown weight"
             self.reasons.append(
                 f"{canary} replaces {previous.revision}, whose rollout was {previous.phase} at {at}: the "
@@ -310,6 +319,9 @@ class _Tick:
         if spec_weight == first:
             origin = "left from the previous rollout" if first in ours else "set with the spec"
             self.reasons.append(f"canaryTrafficPercent is already the first step {first}% ({origin}).")
+            if ready and observed.weight_of(canary) == first:
+                # Its clock starts now, as it would on the next tick: decide() is idempotent.
+                self.state = replace(self.state, step=StepProgress(0, first, started_at=self.now))
             return self.wait(
                 f"Rollout of {canary} started at the first step {first}% ({origin}); "
                 + (
@@ -476,7 +488,7 @@ class _Tick:
         state = self.state
         command = state.command
         assert command is not None
-        if state.phase in (Phase.PROMOTING, Phase.BAKING) or not state.phase.is_rollout_active:
+        if state.underlying_phase in (Phase.PROMOTING, Phase.BAKING) or not state.rollout_active:
             self.state = replace(state, command=None)
             return None
         if not self.observed.canary_ready:
@@ -719,32 +731,40 @@ class _Tick:
         )
 
     def promoting(self) -> Decision:
-        state = self.state
         observed = self.observed
-        revision = state.revision
-        recorded = (
-            observed.latest_rolledout_revision == revision
-            and observed.weight_of(revision) == 100
-            and observed.canary_traffic_percent is None
-        )
-        if not recorded:
+        revision = self.state.revision
+        if not self.promotion_recorded():
             return self.wait(
                 f"Waiting for KServe to record the promotion of {revision} (latestRolledoutRevision is "
                 f"{observed.latest_rolledout_revision or 'unset'}, {revision} receives "
                 f"{observed.weight_of(revision)}%).",
                 EventReason.CANARY_WAITING,
             )
+        event, text = self.after_promotion()
+        return self.wait(text, event)
+
+    def promotion_recorded(self) -> bool:
+        """KServe routes 100% to the canary and records it as the rolled-out revision."""
+        observed = self.observed
+        revision = self.state.revision
+        return (
+            observed.latest_rolledout_revision == revision
+            and observed.weight_of(revision) == 100
+            and observed.canary_traffic_percent is None
+        )
+
+    def after_promotion(self) -> tuple[EventReason, str]:
+        """Move on from a recorded promotion: bake, or done."""
+        revision = self.state.revision
         if self.spec.bake > 0:
-            self.state = replace(state, phase=Phase.BAKING, bake_started_at=self.now)
-            return self.wait(
+            self.state = replace(self.state, phase=Phase.BAKING, bake_started_at=self.now)
+            return EventReason.CANARY_BAKING, (
                 f"KServe recorded the promotion of {revision}; baking for {format_duration(self.spec.bake)}: "
-                "absolute limits are still watched and a failure rolls back (to a cold previous revision).",
-                EventReason.CANARY_BAKING,
+                "absolute limits are still watched and a failure rolls back (to a cold previous revision)."
             )
-        self.state = replace(state, phase=Phase.SUCCEEDED)
-        return self.wait(
-            f"Rollout of {revision} succeeded: KServe records it as the rolled-out revision at 100%.",
-            EventReason.CANARY_SUCCEEDED,
+        self.state = replace(self.state, phase=Phase.SUCCEEDED)
+        return EventReason.CANARY_SUCCEEDED, (
+            f"Rollout of {revision} succeeded: KServe records it as the rolled-out revision at 100%."
         )
 
     def baking(self) -> Decision:
@@ -1038,16 +1058,33 @@ class _Tick:
         phase: Phase | None = None,
     ) -> Decision:
         state = self.state
-        self.state = replace(
-            state,
-            phase=phase or state.phase,
-            intent=WeightRecord(weight, state.revision, self.now),
-            pause=None,
-        )
+        observed_weight = self.observed.canary_traffic_percent
+        if state.spec_weight is None or state.spec_weight.weight != observed_weight:
+            # The value being overwritten becomes the known one: our own earlier write that has
+            # landed, or (for abort/promote commands, which override anything) whatever is there.
+            landed = state.intent is not None and state.intent.weight == observed_weight
+            state = replace(state, spec_weight=state.intent if landed else self.observed_weight_record())
+        record = WeightRecord(weight, state.revision, self.now)
+        if weight == observed_weight:
+            # Already in the spec (a rollback of a dark launch): nothing to confirm later. The
+            # decision still writes it, a harmless no-op patch, so the shell acts uniformly.
+            self.state = replace(
+                state, phase=phase or state.phase, spec_weight=record, intent=None, pause=None
+            )
+        else:
+            self.state = replace(state, phase=phase or state.phase, intent=record, pause=None)
         return self.finish(action, event, headline, weight=weight)
 
     def promote(self, headline: str) -> Decision:
-        return self.write(Action.PROMOTE, None, headline, EventReason.CANARY_PROMOTED, phase=Phase.PROMOTING)
+        decision = self.write(
+            Action.PROMOTE, None, headline, EventReason.CANARY_PROMOTED, phase=Phase.PROMOTING
+        )
+        if self.observed.canary_traffic_percent is None and self.promotion_recorded():
+            # The field was already gone and KServe already routes 100% to the canary (someone
+            # removed it by hand, then asked to promote): move on now, as the next tick would.
+            _, text = self.after_promotion()
+            return replace(decision, new_state=self.state, reasons=(*decision.reasons, text))
+        return decision
 
     def rollback(self, headline: str) -> Decision:
         state = self.state

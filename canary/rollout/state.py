@@ -258,6 +258,18 @@ class RolloutState:
             self, history=self.history[-MAX_HISTORY:], rolled_back=self.rolled_back[-MAX_ROLLED_BACK:]
         )
 
+    @property
+    def underlying_phase(self) -> Phase:
+        """The phase, looking through a pause at the phase it interrupted."""
+        if self.phase is Phase.PAUSED and self.pause is not None:
+            return self.pause.resume_phase
+        return self.phase
+
+    @property
+    def rollout_active(self) -> bool:
+        """Whether a rollout is under way (paused or not)."""
+        return self.underlying_phase.is_rollout_active
+
     def was_rolled_back(self, revision: str) -> bool:
         return any(entry.revision == revision for entry in self.rolled_back)
 
