@@ -769,19 +769,24 @@ class _Tick:
 
     def baking(self) -> Decision:
         state = self.state
-        assert state.bake_started_at is not None
-        decided = self.evaluate(_EvaluationMode.BAKE, state.bake_started_at, None)
+        bake_start = state.bake_started_at
+        assert bake_start is not None
+        decided = self.evaluate(_EvaluationMode.BAKE, bake_start, None)
         if decided is not None:
             return decided
         state = self.state
-        bake_end = state.bake_started_at + _seconds(self.spec.bake) if state.bake_started_at else self.now
+        bake_end = bake_start + _seconds(self.spec.bake)
         last = state.evaluation
-        finished = (
-            last.at is not None
-            and last.at >= bake_end
-            and last.verdict is not EvaluationVerdict.FAIL
-            and not last.query_error
-        )
+        if not any(has_absolute_limit(check) for check in self.spec.checks):
+            # Only relative limits, and the stable revision gets no traffic any more: nothing to watch.
+            finished = self.now >= bake_end
+        else:
+            finished = (
+                last.at is not None
+                and last.at >= bake_end
+                and last.verdict is not EvaluationVerdict.FAIL
+                and not last.query_error
+            )
         if finished:
             self.state = replace(state, phase=Phase.SUCCEEDED)
             return self.wait(
@@ -789,9 +794,9 @@ class _Tick:
                 "without a failure.",
                 EventReason.CANARY_SUCCEEDED,
             )
-        baked = self.now - state.bake_started_at if state.bake_started_at else timedelta(0)
         return self.wait(
-            f"Baking {state.revision}: {_duration(baked)} of {format_duration(self.spec.bake)}.",
+            f"Baking {state.revision}: {_duration(self.now - bake_start)} of "
+            f"{format_duration(self.spec.bake)}.",
             self.evaluation_event(default=EventReason.CANARY_BAKING),
         )
 
