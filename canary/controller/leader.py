@@ -96,6 +96,10 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         now = self._wall()
+        if now.microsecond == 0:
+            # The client serialises with isoformat(), which drops a zero fraction; the apiserver
+            # refuses a MicroTime without one.
+            now = now.replace(microsecond=1)
         started = self._monotonic()
         try:
             lease = self._read()

@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
 
 import structlog
 from kubernetes import client, config
 
+from canary import __version__
 from canary.controller.leader import LeaderElector, NotLeader
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
 from canary.controller.policies import PolicyRegistry
@@ -75,13 +75,18 @@ class ControllerConfig:
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
     """The given kubeconfig, else in-cluster config, else the default kubeconfig."""
+    api: client.ApiClient
     if kubeconfig:
-        return cast(client.ApiClient, config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    except config.ConfigException:
-        return cast(client.ApiClient, config.new_client_from_config())  # type: ignore[no-untyped-call]
+        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            api = client.ApiClient()
+        except config.ConfigException:
+            api = config.new_client_from_config()  # type: ignore[no-untyped-call]
+    # Audit logs (and the emulator's request log) then say who wrote.
+    api.user_agent = f"kserve-canary/{__version__}"
+    return api
 
 
 def _utcnow() -> datetime:

@@ -78,6 +78,7 @@ class SimulatedFleet:
         self._on_new_revision = on_new_revision
         self._revisions: dict[tuple[str, str], _RevisionInfo] = {}  # (namespace, revision)
         self._pods: dict[tuple[str, str], PodSimulator] = {}  # (namespace, pod)
+        self._owner: dict[tuple[str, str], str] = {}  # (namespace, pod) -> InferenceService
         self._pod_meta: dict[tuple[str, str], tuple[str, float, float | None]] = {}  # uid, created, ready
         self._carry: dict[tuple[str, str], float] = {}  # fractional requests per revision
         self._shares: dict[tuple[str, str, str], float] = {}  # (ns, isvc, revision) -> last share
@@ -107,7 +108,7 @@ class SimulatedFleet:
                 namespace, label_selector=f"serving.kserve.io/inferenceservice={name}", _request_timeout=5
             ).items
             with self._lock:
-                self._sync_pods(namespace, pods)
+                self._sync_pods(namespace, name, pods)
                 self._route(namespace, name, isvc, model, dt)
 
     def _learn_revision(
@@ -123,7 +124,8 @@ class SimulatedFleet:
         if self._on_new_revision is not None:
             self._on_new_revision(namespace, name, created, behaviour)
 
-    def _sync_pods(self, namespace: str, pods: list[client.V1Pod]) -> None:
+    def _sync_pods(self, namespace: str, name: str, pods: list[client.V1Pod]) -> None:
+        """Follow the pods of one InferenceService: new pods get a simulator, deleted ones go."""
         seen = set()
         for pod in pods:
             meta = pod.metadata
@@ -146,9 +148,11 @@ class SimulatedFleet:
             created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
             ready_time = ready_since.timestamp() if ready and ready_since else None
             self._pod_meta[key] = (meta.uid or "", created, ready_time)
-        for key in [key for key in self._pods if key[0] == namespace and key not in seen]:
-            del self._pods[key]
-            self._pod_meta.pop(key, None)
+        for key in [key for key, owner in self._owner.items() if owner == name and key[0] == namespace]:
+            if key not in seen:
+                del self._pods[key]
+                del self._owner[key]
+                self._pod_meta.pop(key, None)
 
     def _route(
         self, namespace: str, name: str, isvc: Mapping[str, Any], model: ModelTraffic, dt: float
