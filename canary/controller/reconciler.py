@@ -271,7 +271,17 @@ class Reconciler:
             }
             for judgement in decision.judgements
         }
-        level = bound.warning if decision.severity == "warning" else bound.info
+        previous = self._last_reason.get(policy.key)
+        self._last_reason[policy.key] = str(decision.event_reason)
+        # Every evaluation and every change is logged with its numbers; a wait that repeats the
+        # previous one (no evaluation, same reason) would only flood the log every interval.
+        repeated = (
+            decision.action == "wait" and decision.verdict is None and previous == str(decision.event_reason)
+        )
+        if repeated:
+            level = bound.debug
+        else:
+            level = bound.warning if decision.severity == "warning" else bound.info
         level(
             decision.summary,
             revision=decision.revision,
@@ -304,8 +314,6 @@ class Reconciler:
                     judgement.stable_value
                 )
 
-        previous = self._last_reason.get(policy.key)
-        self._last_reason[policy.key] = str(decision.event_reason)
         if self._dry_run or not is_announced(decision, previous):
             return
         notification = to_notification(decision, policy, now, inference_service_uid=uid)
