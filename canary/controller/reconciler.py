@@ -278,10 +278,7 @@ class Reconciler:
         repeated = (
             decision.action == "wait" and decision.verdict is None and previous == str(decision.event_reason)
         )
-        if repeated:
-            level = bound.debug
-        else:
-            level = bound.warning if decision.severity == "warning" else bound.info
+        level = bound.debug if repeated else bound.warning if decision.severity == "warning" else bound.info
         level(
             decision.summary,
             revision=decision.revision,
