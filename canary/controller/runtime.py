@@ -84,7 +84,6 @@ def load_api_client(kubeconfig: str | None) -> client.ApiClient:
             api = client.ApiClient()
         except config.ConfigException:
             api = config.new_client_from_config()  # type: ignore[no-untyped-call]
-    # Audit logs (and the emulator's request log) then say who wrote.
     api.user_agent = f"kserve-canary/{__version__}"
     return api
 
@@ -106,6 +105,8 @@ class Controller:
         self.settings = settings
         self.metrics = metrics or ControllerMetrics()
         self._api_client = api_client
+        # Audit logs (and the emulator's request log) then say which replica wrote.
+        api_client.user_agent = f"kserve-canary/{__version__} ({settings.identity})"
         self._registry = PolicyRegistry(settings.policy_paths)
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(tolerance=max(60.0, 6 * settings.reload_period))

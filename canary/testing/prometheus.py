@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -173,6 +174,16 @@ class PrometheusServer:
                 raise TimeoutError(f"targets not scraped within {timeout:g}s:\n{self._log_tail()}")
             time.sleep(0.1)
 
+    def suspend(self) -> None:
+        """Freeze the server (SIGSTOP): connections are accepted and never answered, as in an outage."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo :meth:`suspend` (SIGCONT)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
     def reload(self) -> None:
         """Ask Prometheus to re-read its configuration (and pick up new blocks)."""
         requests.post(f"{self.url}/-/reload", timeout=10).raise_for_status()
@@ -270,6 +281,7 @@ class PrometheusServer:
         if process is None:
             return
         if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a suspended server cannot act on SIGTERM
             process.terminate()
             try:
                 process.wait(timeout=timeout)

@@ -150,7 +150,7 @@ class Stack:
             self.api = cast(client.ApiClient, config.new_client_from_config(config_file=str(self.kubeconfig)))  # type: ignore[no-untyped-call]
             self.receiver.start()
             self._closers.append(self.receiver.stop)
-            for namespace in sorted({model.namespace for model in self.models}):
+            for namespace in sorted({model.namespace for model in self.models} - {"default"}):
                 self.emulator.create_namespace(namespace)
             self.fleet = SimulatedFleet(
                 self.api, self.models, seed=self.seed, on_new_revision=self._on_new_revision
