@@ -26,7 +26,7 @@ The rules, in the order they are applied (DESIGN §2 and §4):
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -34,7 +34,7 @@ from canary.evidence import Evidence, EvidenceRequest
 from canary.policy.model import Check, NoDataAction, PromotionPolicy, Step
 from canary.policy.units import format_duration
 from canary.rollout.decision import Action, Decision, EventReason, Severity
-from canary.rollout.judge import Evaluation, has_absolute_limit, judge_evidence
+from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
 from canary.rollout.state import (
     MAX_HISTORY,
@@ -95,6 +95,56 @@ class _EvaluationMode(StrEnum):
     BAKE = "bake"
 
 
+@dataclass(frozen=True, slots=True)
+class _PolicyPlan:
+    """What the core derives from a policy, once per policy object rather than once per decision."""
+
+    key: str  # namespace/inferenceService
+    steps: tuple[Step, ...]  # the held steps (below 100)
+    checks: tuple[Check, ...]
+    absolute_checks: tuple[Check, ...]  # judged while pending or baking
+    windows: tuple[timedelta, ...]  # per step
+    window_texts: tuple[str, ...]  # per step, for messages
+    min_requests: tuple[int, ...]  # per step
+    interval: timedelta
+    progress_deadline: timedelta
+    bake: timedelta
+
+    @classmethod
+    def of(cls, policy: PromotionPolicy) -> _PolicyPlan:
+        spec = policy.spec
+        steps = tuple(spec.canary_steps)
+        return cls(
+            key=policy.key,
+            steps=steps,
+            checks=tuple(spec.checks),
+            absolute_checks=tuple(check for check in spec.checks if has_absolute_limit(check)),
+            windows=tuple(_seconds(spec.step_window(step)) for step in steps),
+            window_texts=tuple(format_duration(spec.step_window(step)) for step in steps),
+            min_requests=tuple(spec.step_min_requests(step) for step in steps),
+            interval=_seconds(spec.interval),
+            progress_deadline=_seconds(spec.progress_deadline),
+            bake=_seconds(spec.bake),
+        )
+
+
+# Plans by policy identity; policies are immutable and the entry keeps its policy alive, so an id is
+# never reused while cached. A pure memo: the same answer, without re-deriving it every decision.
+_PLANS: dict[int, tuple[PromotionPolicy, _PolicyPlan]] = {}
+_MAX_PLANS = 1024
+
+
+def _plan(policy: PromotionPolicy) -> _PolicyPlan:
+    entry = _PLANS.get(id(policy))
+    if entry is not None and entry[0] is policy:
+        return entry[1]
+    plan = _PolicyPlan.of(policy)
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(policy)] = (policy, plan)
+    return plan
+
+
 class _Tick:
     """One decision. Mutable only inside itself; what leaves it is the immutable :class:`Decision`."""
 
@@ -112,7 +162,8 @@ class _Tick:
             raise ValueError("decide() needs a timezone-aware 'now'")
         self.policy = policy
         self.spec = policy.spec
-        self.steps: list[Step] = policy.spec.canary_steps
+        self.plan = _plan(policy)
+        self.steps = self.plan.steps
         self.observed = observed
         self.original = state
         self.state = state
@@ -775,9 +826,9 @@ class _Tick:
         if decided is not None:
             return decided
         state = self.state
-        bake_end = bake_start + _seconds(self.spec.bake)
+        bake_end = bake_start + self.plan.bake
         last = state.evaluation
-        if not any(has_absolute_limit(check) for check in self.spec.checks):
+        if not self.plan.absolute_checks:
             # Only relative limits, and the stable revision gets no traffic any more: nothing to watch.
             finished = self.now >= bake_end
         else:
@@ -829,12 +880,8 @@ class _Tick:
 
     def evaluate(self, mode: _EvaluationMode, window_start: datetime, stable: str | None) -> Decision | None:
         """Judge the evidence if it is the evaluation due now; may decide a rollback or a pause."""
-        compare = mode == _EvaluationMode.STEP
-        checks = (
-            self.spec.checks
-            if compare
-            else [check for check in self.spec.checks if has_absolute_limit(check)]
-        )
+        compare = mode is _EvaluationMode.STEP
+        checks = self.plan.checks if compare else self.plan.absolute_checks
         if not checks:
             return None
         window_end = self.window_end(mode, window_start)
@@ -860,19 +907,19 @@ class _Tick:
         return self.record_evaluation(mode, checks, evidence, window_start, window_end)
 
     def window_end(self, mode: _EvaluationMode, window_start: datetime) -> datetime | None:
-        if mode == _EvaluationMode.STEP:
+        if mode is _EvaluationMode.STEP:
             step = self.state.step
             assert step is not None
-            return window_start + _seconds(self.spec.step_window(self.steps[step.index]))
-        if mode == _EvaluationMode.BAKE:
-            return window_start + _seconds(self.spec.bake)
+            return window_start + self.plan.windows[step.index]
+        if mode is _EvaluationMode.BAKE:
+            return window_start + self.plan.bake
         return None
 
     def due(self, at: datetime, window_start: datetime, window_end: datetime | None) -> bool:
         """An evaluation is due every ``interval``, and once more when the window ends between two."""
         if at <= window_start:
             return False
-        interval = _seconds(self.spec.interval)
+        interval = self.plan.interval
         last = self.state.evaluation.at
         if last is None or last < window_start:
             return at - window_start >= interval
@@ -883,7 +930,7 @@ class _Tick:
         return window_end is not None and last < window_end <= at
 
     def request(
-        self, checks: list[Check], window_start: datetime, stable: str | None, compare: bool
+        self, checks: tuple[Check, ...], window_start: datetime, stable: str | None, compare: bool
     ) -> EvidenceRequest:
         assert self.state.revision is not None
         return EvidenceRequest(
@@ -893,30 +940,31 @@ class _Tick:
             stable_revision=stable,
             window_start=window_start,
             at=self.now,
-            checks=tuple(checks),
+            checks=checks,
             compare_with_stable=compare,
         )
 
     def record_evaluation(
         self,
         mode: _EvaluationMode,
-        checks: list[Check],
+        checks: tuple[Check, ...],
         evidence: Evidence,
         window_start: datetime,
         window_end: datetime | None,
     ) -> Decision | None:
         at = evidence.request.at
-        compare = mode == _EvaluationMode.STEP
+        compare = mode is _EvaluationMode.STEP
         evaluation = judge_evidence(checks, evidence.canary, evidence.stable, compare_with_stable=compare)
         self.evaluation, self.evaluated_at = evaluation, at
         state = self.state
         previous = state.evaluation
         verdict = evaluation.verdict
         has_error = evaluation.has_error
+        failed = evaluation.failures
         step = state.step
-        min_requests = self.spec.step_min_requests(self.steps[step.index]) if compare and step else 0
+        min_requests = self.plan.min_requests[step.index] if compare and step else 0
         enough_requests = evaluation.requests is not None and evaluation.requests >= min_requests
-        if mode == _EvaluationMode.STEP:
+        if mode is _EvaluationMode.STEP:
             conclusive = verdict is EvaluationVerdict.FAIL or (
                 verdict is EvaluationVerdict.PASS and enough_requests
             )
@@ -931,33 +979,46 @@ class _Tick:
             at=at,
             verdict=verdict,
             requests=evaluation.requests,
-            failed_checks=tuple(judgement.name for judgement in evaluation.failures),
+            failed_checks=tuple(judgement.name for judgement in failed),
             failure_streak=streak,
             query_error=has_error,
             last_conclusive_at=at if conclusive else previous.last_conclusive_at,
             no_data_clock_from=at if has_error else previous.no_data_clock_from,
         )
-        self.state = state = replace(state, evaluation=record)
-        what = {
-            _EvaluationMode.STEP: f"step {step.weight}%" if step else "step",
-            _EvaluationMode.PENDING: "while not Ready, absolute limits",
-            _EvaluationMode.BAKE: "bake, absolute limits",
-        }[mode]
+        if mode is _EvaluationMode.STEP:
+            assert step is not None
+            assert step.started_at is not None
+            held = at - step.started_at
+            passed = (
+                verdict is EvaluationVerdict.PASS
+                and enough_requests
+                and held >= self.plan.windows[step.index]
+            )
+            step = StepProgress(step.index, step.weight, step.started_at, at if passed else None)
+        self.state = state = replace(state, evaluation=record, step=step)
+        if mode is _EvaluationMode.STEP:
+            what = f"step {step.weight}%" if step else "step"
+        else:
+            what = (
+                "while not Ready, absolute limits"
+                if mode is _EvaluationMode.PENDING
+                else "bake, absolute limits"
+            )
         self.reasons.append(
             f"Evaluation at {describe_time(at)} over {_duration(at - window_start)} ({what}): "
             f"{evaluation.summary()}."
         )
         for judgement in evaluation.judgements:
-            if judgement.verdict.value != "pass":
+            if judgement.verdict is not CheckVerdict.PASS:
                 self.reasons.append(judgement.describe())
 
-        critical = evaluation.critical_failures
+        critical = [judgement for judgement in failed if judgement.critical]
         if critical:
             return self.rollback(
                 "Critical check failed: " + "; ".join(f"{j.name}: {j.detail}" for j in critical) + "."
             )
         if verdict is EvaluationVerdict.FAIL:
-            failures = "; ".join(f"{j.name}: {j.detail}" for j in evaluation.failures)
+            failures = "; ".join(f"{j.name}: {j.detail}" for j in failed)
             if streak >= self.spec.failure_limit:
                 return self.rollback(
                     f"{streak} consecutive failed evaluations (failureLimit {self.spec.failure_limit}): "
@@ -974,17 +1035,9 @@ class _Tick:
                 "Prometheus queries failed: the rollout holds and retries; query errors never count as "
                 "failures and never trigger onNoData."
             )
-        if mode != _EvaluationMode.STEP:
+        if mode is not _EvaluationMode.STEP or conclusive or has_error:
             return None
         assert step is not None
-        assert step.started_at is not None
-        window = self.spec.step_window(self.steps[step.index])
-        passed = (
-            verdict is EvaluationVerdict.PASS and enough_requests and at - step.started_at >= _seconds(window)
-        )
-        self.state = replace(state, step=replace(step, passed_at=at if passed else None))
-        if conclusive or has_error:
-            return None
         return self.no_data(at, step)
 
     def no_data(self, at: datetime, step: StepProgress) -> Decision | None:
@@ -1037,17 +1090,16 @@ class _Tick:
 
     def step_progress_text(self, step: StepProgress) -> str:
         assert step.started_at is not None
-        policy_step = self.steps[step.index]
         held = self.now - step.started_at
-        window = self.spec.step_window(policy_step)
         record = self.state.evaluation
         current = record.at is not None and record.at >= step.started_at
         requests = f"{record.requests:.0f}" if current and record.requests is not None else "?"
         verdict = record.verdict if current and record.verdict else "none yet"
         return (
             f"Holding {self.state.revision} at {step.weight}% (step {step.index + 1} of "
-            f"{len(self.steps)}): held {_duration(held)} of {format_duration(window)}, {requests} of "
-            f"{self.spec.step_min_requests(policy_step)} canary requests, latest evaluation {verdict}."
+            f"{len(self.steps)}): held {_duration(held)} of {self.plan.window_texts[step.index]}, "
+            f"{requests} of {self.plan.min_requests[step.index]} canary requests, latest evaluation "
+            f"{verdict}."
         )
 
     # ------------------------------------------------------------------------------------------
@@ -1160,10 +1212,7 @@ class _Tick:
         step_index = state.step.index if state.step else -1
         moment = id_time or self.now
         # Not the event: a write re-issued after a crash keeps the id of the original decision.
-        identity = (
-            f"{self.policy.key}|{state.revision}|{action.value}|{step_index}|{weight}|{moment.timestamp()!r}"
-        )
-
+        identity = f"{self.plan.key}|{state.revision}|{action}|{step_index}|{weight}|{moment.timestamp()!r}"
         decision_id = hashlib.sha256(identity.encode()).hexdigest()[:20]
         if action is not Action.WAIT or state.phase is not self.original.phase:
             history = state.history
@@ -1214,7 +1263,7 @@ def _shorten(text: str) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
-def _step_at_or_below(steps: list[Step], weight: int) -> int:
+def _step_at_or_below(steps: tuple[Step, ...], weight: int) -> int:
     """The index of the highest step not above ``weight`` (the first step when all are above)."""
     index = 0
     for position, step in enumerate(steps):

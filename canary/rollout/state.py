@@ -299,4 +299,4 @@ def describe_time(moment: datetime | None) -> str:
     """A timestamp for people: ``2026-03-01T12:00:00Z`` (UTC, whole seconds)."""
     if moment is None:
         return "never"
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
