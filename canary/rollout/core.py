@@ -13,7 +13,8 @@ The rules, in the order they are applied (DESIGN §2 and §4):
 
 1. No InferenceService, a deployment mode other than Knative, no revision yet, a first deployment:
    nothing to do, with a clear reason.
-2. An operator's ``abort`` rolls back before anything else (a rollback is always safe).
+2. An operator's ``abort`` of the current canary rolls back before anything else (a rollback is
+   always safe, even while KServe lags behind a changed spec).
 3. Identity: a revision we have not seen starts a new rollout (unless it was rolled back before); a
    spec that changed while KServe still reports the old revision means *wait* — never judge or
    promote a canary whose spec is no longer the one in the InferenceService.
@@ -310,7 +311,7 @@ class _Tick:
         since = self.state.spec_change_seen_at or self.now
         waited = self.now - since
         severity = Severity.INFO
-        if waited >= _seconds(self.spec.progress_deadline):
+        if waited >= self.plan.progress_deadline:
             severity = Severity.WARNING
             self.reasons.append(
                 f"KServe has created no revision for the changed spec for {_duration(waited)} "
@@ -642,7 +643,7 @@ class _Tick:
             return rolled_back
         failure = f" Knative reports: {observed.revision_failure}" if observed.revision_failure else ""
         deadline = self.spec.progress_deadline
-        if waited >= _seconds(deadline):
+        if waited >= self.plan.progress_deadline:
             return self.rollback(
                 f"{state.revision} did not become Ready within progressDeadline {format_duration(deadline)} "
                 f"(rollout started {describe_time(state.started_at)}).{failure}"
@@ -686,7 +687,7 @@ class _Tick:
                 )
             # Nothing can be due at the very moment the step starts: its window is empty.
             self.state = replace(state, step=replace(step, started_at=self.now))
-            window = format_duration(self.spec.step_window(self.steps[step.index]))
+            window = self.plan.window_texts[step.index]
             return self.wait(
                 f"Step {step.index + 1} of {len(self.steps)} ({step.weight}%) of {revision} started: status "
                 f"traffic shows it at {describe_time(self.now)}; holding it for {window}.",
@@ -740,7 +741,7 @@ class _Tick:
                 self.state = state = replace(state, step=replace(state.step, passed_at=None))
         unready_for = self.now - since
         deadline = self.spec.progress_deadline
-        if unready_for >= _seconds(deadline):
+        if unready_for >= self.plan.progress_deadline:
             return self.rollback(
                 f"{state.revision} has not been Ready for {_duration(unready_for)} "
                 f"(since {describe_time(since)}), beyond progressDeadline {format_duration(deadline)}."
@@ -754,15 +755,13 @@ class _Tick:
         )
 
     def leave_step(self, step: StepProgress) -> Decision:
-        policy_step = self.steps[step.index]
         assert step.started_at is not None
         assert step.passed_at is not None
         requests = self.state.evaluation.requests
         passed = (
             f"Step {step.weight}% passed: held {_duration(step.passed_at - step.started_at)} (window "
-            f"{format_duration(self.spec.step_window(policy_step))}), "
-            f"{(requests or 0):.0f} canary requests "
-            f"(minRequests {self.spec.step_min_requests(policy_step)}), "
+            f"{self.plan.window_texts[step.index]}), {(requests or 0):.0f} canary requests "
+            f"(minRequests {self.plan.min_requests[step.index]}), "
             f"latest evaluation passed at {describe_time(step.passed_at)}."
         )
         self.reasons.insert(0, passed)
@@ -904,7 +903,7 @@ class _Tick:
             or not self.due(asked.at, window_start, window_end)
         ):
             return None
-        return self.record_evaluation(mode, checks, evidence, window_start, window_end)
+        return self.record_evaluation(mode, checks, evidence, window_start)
 
     def window_end(self, mode: _EvaluationMode, window_start: datetime) -> datetime | None:
         if mode is _EvaluationMode.STEP:
@@ -950,7 +949,6 @@ class _Tick:
         checks: tuple[Check, ...],
         evidence: Evidence,
         window_start: datetime,
-        window_end: datetime | None,
     ) -> Decision | None:
         at = evidence.request.at
         compare = mode is _EvaluationMode.STEP
