@@ -150,6 +150,13 @@ def run(
         float,
         typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
     ] = 30.0,
+    min_samples: Annotated[
+        float,
+        typer.Option(
+            envvar="MIN_SAMPLES",
+            help="A latency or error rate from fewer requests is no data (neither pass nor fail).",
+        ),
+    ] = 20,
     namespace: Annotated[
         list[str],
         typer.Option("--namespace", "-n", envvar="WATCH_NAMESPACES", help="Watched namespace (repeatable)."),
@@ -183,6 +190,7 @@ def run(
             timeout=prometheus_timeout,
         ),
         scrape_interval=scrape_interval,
+        min_requests=min_samples,
     )
     controller = Controller(
         ControllerConfig(

@@ -118,6 +118,19 @@ def wait_for_phase(stack: Stack, name: str, phases: set[str], timeout: float = 9
     return str(phase(stack, name))
 
 
+def story(stack: Stack, name: str) -> str:
+    """What happened to a model, for assertion messages: every notification with its reasons."""
+    return "\n".join(
+        f"{n['action']}: {n['summary']} {n['reasons']} {[(c['name'], c['verdict'], c['value'], c['stable']) for c in n['checks']]}"
+        for n in notifications(stack, name)
+    )
+
+
+def assert_outcome(stack: Stack, name: str, expected: str) -> None:
+    final = wait_for_phase(stack, name, {"Succeeded", "RolledBack"})
+    assert final == expected, story(stack, name)
+
+
 def written_percentages(stack: Stack, name: str) -> list[Any]:
     """Every canaryTrafficPercent the controller wrote to this InferenceService, from the API's log."""
     values = []
@@ -155,13 +168,13 @@ def test_a_human_change_pauses_the_rollout_and_resume_continues(
     assert "40" in paused["summary"] + " ".join(paused["reasons"])
     result = CliRunner().invoke(app, ["resume", f"{NS}/human", "--kubeconfig", str(stack.kubeconfig)])
     assert result.exit_code == 0, result.output
-    assert wait_for_phase(stack, "human", {"Succeeded", "RolledBack"}) == "Succeeded"
+    assert_outcome(stack, "human", "Succeeded")
 
 
 def test_new_revision_without_the_field_is_started_before_ready_and_promoted(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert wait_for_phase(stack, "autostart", {"Succeeded", "RolledBack"}) == "Succeeded"
+    assert_outcome(stack, "autostart", "Succeeded")
     assert written_percentages(stack, "autostart") == [10, 30, 50, None]
     # The first step was in place before the (slow-loading) canary became Ready.
     started = next(e for e in stack.state(NS, "autostart")["history"] if e["action"] == "start")  # type: ignore[index]
@@ -176,14 +189,14 @@ def test_new_revision_without_the_field_is_started_before_ready_and_promoted(
 def test_git_carrying_the_first_step_is_adopted_and_promoted(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert wait_for_phase(stack, "gitstep", {"Succeeded", "RolledBack"}) == "Succeeded"
+    assert_outcome(stack, "gitstep", "Succeeded")
     assert written_percentages(stack, "gitstep") == [30, 50, None]
 
 
 def test_a_canary_whose_p99_regresses_under_load_is_rolled_back(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert wait_for_phase(stack, "regress", {"Succeeded", "RolledBack"}) == "RolledBack"
+    assert_outcome(stack, "regress", "RolledBack")
     assert stack.canary_percent(NS, "regress") == 0
     rollback = next(n for n in notifications(stack, "regress") if n["action"] == "rolled-back")
     p99 = next(check for check in rollback["checks"] if check["name"] == "p99")
@@ -194,7 +207,7 @@ def test_a_canary_whose_p99_regresses_under_load_is_rolled_back(
 def test_an_oom_kill_rolls_back_within_one_interval_of_being_visible(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert wait_for_phase(stack, "oom", {"Succeeded", "RolledBack"}) == "RolledBack"
+    assert_outcome(stack, "oom", "RolledBack")
     rollback = next(n for n in notifications(stack, "oom") if n["action"] == "rolled-back")
     oom = next(check for check in rollback["checks"] if check["name"] == "oom")
     assert (oom["verdict"], oom["critical"]) == ("fail", True)
@@ -205,7 +218,7 @@ def test_an_oom_kill_rolls_back_within_one_interval_of_being_visible(
 def test_a_canary_that_never_becomes_ready_is_rolled_back_at_its_deadline(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert wait_for_phase(stack, "neverready", {"Succeeded", "RolledBack"}) == "RolledBack"
+    assert_outcome(stack, "neverready", "RolledBack")
     assert written_percentages(stack, "neverready") == [10, 0]
     rollback = next(n for n in notifications(stack, "neverready") if n["action"] == "rolled-back")
     assert "12s" in rollback["summary"] + " ".join(rollback["reasons"])
@@ -214,7 +227,7 @@ def test_a_canary_that_never_becomes_ready_is_rolled_back_at_its_deadline(
 def test_a_write_racing_another_writer_gets_409_and_is_decided_again(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert wait_for_phase(stack, "race", {"Succeeded", "RolledBack"}) == "Succeeded"
+    assert_outcome(stack, "race", "Succeeded")
     patches = stack.emulator.requests.entries(method="PATCH", path_contains="/inferenceservices/race")
     statuses = [entry.status for entry in patches]
     assert 409 in statuses
@@ -228,7 +241,7 @@ def test_a_broken_policy_dropped_in_at_runtime_is_reported_and_the_others_keep_r
     stack.write_policy("broken.yaml", policy("broken").replace("window: 4s", "window: soon"))
     assert wait_until(lambda: "broken.yaml:7: spec.window" in controller.log(), 20), controller.log()[-2000:]
     assert controller.alive
-    assert wait_for_phase(stack, "gitstep", {"Succeeded", "RolledBack"}) == "Succeeded"
+    assert_outcome(stack, "gitstep", "Succeeded")
 
 
 def test_the_controller_never_touches_metadata_of_an_inference_service(
@@ -238,3 +251,43 @@ def test_the_controller_never_touches_metadata_of_an_inference_service(
     for entry in stack.emulator.requests.entries(method="PATCH", path_contains="/inferenceservices/"):
         if entry.status == 200 and isinstance(entry.body, dict):
             assert not ((entry.body.get("metadata") or {}).keys() - {"resourceVersion"}), entry.body
+
+
+def test_status_explain_and_metrics_show_the_numbers_behind_the_decisions(
+    stack: Stack, controller: ControllerProcess
+) -> None:
+    wait_for_phase(stack, "regress", {"Succeeded", "RolledBack"})
+    wait_for_phase(stack, "autostart", {"Succeeded", "RolledBack"})
+    kubeconfig = ["--kubeconfig", str(stack.kubeconfig)]
+    status = CliRunner().invoke(app, ["status", "--format", "json", *kubeconfig])
+    assert status.exit_code == 0, status.output
+    rows = {row["model"]: row for row in json.loads(status.output)}
+    assert rows["e2e/regress"]["phase"] == "RolledBack"
+    assert rows["e2e/autostart"]["phase"] == "Succeeded"
+
+    explained = CliRunner().invoke(app, ["explain", "e2e/regress", "--format", "json", *kubeconfig])
+    assert explained.exit_code == 0, explained.output
+    latest = json.loads(explained.output)["latestEvaluation"]
+    p99 = next(check for check in latest["checks"] if check["name"] == "p99")
+    assert p99["verdict"] == "fail"
+    assert "histogram_quantile(0.99" in p99["query"]
+    assert p99["value"] > p99["stable"]
+    text = CliRunner().invoke(app, ["explain", "e2e/regress", *kubeconfig])
+    assert "p99" in text.output
+    assert "fail" in text.output
+
+    metrics = controller.metrics()
+    assert (
+        'kserve_canary_rollout_phase{inference_service="regress",namespace="e2e",phase="RolledBack"} 1.0'
+        in metrics
+    )
+    assert (
+        'kserve_canary_check_value{check="p99",inference_service="regress",namespace="e2e",revision="canary"}'
+        in metrics
+    )
+    assert (
+        'kserve_canary_decisions_total{action="rollback",inference_service="regress",namespace="e2e"} 1.0'
+        in metrics
+    )
+    events = [event for event in stack.events(NS) if event.involved_object.name == "regress"]
+    assert any(event.reason == "CanaryRolledBack" and event.type == "Warning" for event in events)
