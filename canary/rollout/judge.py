@@ -8,6 +8,12 @@ Each check gets one of four verdicts (DESIGN §4), never confused with each othe
 * ``no-data`` — nothing to judge (no requests, no pods, the stable revision has no value);
 * ``pass`` — every limit that applies is met.
 
+A limit broken by a value measured from a few requests is not yet a failure: for error rates and
+latency quantiles a breach must be *significant* (see :func:`significant_breach`); until then the
+check has no data ("above the limit, not significant yet"): the step cannot pass, nothing is
+counted towards failureLimit, and the growing window soon settles it either way. Peers fail a
+canary on one unlucky error among twenty requests; this is the fix for that flapping.
+
 An evaluation fails if any check fails, is inconclusive if none fails but one has no data or an
 error, and passes otherwise. Every :class:`Judgement` keeps the value, the limit, the stable value,
 the samples and the query, so every decision can be explained with its numbers.
@@ -22,7 +28,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from canary.evidence import REQUESTS, EvidenceStatus, Measurement
-from canary.policy.model import Check
+from canary.policy.model import Check, MetricKind
 from canary.policy.units import Unit, format_value
 from canary.rollout.state import EvaluationVerdict
 
@@ -172,11 +178,19 @@ class _CheckPlan:
     critical: bool
     absolute_limit_text: str
     relative_limit_text: str
+    # How a breach is tested for significance: a rate of events among requests, a quantile of
+    # request latencies (q), or nothing (gauges, counts, custom queries: taken as measured).
+    sampling: _Sampling | None
 
     @classmethod
     def of(cls, check: Check) -> _CheckPlan:
         unit = check.value_unit
         comparable = check.max_increase is not None and check.comparable_to_stable
+        sampling: _Sampling | None = None
+        if check.metric is MetricKind.ERROR_RATE:
+            sampling = _Sampling("rate", None)
+        elif check.effective_quantile is not None:
+            sampling = _Sampling("quantile", check.effective_quantile)
         return cls(
             name=check.name,
             unit=unit,
@@ -189,6 +203,7 @@ class _CheckPlan:
             critical=check.critical,
             absolute_limit_text=_limit_text(check, unit, relative=False),
             relative_limit_text=_limit_text(check, unit, relative=comparable),
+            sampling=sampling,
         )
 
 
@@ -231,13 +246,17 @@ def judge_check(
         )
     assert measurement is not None
     failures: list[str] = []
+    # Breaches of limits on sampled values, with the bound and its side, for the significance test.
+    breaches: list[tuple[float, bool]] = []
     # The worst missing piece (an error outranks no-data), reported when no limit broke.
     missing: tuple[CheckVerdict, str] | None = None
     max_allowed = plan.max
     if max_allowed is not None and value > max_allowed:
         failures.append(f"{format_value(value, unit)} is above max {format_value(max_allowed, unit)}")
+        breaches.append((max_allowed, True))
     if plan.min is not None and value < plan.min:
         failures.append(f"{format_value(value, unit)} is below min {format_value(plan.min, unit)}")
+        breaches.append((plan.min, False))
 
     fraction: float | None = None
     if plan.max_fraction is not None:
@@ -269,7 +288,22 @@ def judge_check(
                         f"{format_value(value, unit)} is above {1.0 + max_increase:.3g} × stable "
                         f"{format_value(stable_value, unit)} = {format_value(allowed, unit)}"
                     )
+                    breaches.append((allowed, True))
 
+    fraction_failed = len(failures) > len(breaches)  # maxFraction: a gauge, taken as measured
+    if failures and plan.sampling is not None and not fraction_failed:
+        samples = measurement.samples
+        if not any(
+            significant_breach(plan.sampling, value, bound, samples, above) for bound, above in breaches
+        ):
+            failures, missing = (
+                [],
+                (
+                    CheckVerdict.NO_DATA,
+                    "; ".join(failures) + f", but not significant yet with {_samples_text(samples)}"
+                    f" ({plan.sampling.needs()})",
+                ),
+            )
     if failures:
         verdict, detail = CheckVerdict.FAIL, "; ".join(failures)
     elif missing is not None:
@@ -299,6 +333,60 @@ def judge_check(
         plan.min,
         fraction,
     )
+
+
+# A breach of a sampled value is significant at this one-sided confidence (z for 95 %).
+_Z = 1.645
+# A quantile is only as good as the samples in its tail: at least this many requests expected
+# beyond it (p99: 500 requests, p95: 100, p50: 10) before a breach of its limit can fail a check.
+TAIL_SAMPLES = 5.0
+
+
+class _Sampling(NamedTuple):
+    kind: str  # "rate" | "quantile"
+    quantile: float | None
+
+    def needs(self) -> str:
+        if self.kind == "rate":
+            return "a breach must hold at 95% confidence"
+        assert self.quantile is not None
+        needed = math.ceil(TAIL_SAMPLES / (1.0 - self.quantile) - 1e-9)
+        return f"a p{self.quantile * 100:g} needs {needed} requests"
+
+
+def significant_breach(
+    sampling: _Sampling, value: float, bound: float, samples: float | None, above: bool
+) -> bool:
+    """Whether a value measured from ``samples`` requests breaks ``bound`` beyond sampling noise.
+
+    * rates (errors / requests): the one-sided 95 % Wilson score bound of the rate must itself be
+      beyond the limit — one error among 20 requests (5 %) does not prove a 1 % limit broken;
+    * quantiles: at least :data:`TAIL_SAMPLES` requests must be expected beyond the quantile, else
+      the quantile is essentially the largest few samples of the window.
+
+    Unknown sample counts are taken at face value (the breach stands).
+    """
+    if samples is None or math.isinf(value):
+        return True
+    if samples <= 0:
+        return False
+    if sampling.kind == "rate":
+        low, high = _wilson(min(max(value, 0.0), 1.0), samples)
+        return low > bound if above else high < bound
+    assert sampling.quantile is not None
+    return samples * (1.0 - sampling.quantile) >= TAIL_SAMPLES - 1e-9
+
+
+def _wilson(rate: float, n: float) -> tuple[float, float]:
+    z2 = _Z * _Z
+    centre = rate + z2 / (2 * n)
+    spread = _Z * math.sqrt(rate * (1 - rate) / n + z2 / (4 * n * n))
+    denominator = 1 + z2 / n
+    return (centre - spread) / denominator, (centre + spread) / denominator
+
+
+def _samples_text(samples: float | None) -> str:
+    return "an unknown number of requests" if samples is None else f"{samples:.0f} requests"
 
 
 def _value_of(measurement: Measurement | None) -> float | None:

@@ -12,8 +12,7 @@ from canary.policy.model import Check, PromotionPolicy
 from canary.policy.units import Unit
 from canary.rollout import Decision, RolloutState, Timeline, decide, evidence_request
 from canary.rollout.judge import fraction_key
-
-from .kserve_sim import KServeSim
+from canary.simulation.kserve_status import KServeSim
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GIB = 1024.0**3

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from canary.rollout import Action, EventReason, PauseKind, Phase, Severity, apply_command
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import Harness, make_policy
-from .kserve_sim import KServeSim
 
 OLD, NEW = "llama-predictor-00001", "llama-predictor-00002"
 

@@ -12,9 +12,9 @@ import pytest
 from canary.rollout import Action, EventReason, PauseKind, Phase, RolloutState, apply_command, decide
 from canary.rollout import state as state_module
 from canary.rollout.observed import ObservedInferenceService, TrafficTarget
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import HEALTHY_EVIDENCE, T0, Harness, make_policy, progressing
-from .kserve_sim import KServeSim
 
 OLD, CANARY = "llama-predictor-00001", "llama-predictor-00002"
 

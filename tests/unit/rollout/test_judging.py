@@ -86,8 +86,8 @@ def test_relative_limit_is_not_applied_while_stable_is_below_min_stable() -> Non
     assert below_floor.verdict is CheckVerdict.PASS
     assert "maxIncrease not applied: stable 0.05% is below minStable 0.1%" in below_floor.detail
     assert below_floor.max_allowed == pytest.approx(0.01)
-    # Stable 0.2% is above the floor: 0.5% > 1.5 x 0.2% = 0.3% fails.
-    above_floor = judge(errors, ok(0.005, Unit.RATIO), ok(0.002, Unit.RATIO))
+    # Stable 0.2% is above the floor: 0.5% > 1.5 x 0.2% = 0.3% fails (measured over enough requests).
+    above_floor = judge(errors, ok(0.005, Unit.RATIO, samples=100_000), ok(0.002, Unit.RATIO))
     assert above_floor.verdict is CheckVerdict.FAIL
     assert "1.5 × stable 0.2% = 0.3%" in above_floor.detail
 
@@ -253,3 +253,48 @@ def test_absolute_limit_detection() -> None:
     assert has_absolute_limit(check(metric="latency", max="1s"))
     assert has_absolute_limit(check(metric="gpu-memory-peak", maxFraction=0.9))
     assert not has_absolute_limit(check(metric="latency", maxIncrease="20%"))
+
+
+def test_an_error_rate_breach_from_few_requests_is_not_yet_a_failure() -> None:
+    errors = check(name="errors", metric="error-rate", max="1%")
+    # One error among 40 requests: 2.5% is above 1%, but a 1% canary shows that often.
+    unlucky = judge(errors, ok(1 / 40, Unit.RATIO, samples=40))
+    assert unlucky.verdict is CheckVerdict.NO_DATA
+    assert "not significant yet with 40 requests" in unlucky.detail
+    # The same 2.5% over 2,000 requests is beyond doubt.
+    assert judge(errors, ok(0.025, Unit.RATIO, samples=2000)).verdict is CheckVerdict.FAIL
+    # A rate far above its limit needs few requests: 10 errors in 20.
+    assert judge(errors, ok(0.5, Unit.RATIO, samples=20)).verdict is CheckVerdict.FAIL
+
+
+def test_a_quantile_breach_needs_requests_in_its_tail() -> None:
+    p99 = check(name="p99", metric="latency", quantile=0.99, max="800ms")
+    thin = judge(p99, ok(1.2, samples=200))
+    assert thin.verdict is CheckVerdict.NO_DATA
+    assert "a p99 needs 500 requests" in thin.detail
+    assert judge(p99, ok(1.2, samples=500)).verdict is CheckVerdict.FAIL
+    p50 = check(name="p50", metric="latency", quantile=0.5, max="100ms")
+    assert judge(p50, ok(0.2, samples=10)).verdict is CheckVerdict.FAIL
+
+
+def test_significance_applies_to_relative_and_lower_limits_too() -> None:
+    errors = check(name="errors", metric="error-rate", maxIncrease="50%")
+    assert (
+        judge(errors, ok(0.004, Unit.RATIO, samples=500), ok(0.002, Unit.RATIO)).verdict
+        is CheckVerdict.NO_DATA
+    )
+    assert (
+        judge(errors, ok(0.004, Unit.RATIO, samples=50_000), ok(0.002, Unit.RATIO)).verdict
+        is CheckVerdict.FAIL
+    )
+    floor = check(name="success", metric="error-rate", min="10%", max="90%")
+    assert judge(floor, ok(0.05, Unit.RATIO, samples=20)).verdict is CheckVerdict.NO_DATA
+    assert judge(floor, ok(0.05, Unit.RATIO, samples=5000)).verdict is CheckVerdict.FAIL
+
+
+def test_breaches_without_a_sample_count_or_of_gauges_stand_as_measured() -> None:
+    errors = check(name="errors", metric="error-rate", max="1%")
+    assert judge(errors, ok(0.02, Unit.RATIO, samples=None)).verdict is CheckVerdict.FAIL
+    assert judge(errors, ok(math.inf, Unit.RATIO, samples=3)).verdict is CheckVerdict.FAIL
+    kv = check(name="kv", metric="kv-cache-usage", max="95%")
+    assert judge(kv, ok(0.97, Unit.RATIO, samples=1)).verdict is CheckVerdict.FAIL

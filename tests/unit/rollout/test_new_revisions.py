@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from canary.rollout import Action, EventReason, Phase, RolloutState, Severity, decide
 from canary.rollout.state import RolledBackRevision
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import HEALTHY_EVIDENCE, T0, make_policy, progressing
-from .kserve_sim import KServeSim
 
 OLD, CANARY, NEWER = (f"llama-predictor-{n:05d}" for n in range(1, 4))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from canary.rollout import Action, EventReason, RolloutState, Severity, decide
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import T0, Harness, make_policy
-from .kserve_sim import KServeSim
 
 
 def test_a_first_deployment_needs_no_action() -> None:

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from canary.evidence import EvidenceRequest
 from canary.rollout import Action, Decision, EvaluationVerdict, RolloutState, decide, evidence_request
 from canary.rollout.judge import CheckVerdict
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import HEALTHY_EVIDENCE, T0, EvidenceMaker, make_policy, no_data, query_error
-from .kserve_sim import KServeSim
 
 POLICIES = [
     make_policy(window="3m", interval="1m", failureLimit=2, onNoData={"after": "5m", "action": "hold"}),

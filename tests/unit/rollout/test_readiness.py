@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from canary.rollout import Action, EvaluationVerdict, EventReason, Phase, Severity
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import HEALTHY_EVIDENCE, Harness, make_policy, progressing
-from .kserve_sim import KServeSim
 
 OLD, NEW = "llama-predictor-00001", "llama-predictor-00002"
 

@@ -28,9 +28,9 @@ from canary.rollout.state import (
     WeightRecord,
     describe_time,
 )
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import T0, Harness, make_policy
-from .kserve_sim import KServeSim
 
 LONG_NAME = "m" * 40 + "-predictor-00042"  # Kubernetes names reach 63 characters
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from canary.rollout import Action, Phase, Timeline
+from canary.simulation.kserve_status import KServeSim
 
 from .helpers import HEALTHY_EVIDENCE, Harness, make_policy, progressing
-from .kserve_sim import KServeSim
 
 
 def test_a_full_rollout_reads_as_a_timeline() -> None:
