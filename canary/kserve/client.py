@@ -89,29 +89,18 @@ class InferenceServiceClient:
     ) -> Iterator[WatchEvent]:
         """Stream changes after ``resource_version``; ends after ``timeout_seconds`` (then list again)."""
         watcher = watch.Watch()  # type: ignore[no-untyped-call]
-        if namespace is None:
-            stream = watcher.stream(  # type: ignore[no-untyped-call]
-                self._api.list_cluster_custom_object,
-                GROUP,
-                VERSION,
-                PLURAL,
-                resource_version=resource_version,
-                timeout_seconds=timeout_seconds,
-                allow_watch_bookmarks=True,
-                _request_timeout=timeout_seconds + self._timeout,
-            )
-        else:
-            stream = watcher.stream(  # type: ignore[no-untyped-call]
-                self._api.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                resource_version=resource_version,
-                timeout_seconds=timeout_seconds,
-                allow_watch_bookmarks=True,
-                _request_timeout=timeout_seconds + self._timeout,
-            )
+        scope: tuple[Any, ...] = (
+            (self._api.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+            if namespace is None
+            else (self._api.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
+        )
+        stream = watcher.stream(  # type: ignore[no-untyped-call]
+            *scope,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            _request_timeout=timeout_seconds + self._timeout,
+        )
         try:
             for event in stream:
                 yield WatchEvent(type=str(event["type"]), object=cast(Mapping[str, Any], event["object"]))
