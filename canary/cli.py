@@ -371,3 +371,48 @@ def abort(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: R
 def promote(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
     """Skip the remaining steps and promote (once the canary is Ready)."""
     _command("promote", target, kubeconfig, reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo
+
+
+@app.command()
+def demo(
+    speed: Annotated[
+        float,
+        typer.Option(
+            min=0.5, max=5.0, help="Shorten the policies' windows, intervals and deadlines by this factor."
+        ),
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated fleet (latencies, errors).")] = 7,
+    keep_running: Annotated[
+        bool,
+        typer.Option(help="Leave Prometheus, the emulator and the controller up afterwards (Ctrl-C stops)."),
+    ] = False,
+    no_ui: Annotated[
+        bool, typer.Option("--no-ui", help="Plain log lines instead of the live view (CI).")
+    ] = False,
+    report: Annotated[
+        Path | None, typer.Option(help="Where to write the HTML report (default: a new temporary directory).")
+    ] = None,
+) -> None:
+    """A whole canary story on this machine, no cluster: one model promoted, two rolled back.
+
+    Exit 0 only when every model ended as the story says: A promoted, B rolled back by its p99 check,
+    C rolled back at its progress deadline.
+    """
+    # Imported here: the demo pulls in the emulator and the simulated fleet, which `run` never needs.
+    from canary.demo.run import DemoFailed, DemoOptions, run_demo  # noqa: PLC0415
+
+    console = Console(highlight=False, width=None if Console().is_terminal else 160)
+    options = DemoOptions(speed=speed, seed=seed, ui=not no_ui, keep_running=keep_running, report=report)
+    try:
+        code = run_demo(options, console)
+    except KeyboardInterrupt:
+        console.print("interrupted: every process the demo started has been stopped")
+        raise typer.Exit(130) from None
+    except DemoFailed as error:
+        console.print(f"[bold red]The demo failed:[/] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
