@@ -30,9 +30,11 @@ from canary.controller.announce import is_announced, to_notification
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceSource, EvidenceStatus
 from canary.kserve.client import ConflictError, InferenceServiceClient
-from canary.kserve.store import ConfigMapStateStore, StoredState
+from canary.kserve.store import ConfigMapStateStore, StoredState, state_configmap_name
 from canary.kserve.view import observe
-from canary.notify import Destination, Notification, NotificationDispatcher
+from canary.notify import Action as NotifyAction
+from canary.notify import Destination, Notification, NotificationDispatcher, make_decision_id
+from canary.notify import Severity as NotifySeverity
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
 from canary.rollout.core import decide, evidence_request
@@ -40,7 +42,7 @@ from canary.rollout.decision import Decision
 from canary.rollout.observed import ObservedInferenceService
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 
-__all__ = ["ReconcileOutcome", "Reconciler", "explain_document"]
+__all__ = ["ReconcileOutcome", "Reconciler", "explain_document", "unreadable_state_notification"]
 
 log = structlog.get_logger("kserve_canary.reconciler")
 
@@ -145,7 +147,13 @@ class Reconciler:
             # Never overwrite what we cannot read: a person must look at it (or delete it).
             bound.error("rollout state unreadable: rollout paused until it is fixed", error=str(error))
             self._metrics.reconcile_errors.labels("state").inc()
-            return ReconcileOutcome(key, error=f"state unreadable: {error}")
+            outcome = ReconcileOutcome(key, error=f"state unreadable: {error}")
+            if self._last_reason.get(key) != "StateUnreadable":
+                self._last_reason[key] = "StateUnreadable"
+                notification = unreadable_state_notification(policy, str(error), now, uid)
+                self._dispatcher.submit(notification, self._destinations_for(policy))
+                outcome.notifications.append(notification)
+            return outcome
 
         command_applied = False
         if stored.command:
@@ -354,4 +362,29 @@ def explain_document(decision: Decision, evidence: Evidence | None, now: datetim
             ],
         },
         separators=(",", ":"),
+    )
+
+
+def unreadable_state_notification(
+    policy: PromotionPolicy, error: str, now: datetime, uid: str | None
+) -> Notification:
+    """The state ConfigMap cannot be read (corrupt, or written by a newer controller): say so loudly."""
+    name = policy.spec.target.inference_service
+    return Notification(
+        id=make_decision_id(policy.key, "state-unreadable", error),
+        time=now,
+        namespace=policy.metadata.namespace,
+        inference_service=name,
+        policy=policy.metadata.name,
+        canary_revision=None,
+        stable_revision=None,
+        action=NotifyAction.PAUSED,
+        severity=NotifySeverity.WARNING,
+        phase="Paused",
+        summary=(
+            f"The rollout state of {policy.key} cannot be read, so kserve-canary will not touch this "
+            f"InferenceService until the ConfigMap {state_configmap_name(name)} is fixed or deleted: {error}"
+        ),
+        reason="StateUnreadable",
+        inference_service_uid=uid,
     )

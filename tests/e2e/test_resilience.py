@@ -159,3 +159,16 @@ def test_dry_run_decides_and_logs_but_writes_nothing() -> None:
         assert stack.canary_percent(NS, "dry") is None
         assert stack.state(NS, "dry") is None
         assert '"dryRun": true' in controller.log()
+
+
+def test_sigterm_stops_cleanly_and_releases_the_lease_for_the_standby() -> None:
+    lease = ["--lease-duration", "30", "--renew-deadline", "20", "--retry-period", "0.5"]
+    with Stack([], {}) as stack:
+        leader = stack.start_controller("leader", leader_elect=True, extra_args=lease)
+        assert wait_until(lambda: lease_holder(stack) == "leader", 15)
+        standby = stack.start_controller("standby", leader_elect=True, extra_args=lease)
+        assert leader.terminate(timeout=20) == 0
+        assert '"event": "stopped"' in leader.log()
+        # Released, not left to expire: the standby leads long before the 30s lease would run out.
+        assert wait_until(lambda: lease_holder(stack) == "standby", 10)
+        assert standby.alive
