@@ -52,6 +52,7 @@ class ModelView:
     timer_kind: str  # "window" or "deadline"
     checks: tuple[CheckReading, ...]
     evaluated_requests: float | None
+    latest: str  # the first reason of the latest evaluation: where the step stands and why
     history: tuple[Mapping[str, Any], ...]  # the state's decision history (JSON form)
 
     @property
@@ -166,6 +167,7 @@ def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) 
         timer_kind=timer_kind,
         checks=_checks(explain),
         evaluated_requests=None if explain is None else explain.get("requests"),
+        latest=str((explain.get("reasons") or [""])[0]) if explain is not None else "",
         history=history,
     )
 

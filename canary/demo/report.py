@@ -36,19 +36,22 @@ __all__ = [
 STABLE_COLOUR = "#3b6ea8"
 CANARY_COLOUR = "#e07b24"
 LIMIT_COLOUR = "#c0392b"
+# The decisions that move traffic or stop a rollout get a marker; "waiting" and "inconclusive" repeat
+# every interval, and "succeeded" follows "promoted" at once: they would only hide the others.
 MARKER_COLOURS = {
-    "deployed": "#7f8c8d",
     "started": "#7f8c8d",
     "advanced": "#27ae60",
     "promoted": "#1e8449",
-    "succeeded": "#1e8449",
     "rolled-back": "#c0392b",
     "paused": "#8e44ad",
     "unguarded-rollout": "#d68910",
 }
-# The decisions worth a marker; "waiting" and "inconclusive" repeat every interval and would hide them.
-MARKED_ACTIONS = frozenset(MARKER_COLOURS) - {"deployed"}
-RATE_WINDOW = "5s"  # short enough to show a step's change within its window, long enough to be smooth
+MARKED_ACTIONS = frozenset(MARKER_COLOURS)
+TABLED_ACTIONS = MARKED_ACTIONS | {"succeeded", "resumed", "aborted"}
+# Short enough to show a step's change within its window, long enough to be smooth. Errors are rare
+# events: over 5s a 10% canary's two unlucky 5xx look like a 2% error rate, so they get longer.
+LATENCY_RATE_WINDOW = "5s"
+ERROR_RATE_WINDOW = "15s"
 _MIB_PER_GIB = 1024.0
 
 
@@ -58,6 +61,7 @@ class Series:
     colour: str
     points: Sequence[tuple[float, float]]  # (seconds since the origin, value)
     step: bool = False  # a step function (traffic), not a sampled curve
+    dashed: bool = False  # a limit that moves with the data (e.g. 1.5 x stable)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,8 @@ def _revision_series(
 ) -> list[Series]:
     series = []
     for revision, version, colour in ((stable, "v1", STABLE_COLOUR), (canary, "v2", CANARY_COLOUR)):
-        if revision is None or revision not in values:
+        # A revision that served nothing (never Ready) has series of zeros and NaN quantiles: no line.
+        if revision is None or not values.get(revision):
             continue
         points = [(t, v * scale) for t, v in values[revision]]
         series.append(Series(f"{version} · {revision}", colour, points))
@@ -153,13 +158,13 @@ def collect_charts(
     queue = f'namespace_name="{namespace}", configuration_name="{name}-predictor"'
     p99 = prometheus.query(
         "histogram_quantile(0.99, sum by (revision_name, le) "
-        f"(rate(revision_request_latencies_bucket{{{queue}}}[{RATE_WINDOW}])))"
+        f"(rate(revision_request_latencies_bucket{{{queue}}}[{LATENCY_RATE_WINDOW}])))"
     )
     # An absent 5xx series is zero errors, not a gap (DESIGN §3): fill it from the request rate.
-    requests_rate = f"sum by (revision_name) (rate(revision_request_count{{{queue}}}[{RATE_WINDOW}]))"
+    requests_rate = f"sum by (revision_name) (rate(revision_request_count{{{queue}}}[{ERROR_RATE_WINDOW}]))"
     errors_rate = (
         "sum by (revision_name) "
-        f'(rate(revision_request_count{{{queue}, response_code_class="5xx"}}[{RATE_WINDOW}]))'
+        f'(rate(revision_request_count{{{queue}, response_code_class="5xx"}}[{ERROR_RATE_WINDOW}]))'
     )
     errors = prometheus.query(f"({errors_rate} or 0 * {requests_rate}) / {requests_rate}")
     gpu_selector = f'namespace="{namespace}", pod=~"{name}-predictor-.*"'
@@ -195,14 +200,18 @@ def collect_charts(
         [(sample.at - origin, sample.canary_share) for sample in timeline.samples],
         step=True,
     )
+    # Knative reports latency in milliseconds already.
+    latency_series = _revision_series(_by_revision(p99, "revision_name", origin), stable, canary)
+    if latency_check is not None and latency_check.max_increase is not None and latency_series:
+        # The relative limit moves with the stable revision: draw it from stable's own curve.
+        factor = 1 + latency_check.max_increase
+        stable_points = latency_series[0].points if latency_series[0].label.startswith("v1") else []
+        latency_series.append(
+            Series(f"{factor:g} × v1", LIMIT_COLOUR, [(t, v * factor) for t, v in stable_points], dashed=True)
+        )
     return [
         Chart("Traffic to the new version", "%", [traffic], y_max=100),
-        Chart(
-            "p99 latency",
-            "ms",
-            _revision_series(_by_revision(p99, "revision_name", origin), stable, canary),
-            latency_limits,
-        ),
+        Chart("p99 latency", "ms", latency_series, latency_limits),
         Chart(
             "5xx error rate",
             "%",
@@ -241,14 +250,20 @@ def decision_markers(notifications: Sequence[Mapping[str, Any]], origin: float) 
 
 
 def _nice_ceiling(value: float) -> float:
-    """The smallest 1, 2, 2.5 or 5 x 10^n at or above ``value``: a readable axis top."""
+    """The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^n at or above ``value``: an axis top."""
     if value <= 0:
         return 1.0
     magnitude = 10.0 ** math.floor(math.log10(value))
-    for factor in (1, 2, 2.5, 5, 10):
+    for factor in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
         if factor * magnitude >= value:
             return factor * magnitude
     return 10 * magnitude
+
+
+def _divisions(top: float) -> int:
+    """How many grid intervals make round tick values for an axis top from :func:`_nice_ceiling`."""
+    leading = round(top / 10.0 ** math.floor(math.log10(top)), 1) if top > 0 else 1.0
+    return {1.5: 3, 2.5: 5, 3.0: 3, 5.0: 5, 6.0: 3}.get(leading, 4)
 
 
 def _format_tick(value: float) -> str:
@@ -283,8 +298,9 @@ def svg_chart(
         f'<text x="{left}" y="15" class="title">'
         f"{html.escape(chart.title)} ({html.escape(chart.unit)})</text>",
     ]
-    for index in range(5):  # horizontal grid and y labels
-        value = y_top * index / 4
+    divisions = _divisions(y_top)
+    for index in range(divisions + 1):  # horizontal grid and y labels
+        value = y_top * index / divisions
         parts.append(
             f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" class="grid"/>'
             f'<text x="{left - 6}" y="{y(value) + 4:.1f}" class="tick" text-anchor="end">'
@@ -307,8 +323,9 @@ def svg_chart(
     for series in chart.series:
         for run in _runs(series.points, step=series.step):
             path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in run)
+            css = "series moving-limit" if series.dashed else "series"
             parts.append(
-                f'<polyline points="{path}" fill="none" stroke="{series.colour}" class="series">'
+                f'<polyline points="{path}" fill="none" stroke="{series.colour}" class="{css}">'
                 f"<title>{html.escape(series.label)}</title></polyline>"
             )
     for index, marker in enumerate(markers):
@@ -324,13 +341,16 @@ def svg_chart(
             f"{html.escape(marker.label)}</text></g>"
         )
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="frame"/>')
-    legend_x = left + 300.0
+    # The legend follows the title (about 8px per character of the bold 13px title font).
+    legend_x = left + 8.0 * (len(chart.title) + len(chart.unit) + 3) + 16
     for series in chart.series:
+        swatch = 'stroke-dasharray="4 3"' if series.dashed else ""
         parts.append(
-            f'<rect x="{legend_x}" y="7" width="14" height="4" fill="{series.colour}"/>'
-            f'<text x="{legend_x + 18}" y="13" class="legend">{html.escape(series.label)}</text>'
+            f'<line x1="{legend_x:.0f}" x2="{legend_x + 16:.0f}" y1="10" y2="10" stroke="{series.colour}" '
+            f'stroke-width="3" {swatch}/>'
+            f'<text x="{legend_x + 20:.0f}" y="14" class="legend">{html.escape(series.label)}</text>'
         )
-        legend_x += 30 + 6.2 * len(series.label)
+        legend_x += 34 + 6.2 * len(series.label)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -367,6 +387,7 @@ svg .tick, svg .legend, svg .limit-label, svg .marker-label { font: 11px system-
 svg .marker-label { font-weight: 600; }
 svg .grid { stroke: #eee; } svg .frame { fill: none; stroke: #bbb; }
 svg .series { stroke-width: 1.8; } svg .limit { stroke-dasharray: 6 4; stroke-width: 1.2; }
+svg .moving-limit { stroke-dasharray: 4 3; stroke-width: 1.2; }
 svg .marker line { stroke-dasharray: 2 3; stroke-width: 1.3; }
 """
 
@@ -374,7 +395,7 @@ svg .marker line { stroke-dasharray: 2 3; stroke-width: 1.3; }
 def _decision_rows(notifications: Sequence[Mapping[str, Any]], origin: float) -> str:
     rows = []
     for payload in notifications:
-        if payload.get("action") not in MARKED_ACTIONS:
+        if payload.get("action") not in TABLED_ACTIONS:
             continue
         traffic = payload.get("traffic") or {}
         before = "—" if traffic.get("from") is None else f"{traffic['from']}%"
@@ -449,8 +470,9 @@ def render_html(
         + "".join(summary_rows)
         + "</table><p class='muted'>Time is in seconds from the moment the new versions were applied. "
         "Dashed red lines are the policy's absolute limits; vertical lines are the controller's decisions "
-        "(hover for the reason). Latency, errors and GPU memory are Prometheus range queries over "
-        f"{RATE_WINDOW} rates; traffic is KServe's status as the demo observed it.</p>"
+        "(hover for the reason). Latency, errors and GPU memory are Prometheus range queries "
+        f"({LATENCY_RATE_WINDOW} rates for latency, {ERROR_RATE_WINDOW} for errors): the controller judges "
+        "each step over the whole step instead. Traffic is KServe's status as the demo observed it.</p>"
         + "".join(sections)
         + f"<h2>Policies</h2>{policies}</body></html>\n"
     )

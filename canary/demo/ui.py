@@ -144,7 +144,7 @@ def live_view(
         model = Text(f"{story.letter} {view.name}", style="bold")
         if view.canary_revision:
             model.append(f"\nv2 {view.canary_revision.rsplit('-', 1)[-1]}", style="dim")
-            model.append(" Ready" if view.canary_ready else " loading", style="dim")
+            model.append(" Ready" if view.canary_ready else " not Ready", style="dim")
         phase = Text(view.phase, style=PHASE_STYLE.get(view.phase, ""))
         if view.step:
             phase.append(f"\n{view.step}", style="dim")
@@ -162,17 +162,22 @@ def live_view(
     decisions.add_column()
     for view in views:
         last = view.last_decision
-        if last is None:
-            decisions.add_row(view.name, Text("—", style="dim"))
-            continue
-        decisions.add_row(view.name, Text(f"{last.get('action')}: {last.get('reason', '')}"))
+        text = (
+            Text("—", style="dim")
+            if last is None
+            else Text(f"{last.get('action')}: {last.get('reason', '')}")
+        )
+        if view.latest and not view.finished:
+            # Between decisions, the latest evaluation says what the step is waiting for.
+            text.append(f"\nnow: {view.latest}", style="dim")
+        decisions.add_row(view.name, text)
 
     recent = [notification_line(payload, origin) for payload in notifications[-8:]]
     hooks = Text("\n".join(recent) if recent else "(none yet)", overflow="fold")
     minutes, seconds = divmod(int(elapsed), 60)
     return Group(
         Panel(table, title=f"{title} · {minutes:02d}:{seconds:02d}", title_align="left"),
-        Panel(decisions, title="last decision (state ConfigMap)", title_align="left"),
+        Panel(decisions, title="last decision · latest evaluation (state ConfigMap)", title_align="left"),
         Panel(hooks, title=f"notifications received ({len(notifications)})", title_align="left"),
     )
 
@@ -188,14 +193,16 @@ class PlainLog:
         self._notifications_printed = 0
 
     def line(self, at: float, text: str) -> None:
-        self._console.print(f"{at - self._origin:+6.1f}s {text}", markup=False, highlight=False)
+        self._print(f"{at - self._origin:+6.1f}s {text}")
+
+    def _print(self, text: str) -> None:
+        # One event, one line, however long: CI logs are read with grep, not in a terminal.
+        self._console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def update(self, views: Sequence[ModelView], notifications: Sequence[Mapping[str, Any]]) -> None:
         # Notifications first: a decision is announced before the demo's next poll sees its effect.
         for payload in notifications[self._notifications_printed :]:
-            self._console.print(
-                notification_line(payload, self._origin, with_checks=True), markup=False, highlight=False
-            )
+            self._print(notification_line(payload, self._origin, with_checks=True))
         self._notifications_printed = len(notifications)
         for view in views:
             if self._seen_phase.get(view.name) != view.phase:
