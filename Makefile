@@ -43,9 +43,11 @@ test: setup lint typecheck
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not integration and not e2e"
 
+# The whole story on this machine: emulator, simulated fleet, real Prometheus, the controller; about a
+# minute. Options through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--speed 2 --no-ui"` or "--keep-running".
+DEMO_ARGS ?=
 demo: setup
-	@echo "The live demo story arrives with the demo issue; for now 'make demo' validates the example policies."
-	$(VENV)/bin/kserve-canary validate policies/
+	$(VENV)/bin/kserve-canary demo $(DEMO_ARGS)
 
 bench: setup
 	$(PY) -m benchmarks
