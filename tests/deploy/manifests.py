@@ -1,0 +1,151 @@
+"""Rendering the install manifests the way users do: ``kubectl kustomize`` and Helm's own Go SDK.
+
+No helm binary is installable here; ``helm-python-sdk`` bundles Helm v4's Go SDK as a shared
+library (``libhelm_c``), so charts are rendered, schema-checked and linted by Helm itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CHART = ROOT / "charts" / "kserve-canary"
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+Manifest = dict[str, Any]
+
+# Every kustomization a user can apply, and what it must contain besides the base.
+KUSTOMIZATIONS = {
+    "base": DEPLOY / "base",
+    "cluster-wide": DEPLOY / "overlays" / "cluster-wide",
+    "single-namespace": DEPLOY / "overlays" / "single-namespace",
+    "prometheus-auth": DEPLOY / "examples" / "prometheus-auth",
+}
+INSTALLABLE = ("cluster-wide", "single-namespace", "prometheus-auth")
+
+# Helm values an install would use; each must render, validate and pass the RBAC comparison.
+CHART_VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "namespaced": {"watchNamespaces": ["models", "vision"]},
+    "git-sync-https": {
+        "gitSync": {
+            "enabled": True,
+            "repo": "https://github.com/acme/ml-rollouts",
+            "path": "policies/prod",
+            "auth": {"existingSecret": "git-credentials"},
+        },
+    },
+    "git-sync-ssh": {
+        "gitSync": {
+            "enabled": True,
+            "repo": "git@github.com:acme/ml-rollouts.git",
+            "path": "",
+            "auth": {"existingSecret": "git-ssh", "type": "ssh"},
+        },
+    },
+    "prometheus-auth": {
+        "prometheus": {
+            "url": "https://mimir-gateway.monitoring.svc/prometheus",
+            "headers": {"X-Scope-OrgID": "ml-platform"},
+            "auth": {"existingSecret": "kserve-canary-prometheus", "tokenKey": "token", "caKey": "ca.crt"},
+        },
+    },
+    "service-account-token": {
+        "prometheus": {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+    },
+    "notifications-and-policies": {
+        "notifications": {"env": {"SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/XXXX"}},
+        "policies": {
+            "files": {
+                "sklearn-iris.yaml": (DEPLOY / "base" / "policies" / "sklearn-iris.yaml").read_text(),
+            }
+        },
+    },
+    "existing-secrets-and-configmap": {
+        "notifications": {"existingSecret": "team-notifications"},
+        "policies": {"existingConfigMap": "team-policies"},
+    },
+    "no-monitoring-operator": {
+        "serviceMonitor": {"enabled": False},
+        "prometheusRule": {"enabled": False},
+        "grafanaDashboard": {"enabled": False},
+    },
+    "single-replica-without-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
+    "dry-run": {"dryRun": True},
+}
+
+
+def parse(text: str) -> list[Manifest]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+@functools.cache
+def _kustomize_text(path: str) -> str:
+    completed = subprocess.run(
+        [KUBECTL, "kustomize", path], capture_output=True, text=True, timeout=60, check=False
+    )
+    if completed.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {path} failed:\n{completed.stderr}")
+    return completed.stdout
+
+
+def kustomize(path: Path | str) -> list[Manifest]:
+    """``kubectl kustomize PATH`` (cached per path: the files do not change during a test run)."""
+    return parse(_kustomize_text(str(path)))
+
+
+def render_chart(
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = "kserve-canary",
+    namespace: str = "kserve-canary",
+) -> list[Manifest]:
+    """``helm template NAME charts/kserve-canary -n NAMESPACE`` with ``values`` (schema-checked)."""
+    return parse(render_chart_text(values, name=name, namespace=namespace))
+
+
+def render_chart_text(
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = "kserve-canary",
+    namespace: str = "kserve-canary",
+) -> str:
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(
+            json.loads(json.dumps(values or {})), name=name, namespace=namespace, is_install=True
+        )
+    # NOTES.txt is shown to the user, not applied.
+    documents = [text for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")]
+    return "\n---\n".join(documents)
+
+
+def render_notes(values: Mapping[str, Any] | None = None, *, name: str = "kserve-canary") -> str:
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(dict(values or {}), name=name, namespace="kserve-canary", is_install=True)
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def of_kind(manifests: Iterable[Manifest], kind: str) -> list[Manifest]:
+    return [m for m in manifests if m.get("kind") == kind]
+
+
+def one(manifests: Iterable[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [m for m in of_kind(manifests, kind) if name is None or m["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def controller_container(manifests: Iterable[Manifest]) -> Manifest:
+    deployment = one(manifests, "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "controller")
