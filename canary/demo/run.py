@@ -57,17 +57,22 @@ class DemoOptions:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so every process the demo started is stopped either way."""
+def _signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGINT unwind like Ctrl-C, so every process the demo started is stopped either way.
+
+    SIGINT is set explicitly: a shell starts background jobs with SIGINT ignored, and ``kill -INT``
+    must still stop a ``--keep-running`` demo.
+    """
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {number: signal.signal(number, interrupt) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _step(console: Console, text: str) -> None:
@@ -281,7 +286,7 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         console,
         f"starting the Kubernetes/KServe emulator, the simulated fleet and Prometheus (seed {options.seed})",
     )
-    with _sigterm_as_interrupt(), Stack(models, story.policy_texts, seed=options.seed) as stack:
+    with _signals_as_interrupt(), Stack(models, story.policy_texts, seed=options.seed) as stack:
         assert stack.prometheus is not None
         stack.env = {WEBHOOK_ENV: f"{stack.receiver.url}/hook"}
         _step(console, f"Prometheus {stack.prometheus.url}, webhook receiver {stack.receiver.url}")
