@@ -452,7 +452,8 @@ def render_html(
         sections.append(
             f"<h2 id='{html.escape(model.story.name)}'>{model.story.letter} · "
             f"{html.escape(model.policy.key)} — {html.escape(str(model.outcome.phase))}</h2>"
-            f"<p>{html.escape(model.story.plot)}; expected: {html.escape(model.story.expected)}.<br>"
+            f"<p>The new version (v2): {html.escape(model.story.plot)}. "
+            f"Expected: {html.escape(model.story.expected)}.<br>"
             f"<b>Decisive reason:</b> {html.escape(model.outcome.decisive_reason())}</p>"
             f"{charts}<h3>Decisions (webhook notifications)</h3>"
             f"{_decision_rows(model.outcome.notifications, origin)}"

@@ -178,7 +178,7 @@ def _summary_table(
 ) -> Table:
     table = Table(title="kserve-canary demo: outcome", title_justify="left", show_lines=False)
     table.add_column("MODEL", no_wrap=True)
-    table.add_column("NEW VERSION")
+    table.add_column("v2")
     table.add_column("OUTCOME", no_wrap=True)
     table.add_column("TRAFFIC", no_wrap=True)
     table.add_column("DECISIVE REASON")

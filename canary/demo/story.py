@@ -133,7 +133,7 @@ def stories(timing: DemoTiming) -> list[ModelStory]:
             # Loads for a few seconds, as a GPU model does: long enough to show the first step is
             # written before it is Ready, short next to the windows.
             canary=RevisionBehaviour(median_ms=40, gpu_base_mib=31000, ready_after_s=loading(5, 2)),
-            plot="v2 is healthy (a little faster), loads for a few seconds",
+            plot="healthy, a little faster; loads for a few seconds",
             expected="started at 10% before Ready, 10 → 30 → 50 → promoted",
             expected_phase=Phase.SUCCEEDED,
             judge=_judge_promoted,
@@ -146,7 +146,7 @@ def stories(timing: DemoTiming) -> list[ModelStory]:
             canary=RevisionBehaviour(
                 median_ms=120, gpu_base_mib=54000, load_sensitivity=2.5, ready_after_s=loading(3, 1.5)
             ),
-            plot="v2's latency grows with its traffic share",
+            plot="latency grows with its traffic share",
             expected="passes 10%, p99 fails against stable at 30% → rolled back",
             expected_phase=Phase.ROLLED_BACK,
             judge=_judge_regression,
@@ -156,7 +156,7 @@ def stories(timing: DemoTiming) -> list[ModelStory]:
             "image-classifier",
             stable=RevisionBehaviour(median_ms=90, gpu_base_mib=20000, ready_after_s=1.0),
             canary=RevisionBehaviour(median_ms=90, gpu_base_mib=20000, ready_after_s=None),
-            plot="v2 never becomes Ready",
+            plot="never becomes Ready",
             expected="rolled back at the progress deadline",
             expected_phase=Phase.ROLLED_BACK,
             judge=_judge_deadline,

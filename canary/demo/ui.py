@@ -38,11 +38,11 @@ VERDICT_MARK = {
     "no-data": ("·", "dim"),
     "error": ("!", "yellow"),
 }
-BAR_WIDTH = 20
+BAR_WIDTH = 12
 
 
 def limit_label(check: Check) -> str:
-    """A check's limits in a few characters, for a column header: ``≤ 500ms, +50% vs stable``."""
+    """A check's limits, one per line, for a column header: ``≤ 500ms`` / ``≤ +50% vs stable``."""
     unit = check.value_unit
     parts = []
     if check.max is not None:
@@ -53,7 +53,7 @@ def limit_label(check: Check) -> str:
         parts.append(f"≤ {check.max_fraction * 100:g}% of GPU")
     if check.max_increase is not None:
         parts.append(f"≤ +{check.max_increase * 100:g}% vs stable")
-    return ", ".join(parts)
+    return "\n".join(parts)
 
 
 def weight_bar(view: ModelView) -> Text:
@@ -135,8 +135,8 @@ def live_view(
     table = Table(box=None, pad_edge=False, expand=False, header_style="bold")
     table.add_column("MODEL")
     table.add_column("PHASE")
-    table.add_column("TRAFFIC TO v2")
-    table.add_column("STEP")
+    table.add_column("TRAFFIC TO v2", no_wrap=True, min_width=BAR_WIDTH + 5)
+    table.add_column("STEP", no_wrap=True)
     for name in check_names:
         table.add_column(Text(f"{name}\n", style="bold") + Text(limits.get(name, ""), style="dim"))
     for view in views:
