@@ -176,25 +176,22 @@ class _Story:
 def _summary_table(
     story: _Story, outcomes: Mapping[str, Outcome], problems: Mapping[str, list[str]]
 ) -> Table:
-    table = Table(title="kserve-canary demo: outcome", title_justify="left", show_lines=False)
+    table = Table(title="kserve-canary demo: outcome", title_justify="left")
     table.add_column("MODEL", no_wrap=True)
-    table.add_column("v2")
     table.add_column("OUTCOME", no_wrap=True)
-    table.add_column("TRAFFIC", no_wrap=True)
-    table.add_column("DECISIVE REASON")
-    table.add_column("", no_wrap=True)
+    table.add_column("TRAFFIC TO v2", no_wrap=True)
+    table.add_column("DECISIVE REASON", ratio=1)
     for name, model in story.stories.items():
         outcome = outcomes[name]
         moves = " → ".join("promoted" if to is None else str(to) for to in outcome.traffic_moves()) or "—"
         ok = not problems[name]
-        table.add_row(
-            f"{model.letter} {name}",
-            model.plot,
-            Text(str(outcome.phase), style="green" if outcome.phase == "Succeeded" else "red"),
-            moves,
-            outcome.decisive_reason() + ("" if ok else "\n" + "; ".join(problems[name])),
-            Text("✓ as expected", style="green") if ok else Text("✗ NOT as expected", style="bold red"),
+        verdict = (
+            Text(f"✓ {outcome.phase}", style="green") if ok else Text(f"✗ {outcome.phase}", style="bold red")
         )
+        reason = outcome.decisive_reason()
+        if not ok:
+            reason += f"\nexpected: {model.expected}; " + "; ".join(problems[name])
+        table.add_row(f"{model.letter} {name}", verdict, moves, reason)
     return table
 
 

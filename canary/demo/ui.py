@@ -133,8 +133,8 @@ def live_view(
     limits = {check.name: limit_label(check) for check in first_policy.spec.checks}
 
     table = Table(box=None, pad_edge=False, expand=False, header_style="bold")
-    table.add_column("MODEL")
-    table.add_column("PHASE")
+    table.add_column("MODEL", no_wrap=True)
+    table.add_column("PHASE", no_wrap=True)
     table.add_column("TRAFFIC TO v2", no_wrap=True, min_width=BAR_WIDTH + 5)
     table.add_column("STEP", no_wrap=True)
     for name in check_names:
