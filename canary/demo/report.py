@@ -333,12 +333,15 @@ def svg_chart(
             continue
         colour = MARKER_COLOURS.get(marker.action, "#555")
         label_y = top + 10 + (index % 2) * 11  # alternate rows so neighbouring labels do not collide
+        # Near the right edge the label goes to the left of its line, inside the plot.
+        at_edge = x(marker.at) > left + plot_w - 80
+        label_x, anchor = (x(marker.at) - 3, "end") if at_edge else (x(marker.at) + 3, "start")
         parts.append(
             f'<g class="marker {html.escape(marker.action)}"><title>{html.escape(marker.detail)}</title>'
             f'<line x1="{x(marker.at):.1f}" x2="{x(marker.at):.1f}" y1="{top}" y2="{top + plot_h}" '
             f'stroke="{colour}"/>'
-            f'<text x="{x(marker.at) + 3:.1f}" y="{label_y}" fill="{colour}" class="marker-label">'
-            f"{html.escape(marker.label)}</text></g>"
+            f'<text x="{label_x:.1f}" y="{label_y}" fill="{colour}" class="marker-label" '
+            f'text-anchor="{anchor}">{html.escape(marker.label)}</text></g>'
         )
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="frame"/>')
     # The legend follows the title (about 8px per character of the bold 13px title font).

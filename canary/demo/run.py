@@ -204,7 +204,7 @@ def _write_report(
 ) -> None:
     assert stack.prometheus is not None
     end = time.time()
-    start = story.origin - 8  # a few seconds of v1 alone: the baseline the canary is compared with
+    start = story.origin - 4  # a few seconds of v1 alone: the baseline the canary is compared with
     prometheus = PrometheusRange(stack.prometheus.url, start, end)
     models = []
     for name, model in story.stories.items():
