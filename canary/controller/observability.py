@@ -11,7 +11,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["ControllerMetrics", "HealthServer", "configure_logging"]
 
+LIMIT_BOUNDS = ("max", "min", "max-vs-stable")
 PHASES = ("Idle", "Pending", "Progressing", "Baking", "Succeeded", "RolledBack", "Paused")
 
 
@@ -61,6 +62,13 @@ class ControllerMetrics:
             "kserve_canary_check_verdict",
             "1 for the last verdict of a check (pass, fail, no-data, error).",
             (*labels, "check", "verdict"),
+            registry=self.registry,
+        )
+        self.check_limit = Gauge(
+            "kserve_canary_check_limit",
+            "A check's limit in its canonical unit: max and min as written in the policy, "
+            "max-vs-stable = stable value x (1 + maxIncrease) while the stable value is above minStable.",
+            (*labels, "check", "bound"),
             registry=self.registry,
         )
         self.query_duration = Histogram(
@@ -108,6 +116,16 @@ class ControllerMetrics:
                 1 if candidate == verdict else 0
             )
 
+    def set_limits(
+        self, namespace: str, inference_service: str, check: str, bounds: Mapping[str, float | None]
+    ) -> None:
+        """Export a check's limits (for dashboards drawing values against them); None drops a bound."""
+        for bound, value in bounds.items():
+            if value is None:
+                _remove(self.check_limit, namespace, inference_service, check, bound)
+            else:
+                self.check_limit.labels(namespace, inference_service, check, bound).set(value)
+
     def forget(self, namespace: str, inference_service: str, checks: Iterable[str] = ()) -> None:
         """Drop a removed model's series so dashboards do not show ghosts."""
         for candidate in PHASES:
@@ -119,6 +137,8 @@ class ControllerMetrics:
                 _remove(self.check_value, namespace, inference_service, check, revision)
             for verdict in ("pass", "fail", "no-data", "error"):
                 _remove(self.check_verdict, namespace, inference_service, check, verdict)
+            for bound in LIMIT_BOUNDS:
+                _remove(self.check_limit, namespace, inference_service, check, bound)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

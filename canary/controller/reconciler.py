@@ -310,8 +310,21 @@ class Reconciler:
             metrics.step.labels(namespace, name).set(state.step.index)
         weight = decision.weight if decision.action.writes else decision.previous_weight
         metrics.weight.labels(namespace, name).set(-1 if weight is None else weight)
+        limits = {check.name: check for check in policy.spec.checks}
         for judgement in decision.judgements:
             metrics.set_verdict(namespace, name, judgement.name, str(judgement.verdict))
+            check = limits.get(judgement.name)
+            if check is not None:
+                stable = judgement.stable_value
+                relative = (
+                    stable * (1 + check.max_increase)
+                    if check.max_increase is not None
+                    and stable is not None
+                    and (check.min_stable is None or stable >= check.min_stable)
+                    else None
+                )
+                bounds = {"max": check.max, "min": check.min, "max-vs-stable": relative}
+                metrics.set_limits(namespace, name, judgement.name, bounds)
             if judgement.value is not None:
                 metrics.check_value.labels(namespace, name, judgement.name, "canary").set(judgement.value)
             if judgement.stable_value is not None:
