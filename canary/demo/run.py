@@ -33,6 +33,7 @@ from canary.demo.policies import DEMO_NAMESPACE, WEBHOOK_ENV, DemoTiming, parse_
 from canary.demo.report import ModelReport, PrometheusRange, collect_charts, decision_markers, render_html
 from canary.demo.story import ModelStory, Outcome, model_traffic, storage_uri, stories
 from canary.demo.ui import PlainLog, live_view
+from canary.emulator import RevisionBehaviour as RevisionReadiness
 from canary.policy import PromotionPolicy
 from canary.testing.stack import Stack, inference_service, wait_until
 
@@ -119,6 +120,12 @@ class _Story:
             lambda: self._baseline_scraped(stack.prometheus.url if stack.prometheus else ""), 45
         ):
             raise DemoFailed("Prometheus did not scrape the simulated fleet within 45s")
+        for story in self.stories.values():
+            # How soon (if ever) v2 becomes Ready is the world's property, set before the revision
+            # exists: the fleet learns it only once KServe's status names the revision, and by then a
+            # revision with the emulator's default readiness could already be Ready.
+            readiness = RevisionReadiness(ready_after_seconds=story.canary.ready_after_s)
+            stack.emulator.set_default_behaviour(story.namespace, story.name, readiness)
         self.origin = time.time()
         for story in self.stories.values():
             # The GitOps way: only the model changes, no canaryTrafficPercent. The controller must put

@@ -4,12 +4,15 @@
   the GitOps way (a new ``storageUri``, no percentage); the controller puts it at 10% before it is
   Ready, then it climbs 10 → 30 → 50 → promoted.
 * **B** ``llm-chat``: v2 looks fine at 10% but its latency grows with its traffic share (a batching
-  bug that only load reveals): at 30% its p99 breaks the limit relative to stable → rolled back.
+  bug that only load reveals): at 30% its p99 breaks the limit relative to stable → rolled back
+  (should the p99 of a few hundred requests still pass at 30%, it fails at 50%: the exit status
+  asks for a rollback by the p99 check, not for the step it happened at).
 * **C** ``image-classifier``: v2 never becomes Ready (say, an image that cannot be pulled) → rolled
   back at its progress deadline.
 
 An outcome is judged from what the controller recorded (its state ConfigMap) and told people (the
-webhook notifications), never from the demo's own bookkeeping.
+webhook notifications), and from the InferenceService as the API showed it — never from what the demo
+meant to happen.
 """
 
 from __future__ import annotations
@@ -142,12 +145,13 @@ def stories(timing: DemoTiming) -> list[ModelStory]:
             "B",
             "llm-chat",
             stable=RevisionBehaviour(median_ms=120, gpu_base_mib=52000, ready_after_s=1.0),
-            # median x (1 + 2.5 x share): 1.25x stable at 10% (inside the +50% limit), 1.75x at 30%.
+            # median x (1 + 3 x share): 1.3x stable at 10%, inside the +50% limit; 1.9x at 30%, well
+            # outside it (a p99 measured from a few hundred requests wobbles by several percent).
             canary=RevisionBehaviour(
-                median_ms=120, gpu_base_mib=54000, load_sensitivity=2.5, ready_after_s=loading(3, 1.5)
+                median_ms=120, gpu_base_mib=54000, load_sensitivity=3.0, ready_after_s=loading(3, 1.5)
             ),
             plot="latency grows with its traffic share",
-            expected="passes 10%, p99 fails against stable at 30% → rolled back",
+            expected="passes 10%; p99 fails against stable once its share grows → rolled back",
             expected_phase=Phase.ROLLED_BACK,
             judge=_judge_regression,
         ),
