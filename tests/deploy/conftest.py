@@ -24,3 +24,13 @@ def single_namespace_run(tmp_path_factory: pytest.TempPathFactory) -> ScenarioRe
     return run_controller(
         kustomize(KUSTOMIZATIONS["single-namespace"]), Path(tmp_path_factory.mktemp("single-namespace"))
     )
+
+
+RUN_FIXTURES = {"cluster_wide_run", "single_namespace_run"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start the controller as a process are end-to-end (``make test-fast`` skips them)."""
+    for item in items:
+        if RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)

@@ -87,6 +87,7 @@ INSTALLS = {
 }
 
 
+@pytest.mark.e2e  # its run fixture is chosen per install, so the conftest cannot see it
 @pytest.mark.parametrize("install", sorted(INSTALLS))
 def test_rbac_allows_exactly_the_requests_the_controller_makes(
     install: str, request: pytest.FixtureRequest
