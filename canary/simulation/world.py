@@ -136,12 +136,16 @@ class SimulatedFleet:
             seen.add(key)
             if key not in self._pods:
                 info = self._revisions.get((namespace, revision))
-                behaviour = info.behaviour if info else RevisionBehaviour()
+                if info is None:
+                    # Knative creates a revision's pods a reconcile before KServe's status names it
+                    # (latestCreatedRevision), which is where its behaviour is learnt: wait for that,
+                    # or the pod would serve with the default behaviour for good.
+                    continue
                 self._pods[key] = PodSimulator(
                     meta.name,
                     revision,
                     namespace,
-                    behaviour,
+                    info.behaviour,
                     seed=self._seed ^ zlib.crc32(meta.name.encode()),
                 )
             ready, ready_since = _pod_ready(pod)

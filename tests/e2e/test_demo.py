@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client, config
 
 from canary.demo.policies import DemoTiming, parse_policy, render_policies
 from canary.demo.report import Chart, Marker, Series, svg_chart
 from canary.demo.story import Outcome, stories
+from canary.emulator import Emulator, EmulatorServer, KServeConfig
 from canary.policy import load_paths
+from canary.simulation.behaviour import RevisionBehaviour
+from canary.simulation.world import ModelTraffic, SimulatedFleet
+from canary.testing.stack import inference_service, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEED = "2"  # windows of 5s: the whole story in well under a minute
@@ -261,7 +266,9 @@ def test_a_chart_draws_series_with_gaps_limits_and_markers() -> None:
         limits=[("max 500 ms", 500)],
     )
     svg = svg_chart(
-        chart, [Marker(5, "30%", "advanced", "Advancing"), Marker(99, "after-the-end", "promoted", "")], (0, 10)
+        chart,
+        [Marker(5, "30%", "advanced", "Advancing"), Marker(99, "after-the-end", "promoted", "")],
+        (0, 10),
     )
     assert svg.startswith('<svg class="chart"') and svg.endswith("</svg>")
     assert svg.count("<polyline") == 2, "a 7s hole in the samples is drawn as a gap"
@@ -277,3 +284,45 @@ def test_a_step_series_keeps_its_corners() -> None:
     points = re.search(r'<polyline points="([^"]+)"', svg_chart(traffic, [], (0, 2)))
     assert points is not None
     assert len(points.group(1).split()) == 4, "10% holds until the moment it becomes 30%"
+
+
+def test_every_revision_serves_with_its_own_behaviour_even_when_its_pods_come_first(tmp_path: Path) -> None:
+    """The fleet learns a revision's behaviour when KServe's status names it, and lists pods in a
+    second request: a reconcile in between shows v2's pod before its behaviour is known. That pod
+    must not serve with a default behaviour for good (one demo run in four once promoted the
+    regression and rolled back the healthy model that way)."""
+    emulator = Emulator(KServeConfig(reconcile_delay=0.3, revision_ready_delay=0.5), seed=7)  # real time
+    emulator.create_namespace("ns")
+    v1 = RevisionBehaviour(gpu_base_mib=11111)
+    v2 = RevisionBehaviour(gpu_base_mib=22222)
+    with EmulatorServer(emulator) as server:
+        api = config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        fleet = SimulatedFleet(api, [ModelTraffic("ns", "m", 10, {"s3://m/v1": v1, "s3://m/v2": v2})])
+        custom = client.CustomObjectsApi(api)
+        isvcs = ("serving.kserve.io", "v1beta1", "ns", "inferenceservices")
+        custom.create_namespaced_custom_object(*isvcs, inference_service("ns", "m", "s3://m/v1"))
+
+        def ticked_until(revision: str) -> bool:
+            fleet.tick(0.1)
+            return f'pod="{revision}-deployment' in fleet.render()
+
+        assert wait_until(lambda: ticked_until("m-predictor-00001"), 10)
+        custom.patch_namespaced_custom_object(
+            *isvcs, "m", {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        # The fleet reads the InferenceService (v1 still named), then its pod list answers only after
+        # KServe and Knative have reconciled the new spec: v2's pod, unnamed in what the fleet read.
+        emulator.faults.add(r"/namespaces/ns/pods$", method="GET", delay_seconds=1.0, count=1)
+        fleet.tick(0.1)
+        pods = [pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod("ns").items]
+        assert any(name.startswith("m-predictor-00002") for name in pods), pods
+        assert wait_until(lambda: ticked_until("m-predictor-00002"), 10)
+        api.close()
+    gpu_used = dict(
+        re.findall(
+            r'DCGM_FI_DEV_FB_USED\{[^}]*pod="(m-predictor-0000\d)-deployment[^"]*"[^}]*\} (\d+)',
+            fleet.render(),
+        )
+    )
+    assert gpu_used == {"m-predictor-00001": "11111", "m-predictor-00002": "22222"}
