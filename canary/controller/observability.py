@@ -11,13 +11,15 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from canary.policy.model import Check
 
 __all__ = ["ControllerMetrics", "HealthServer", "configure_logging"]
 
@@ -116,15 +118,22 @@ class ControllerMetrics:
                 1 if candidate == verdict else 0
             )
 
-    def set_limits(
-        self, namespace: str, inference_service: str, check: str, bounds: Mapping[str, float | None]
-    ) -> None:
-        """Export a check's limits (for dashboards drawing values against them); None drops a bound."""
+    def set_limits(self, namespace: str, inference_service: str, check: Check, stable: float | None) -> None:
+        """Export a check's limits (for dashboards drawing values against them).
+
+        ``max`` and ``min`` as written; ``max-vs-stable`` = stable x (1 + maxIncrease) while the
+        stable value is known and not below ``minStable``. A bound that does not apply is dropped.
+        """
+        relative = None
+        floor = check.min_stable
+        if check.max_increase is not None and stable is not None and (floor is None or stable >= floor):
+            relative = stable * (1 + check.max_increase)
+        bounds = {"max": check.max, "min": check.min, "max-vs-stable": relative}
         for bound, value in bounds.items():
             if value is None:
-                _remove(self.check_limit, namespace, inference_service, check, bound)
+                _remove(self.check_limit, namespace, inference_service, check.name, bound)
             else:
-                self.check_limit.labels(namespace, inference_service, check, bound).set(value)
+                self.check_limit.labels(namespace, inference_service, check.name, bound).set(value)
 
     def forget(self, namespace: str, inference_service: str, checks: Iterable[str] = ()) -> None:
         """Drop a removed model's series so dashboards do not show ghosts."""

@@ -315,16 +315,7 @@ class Reconciler:
             metrics.set_verdict(namespace, name, judgement.name, str(judgement.verdict))
             check = limits.get(judgement.name)
             if check is not None:
-                stable = judgement.stable_value
-                relative = (
-                    stable * (1 + check.max_increase)
-                    if check.max_increase is not None
-                    and stable is not None
-                    and (check.min_stable is None or stable >= check.min_stable)
-                    else None
-                )
-                bounds = {"max": check.max, "min": check.min, "max-vs-stable": relative}
-                metrics.set_limits(namespace, name, judgement.name, bounds)
+                metrics.set_limits(namespace, name, check, judgement.stable_value)
             if judgement.value is not None:
                 metrics.check_value.labels(namespace, name, judgement.name, "canary").set(judgement.value)
             if judgement.stable_value is not None:

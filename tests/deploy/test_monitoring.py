@@ -442,3 +442,49 @@ def test_rollout_panels_show_the_leaders_view(tmp_path: Path, dashboard_series: 
 
 def str_labels(labels: dict[str, str]) -> str:
     return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def test_limits_exported_for_the_dashboard() -> None:
+    """The dashboard's dashed lines: max and min as written, max-vs-stable from the stable value."""
+    from canary.controller.observability import ControllerMetrics
+    from canary.policy import load_text
+
+    policy = (
+        load_text(
+            "apiVersion: kserve-canary.dev/v1alpha1\nkind: PromotionPolicy\n"
+            "metadata: {name: m, namespace: ml}\n"
+            "spec:\n  target: {inferenceService: m}\n  checks:\n"
+            "    - {name: p99, metric: latency, max: 800ms, maxIncrease: 20%}\n"
+            "    - {name: errors, metric: error-rate, max: 1%, maxIncrease: 50%, minStable: 0.1%}\n"
+            "    - {name: kv, metric: kv-cache-usage, min: 5%, max: 95%}\n"
+        )
+        .policies[0]
+        .policy
+    )
+    p99, errors, kv = policy.spec.checks
+    metrics = ControllerMetrics()
+
+    def limits() -> dict[tuple[str, str], float]:
+        found = {}
+        for family in metrics.registry.collect():
+            for sample in family.samples:
+                if sample.name == "kserve_canary_check_limit":
+                    found[(sample.labels["check"], sample.labels["bound"])] = round(sample.value, 6)
+        return found
+
+    metrics.set_limits("ml", "m", p99, 0.5)
+    metrics.set_limits("ml", "m", errors, 0.0004)  # stable below minStable: no relative limit
+    metrics.set_limits("ml", "m", kv, None)
+    assert limits() == {
+        ("p99", "max"): 0.8,
+        ("p99", "max-vs-stable"): 0.6,
+        ("errors", "max"): 0.01,
+        ("kv", "min"): 0.05,
+        ("kv", "max"): 0.95,
+    }
+    metrics.set_limits("ml", "m", errors, 0.004)
+    metrics.set_limits("ml", "m", p99, None)  # the stable value is gone: so is the relative limit
+    assert limits()[("errors", "max-vs-stable")] == 0.006
+    assert ("p99", "max-vs-stable") not in limits()
+    metrics.forget("ml", "m", ["p99", "errors", "kv"])
+    assert limits() == {}
