@@ -167,7 +167,7 @@ def live_view(
             if last is None
             else Text(f"{last.get('action')}: {last.get('reason', '')}")
         )
-        if view.latest and not view.finished:
+        if view.latest and not view.finished and (last is None or view.latest != last.get("reason")):
             # Between decisions, the latest evaluation says what the step is waiting for.
             text.append(f"\nnow: {view.latest}", style="dim")
         decisions.add_row(view.name, text)

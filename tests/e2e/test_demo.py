@@ -70,7 +70,8 @@ def test_the_demo_tells_the_story_and_exits_0(
     assert "✓ Succeeded" in rows["A sentiment"]
     assert "10 → 30 → 50 → promoted" in rows["A sentiment"]
     assert "✓ RolledBack" in rows["B llm-chat"]
-    assert "10 → 30 → 0" in rows["B llm-chat"]
+    # At 30% as a rule; a p99 from a few hundred requests may still pass there and fail at 50%.
+    assert re.search(r"10 → 30 → (50 → )?0 ", rows["B llm-chat"]), rows["B llm-chat"]
     assert "✓ RolledBack" in rows["C image-classifier"]
     assert "10 → 0" in rows["C image-classifier"]
     assert "✗" not in output
@@ -79,7 +80,7 @@ def test_the_demo_tells_the_story_and_exits_0(
     ready = output.index("sentiment: revision sentiment-predictor-00002 Ready")
     assert started < ready
     # The rollbacks carry their reasons and numbers.
-    assert re.search(r"llm-chat rolled-back 30% → 0%: .*p99: \d+ms is above 1\.5 × stable", output), output
+    assert re.search(r"llm-chat rolled-back [35]0% → 0%: .*p99: \d+ms is above 1\.5 × stable", output), output
     assert "did not become Ready within progressDeadline 10s" in output
 
 
