@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
-
 from canary.kserve.store import ConfigMapStateStore
 from canary.policy import PromotionPolicy
 from canary.policy.units import Unit, format_value
@@ -127,7 +125,8 @@ def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) 
     shares = traffic_shares(predictor)
     weight = predictor_spec.get("canaryTrafficPercent")
 
-    stored = ConfigMapStateStore(stack.api or client.ApiClient()).load(namespace, name)
+    assert stack.api is not None, "the stack is started"
+    stored = ConfigMapStateStore(stack.api).load(namespace, name)
     state: RolloutState | None = None
     if stored.data is not None:
         try:

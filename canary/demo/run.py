@@ -96,6 +96,7 @@ class _Story:
         self.timelines = {name: ModelTimeline() for name in self.stories}
         self.first_step_before_ready = dict.fromkeys(self.stories, False)
         self.views: dict[str, ModelView] = {}
+        self.last_observation_error: str | None = None  # said when the story runs out of time
         self.origin = 0.0  # epoch seconds when the new versions were applied
 
     # -- set-up ------------------------------------------------------------------------------------
@@ -116,9 +117,8 @@ class _Story:
             f"controller ready (pid {controller.process.pid}); waiting for Prometheus to see v1's traffic",
         )
         assert stack.prometheus is not None
-        if not wait_until(
-            lambda: self._baseline_scraped(stack.prometheus.url if stack.prometheus else ""), 45
-        ):
+        prometheus_url = stack.prometheus.url
+        if not wait_until(lambda: self._baseline_scraped(prometheus_url), 45):
             raise DemoFailed("Prometheus did not scrape the simulated fleet within 45s")
         for story in self.stories.values():
             # How soon (if ever) v2 becomes Ready is the world's property, set before the revision
@@ -153,7 +153,8 @@ class _Story:
         for name, policy in self.policies.items():
             try:
                 view = observe(stack, policy, self.stable_revisions.get(name))
-            except Exception:  # noqa: S112 - a transient read error: keep the last view
+            except Exception as error:  # a transient read error: keep the last view, remember why
+                self.last_observation_error = f"{name}: {type(error).__name__}: {error}"
                 continue
             self.views[name] = view
             self.timelines[name].add(view)
@@ -300,9 +301,15 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         outcomes = story.outcomes(payloads)
         problems = {name: story.stories[name].judge(outcomes[name]) for name in story.stories}
         if not finished:
-            for name, view in story.views.items():
-                if not view.finished:
-                    problems[name].append(f"still {view.phase} when the demo's time ran out")
+            for name in story.stories:
+                view = story.views.get(name)
+                if view is None or not view.finished:
+                    phase = view.phase if view else "unobserved"
+                    problems[name].append(f"still {phase} when the demo's time ran out")
+            if story.last_observation_error:
+                problems.setdefault("demo", []).append(
+                    f"the last failed observation was {story.last_observation_error}"
+                )
         try:
             _write_report(story, stack, outcomes, problems, report_path)
         except (requests.RequestException, OSError) as error:

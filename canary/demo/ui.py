@@ -57,7 +57,8 @@ def limit_label(check: Check) -> str:
 
 
 def weight_bar(view: ModelView) -> Text:
-    """The new version's share of traffic; the spec's percentage beside it when they differ."""
+    """The new version's share of traffic, and the spec's percentage while v2 is not Ready (KServe routes
+    nothing to a revision that is not Ready, whatever the spec says)."""
     filled = round(view.canary_share / 100 * BAR_WIDTH)
     style = {"Succeeded": "green", "RolledBack": "red"}.get(view.phase, "cyan")
     bar = Text("█" * filled, style=style) + Text("░" * (BAR_WIDTH - filled), style="dim")
