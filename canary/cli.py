@@ -391,7 +391,10 @@ def demo(
         typer.Option(help="Leave Prometheus, the emulator and the controller up afterwards (Ctrl-C stops)."),
     ] = False,
     no_ui: Annotated[
-        bool, typer.Option("--no-ui", help="Plain log lines instead of the live view (CI).")
+        bool,
+        typer.Option(
+            "--no-ui", help="Plain log lines instead of the live view (CI; the default when not a terminal)."
+        ),
     ] = False,
     report: Annotated[
         Path | None, typer.Option(help="Where to write the HTML report (default: a new temporary directory).")
@@ -405,8 +408,12 @@ def demo(
     # Imported here: the demo pulls in the emulator and the simulated fleet, which `run` never needs.
     from canary.demo.run import DemoFailed, DemoOptions, run_demo  # noqa: PLC0415
 
-    console = Console(highlight=False, width=None if Console().is_terminal else 160)
-    options = DemoOptions(speed=speed, seed=seed, ui=not no_ui, keep_running=keep_running, report=report)
+    terminal = Console().is_terminal
+    # Piped into a file or a CI log, a live view has nothing to redraw: print plain lines instead.
+    console = Console(highlight=False, width=None if terminal else 160)
+    options = DemoOptions(
+        speed=speed, seed=seed, ui=terminal and not no_ui, keep_running=keep_running, report=report
+    )
     try:
         code = run_demo(options, console)
     except KeyboardInterrupt:
