@@ -148,6 +148,7 @@ class SimulatedFleet:
                     info.behaviour,
                     seed=self._seed ^ zlib.crc32(meta.name.encode()),
                 )
+                self._owner[key] = name
             ready, ready_since = _pod_ready(pod)
             created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
             ready_time = ready_since.timestamp() if ready and ready_since else None

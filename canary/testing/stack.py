@@ -272,6 +272,7 @@ class Stack:
 
     def apply(self, isvc: dict[str, Any]) -> dict[str, Any]:
         meta = isvc["metadata"]
+        self._announce_readiness(meta["namespace"], meta["name"], isvc)
         return cast(
             dict[str, Any],
             self.custom.create_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURAL, isvc),
@@ -283,6 +284,7 @@ class Stack:
         )
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._announce_readiness(namespace, name, body)
         return cast(
             dict[str, Any],
             self.custom.patch_namespaced_custom_object(
@@ -293,6 +295,23 @@ class Stack:
     def set_storage_uri(self, namespace: str, name: str, storage_uri: str) -> dict[str, Any]:
         """A new model version, the GitOps way: only the spec changes, no percentage."""
         return self.patch(namespace, name, {"spec": {"predictor": {"model": {"storageUri": storage_uri}}}})
+
+    def _announce_readiness(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Tell the emulator how the revision this spec change creates will load, before it exists.
+
+        (Learning it from the fleet afterwards races with the emulator's default readiness delay: a
+        never-Ready version could be Ready before the fleet has seen it.)
+        """
+        uri = (((body.get("spec") or {}).get("predictor") or {}).get("model") or {}).get("storageUri")
+        model = next(
+            (m for m in self.models if (m.namespace, m.inference_service) == (namespace, name)), None
+        )
+        if uri is None or model is None:
+            return
+        behaviour = model.behaviours.get(str(uri), model.default)
+        self.emulator.set_default_behaviour(
+            namespace, name, RevisionReadiness(ready_after_seconds=behaviour.ready_after_s)
+        )
 
     def canary_percent(self, namespace: str, name: str) -> int | None:
         value = self.get(namespace, name)["spec"]["predictor"].get("canaryTrafficPercent")
