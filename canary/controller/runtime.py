@@ -130,6 +130,10 @@ class Controller:
                 request_timeout=min(settings.request_timeout, settings.retry_period * 2),
                 on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
             )
+        if self._elector is None and not settings.dry_run:
+            # A single replica without election acts alone: it is the leader (for dashboards and the
+            # no-leader alert). A dry run never acts, so it never leads.
+            self.metrics.leader.set(1)
         self._isvcs = InferenceServiceClient(api_client, request_timeout=settings.request_timeout)
         self.reconciler = Reconciler(
             inference_services=self._isvcs,
