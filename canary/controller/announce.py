@@ -19,7 +19,7 @@ from canary.rollout.decision import Action, Decision, EventReason, Severity
 
 __all__ = ["is_announced", "to_notification"]
 
-# Announced when the rollout *enters* them (the previous decision had another reason).
+# Announced once per step of a revision when the rollout enters them.
 _ANNOUNCED_ON_TRANSITION = frozenset(
     {
         EventReason.CANARY_INCONCLUSIVE,
@@ -60,10 +60,23 @@ _BY_ACTION = {
 }
 
 
-def is_announced(decision: Decision, previous_reason: str | None) -> bool:
+def is_announced(decision: Decision, already_told: set[tuple[str, int | None]]) -> bool:
+    """Whether to tell people: every write and pause; a worrying condition once per step.
+
+    ``already_told`` holds the (reason, step) pairs announced for the current revision; the caller
+    clears it when the revision changes. Inconclusive evidence that comes and goes within a step is
+    one message, not one per evaluation.
+    """
     if decision.action is not Action.WAIT:
         return True
-    return decision.event_reason in _ANNOUNCED_ON_TRANSITION and decision.event_reason != previous_reason
+    if decision.event_reason not in _ANNOUNCED_ON_TRANSITION:
+        return False
+    step = decision.new_state.step.index if decision.new_state.step is not None else None
+    marker = (str(decision.event_reason), step)
+    if marker in already_told:
+        return False
+    already_told.add(marker)
+    return True
 
 
 def to_notification(

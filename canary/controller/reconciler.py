@@ -84,6 +84,8 @@ class Reconciler:
         # Dry-run keeps state in memory only; live runs read the ConfigMap every time.
         self._memory: dict[str, StoredState] = {}
         self._last_reason: dict[str, str] = {}
+        # What people were told about, per rollout: {key: (revision, {(reason, step)})}.
+        self._told: dict[str, tuple[str | None, set[tuple[str, int | None]]]] = {}
 
     # -- entry points --------------------------------------------------------------------------
 
@@ -323,7 +325,11 @@ class Reconciler:
                     judgement.stable_value
                 )
 
-        if self._dry_run or not is_announced(decision, previous):
+        revision, told = self._told.get(policy.key, (None, set()))
+        if revision != decision.revision:
+            told = set()
+        self._told[policy.key] = (decision.revision, told)
+        if self._dry_run or not is_announced(decision, told):
             return
         notification = to_notification(decision, policy, now, inference_service_uid=uid)
         self._dispatcher.submit(notification, self._destinations_for(policy))
