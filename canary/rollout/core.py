@@ -36,6 +36,7 @@ from canary.policy.model import Check, NoDataAction, PromotionPolicy, Step
 from canary.policy.units import format_duration
 from canary.rollout.decision import Action, Decision, EventReason, Severity
 from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
+from canary.rollout.memo import IdentityMemo
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
 from canary.rollout.state import (
     MAX_HISTORY,
@@ -129,21 +130,8 @@ class _PolicyPlan:
         )
 
 
-# Plans by policy identity; policies are immutable and the entry keeps its policy alive, so an id is
-# never reused while cached. A pure memo: the same answer, without re-deriving it every decision.
-_PLANS: dict[int, tuple[PromotionPolicy, _PolicyPlan]] = {}
-_MAX_PLANS = 1024
-
-
-def _plan(policy: PromotionPolicy) -> _PolicyPlan:
-    entry = _PLANS.get(id(policy))
-    if entry is not None and entry[0] is policy:
-        return entry[1]
-    plan = _PolicyPlan.of(policy)
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[id(policy)] = (policy, plan)
-    return plan
+# Derived once per (immutable) PromotionPolicy object: see canary.rollout.memo.
+_plan = IdentityMemo(_PolicyPlan.of, capacity=1024)
 
 
 class _Tick:

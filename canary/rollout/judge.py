@@ -30,6 +30,7 @@ from typing import NamedTuple
 from canary.evidence import REQUESTS, EvidenceStatus, Measurement
 from canary.policy.model import Check, MetricKind
 from canary.policy.units import Unit, format_value
+from canary.rollout.memo import IdentityMemo
 from canary.rollout.state import EvaluationVerdict
 
 __all__ = [
@@ -207,21 +208,8 @@ class _CheckPlan:
         )
 
 
-# Plans by check identity. The policy's Check objects are immutable and the entry keeps its check
-# alive, so an id is never reused while cached; the cache is a pure memo (same answer, faster).
-_PLANS: dict[int, tuple[Check, _CheckPlan]] = {}
-_MAX_PLANS = 4096
-
-
-def _plan(check: Check) -> _CheckPlan:
-    entry = _PLANS.get(id(check))
-    if entry is not None and entry[0] is check:
-        return entry[1]
-    plan = _CheckPlan.of(check)
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[id(check)] = (check, plan)
-    return plan
+# Derived once per (immutable) Check object: see canary.rollout.memo.
+_plan = IdentityMemo(_CheckPlan.of, capacity=4096)
 
 
 def judge_check(
