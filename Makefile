@@ -3,15 +3,18 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Most slow tests wait on real time (scrapes, windows, processes), not on the CPU: three workers on two
+# cores; a module's tests stay on one worker so its fixtures (a Prometheus, a stack) start once.
+PYTEST_PARALLEL ?= -n 3 --dist loadscope
 
 .PHONY: setup prometheus demo test test-fast lint typecheck bench schema clean
 
 $(PY):
 	python3 -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml sandbox/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e ./sandbox -e '.[dev,demo]'
 	touch $(STAMP)
 
 setup: $(STAMP) prometheus
@@ -26,22 +29,24 @@ prometheus:
 	fi
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check canary tests benchmarks
-	$(VENV)/bin/ruff format --check canary tests benchmarks
+	$(VENV)/bin/ruff check canary sandbox tests benchmarks
+	$(VENV)/bin/ruff format --check canary sandbox tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy --strict canary
+	$(VENV)/bin/mypy --strict canary sandbox/canary_sandbox
 
 test: setup lint typecheck
 	$(VENV)/bin/coverage erase
-	$(VENV)/bin/coverage run -m pytest -q
+	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL)
 	$(VENV)/bin/coverage combine -q
 	$(VENV)/bin/coverage report --precision=1 | tail -n 25
 	$(VENV)/bin/coverage report --precision=1 --include='canary/rollout/*' --fail-under=95
 
-# Everything but the slow suites (real-Prometheus integration, end-to-end).
+# Everything but the slow suites: tests/integration (real Prometheus) and tests/e2e (the controller as
+# a process), marked by directory in tests/conftest.py, and the deploy tests that run the controller.
 test-fast: setup
-	$(VENV)/bin/pytest -q -m "not integration and not e2e"
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e"
 
 # The whole story on this machine: emulator, simulated fleet, real Prometheus, the controller; about a
 # minute. Options through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--speed 2 --no-ui"` or "--keep-running".

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from canary.evidence import REQUESTS, ErrorClass, Evidence, EvidenceRequest, Measurement
+from canary.kserve.status_model import KServeSim
 from canary.policy.model import PromotionPolicy
 from canary.policy.units import Unit
 from canary.rollout import Action, RolloutState, decide, evidence_request
-from canary.simulation.kserve_status import KServeSim
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TICK = 60.0  # seconds

@@ -25,12 +25,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import requests
+from canary_sandbox.kserve_metrics import Pod, Restart, Revision, Simulation
+from canary_sandbox.prometheus import PrometheusServer
 
 from canary.evidence import Evidence, EvidenceRequest
 from canary.metrics import PrometheusConfig, PrometheusEvidenceSource, QueryGrouping
 from canary.policy.model import PromotionPolicy
-from canary.testing.kserve_metrics import Pod, Restart, Revision, Simulation
-from canary.testing.prometheus import PrometheusServer
 
 STEP = 15.0
 WINDOW = 600.0

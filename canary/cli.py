@@ -405,8 +405,19 @@ def demo(
     Exit 0 only when every model ended as the story says: A promoted, B rolled back by its p99 check,
     C rolled back at its progress deadline.
     """
-    # Imported here: the demo pulls in the emulator and the simulated fleet, which `run` never needs.
-    from canary.demo.run import DemoFailed, DemoOptions, run_demo  # noqa: PLC0415
+    # The demo lives in the sandbox distribution (the API emulator, the simulated fleet, the Prometheus
+    # launcher), which the controller's image does not contain: imported only here, on demand.
+    try:
+        from canary_sandbox.demo.run import DemoFailed, DemoOptions, run_demo  # noqa: PLC0415
+    except ModuleNotFoundError as missing:
+        if missing.name is None or not missing.name.startswith("canary_sandbox"):
+            raise
+        Console(stderr=True).print(
+            "kserve-canary demo needs the sandbox: pip install 'kserve-canary[demo]' "
+            "(from a checkout: make demo)",
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
 
     terminal = Console().is_terminal
     # Piped into a file or a CI log, a live view has nothing to redraw: print plain lines instead.

@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig, LoggedRequest, RevisionBehaviour
+from canary_sandbox.prometheus import free_port
+from canary_sandbox.stack import inference_service, wait_until
 from kubernetes import client, config
 from typer.testing import CliRunner
 
 from canary.cli import app
-from canary.emulator import Emulator, EmulatorServer, KServeConfig, LoggedRequest, RevisionBehaviour
 from canary.notify.events import KubernetesEventSender
 from canary.notify.secrets import Redactor
-from canary.testing.prometheus import free_port
-from canary.testing.stack import inference_service, wait_until
 from tests.deploy.image import blocking_launcher
 from tests.deploy.manifests import Manifest, controller_container
 from tests.notify.support import make_notification

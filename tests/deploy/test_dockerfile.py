@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,36 @@ def test_expected_image_size(capsys: pytest.CaptureFixture[str]) -> None:
             f" = ~{(BASE_IMAGE_BYTES + venv) / 1e6:.0f} MB uncompressed; largest: "
             + ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in largest)
         )
+
+
+def test_the_image_holds_no_sandbox_code(tmp_path: Path) -> None:
+    """The sandbox (emulator, simulated fleet, Prometheus launcher, demo) never reaches the image:
+    the product's wheel does not contain it, and the Dockerfile neither copies nor installs it."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("kserve_canary-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert packages == {"canary"}, packages
+    assert any(name.startswith("canary/rollout/") for name in names)  # the wheel is the real product
+    assert not [name for name in names if "sandbox" in name or "emulator" in name]
+    for keyword, args in instructions():
+        assert "sandbox" not in args, f"{keyword} {args}"
+        if keyword == "RUN" and " install " in args:
+            # Only the project directory itself, never an extra (the demo extra pulls the sandbox in).
+            assert re.search(r"install [^&]*--no-cache-dir \.(\s|$)", args), args
+            assert "[" not in args.split(" install ")[1].split("&&")[0], args

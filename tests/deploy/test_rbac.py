@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+from canary_sandbox.emulator import LoggedRequest
 
-from canary.emulator import LoggedRequest
 from tests.deploy.api_calls import scan
 from tests.deploy.manifests import (
     CHART_VARIANTS,

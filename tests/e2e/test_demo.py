@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from canary_sandbox.demo.policies import DemoTiming, parse_policy, render_policies
+from canary_sandbox.demo.story import Outcome, stories
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.fleet.behaviour import RevisionBehaviour
+from canary_sandbox.fleet.world import ModelTraffic, SimulatedFleet
+from canary_sandbox.stack import inference_service, wait_until
 from kubernetes import client, config
 
-from canary.demo.policies import DemoTiming, parse_policy, render_policies
-from canary.demo.report import Chart, Marker, Series, svg_chart
-from canary.demo.story import Outcome, stories
-from canary.emulator import Emulator, EmulatorServer, KServeConfig
 from canary.policy import load_paths
-from canary.simulation.behaviour import RevisionBehaviour
-from canary.simulation.world import ModelTraffic, SimulatedFleet
-from canary.testing.stack import inference_service, wait_until
+from canary.report.charts import Chart, Marker, Series, svg_chart
 
 REPO = Path(__file__).resolve().parents[2]
 SPEED = "2"  # windows of 5s: the whole story in well under a minute
@@ -56,7 +56,6 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return completed, report
 
 
-@pytest.mark.e2e
 def test_the_demo_tells_the_story_and_exits_0(
     demo_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -86,7 +85,6 @@ def test_the_demo_tells_the_story_and_exits_0(
     assert "did not become Ready within progressDeadline 10s" in output
 
 
-@pytest.mark.e2e
 def test_the_report_has_charts_and_decision_markers_per_model(
     demo_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -121,7 +119,6 @@ def test_the_report_has_charts_and_decision_markers_per_model(
     assert "v2 · " not in c_p99
 
 
-@pytest.mark.e2e
 def test_the_evidence_is_saved_beside_the_report(
     demo_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -136,7 +133,6 @@ def test_the_evidence_is_saved_beside_the_report(
     assert '"inferenceService": "sentiment"' in report.with_name("controller.log").read_text()
 
 
-@pytest.mark.e2e
 def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path) -> None:
     process = subprocess.Popen(
         demo_command("--report", str(tmp_path / "report.html")),
@@ -185,7 +181,9 @@ def alive(pid: int) -> bool:
 
 def test_the_policies_in_the_repository_are_the_ones_the_demo_runs() -> None:
     committed = {path.name: path.read_text() for path in sorted((REPO / "policies" / "demo").glob("*.yaml"))}
-    assert committed == render_policies(), "run `python -m canary.demo.policies` and commit policies/demo/"
+    assert committed == render_policies(), (
+        "run `python -m canary_sandbox.demo.policies` and commit policies/demo/"
+    )
     result = load_paths([REPO / "policies" / "demo"])
     assert result.ok, result.errors
     assert {loaded.policy.key for loaded in result.policies} == {

@@ -13,13 +13,11 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from canary_sandbox.fleet.behaviour import RevisionBehaviour
+from canary_sandbox.fleet.world import ModelTraffic
+from canary_sandbox.stack import Stack, inference_service, wait_until
 
-from canary.simulation.behaviour import RevisionBehaviour
-from canary.simulation.world import ModelTraffic
-from canary.testing.stack import Stack, inference_service, wait_until
 from tests.e2e.test_rollouts import V1, V2, policy, written_percentages
-
-pytestmark = pytest.mark.e2e
 
 NS = "e2e"
 HEALTHY = {V1: RevisionBehaviour(median_ms=80), V2: RevisionBehaviour(median_ms=80)}

@@ -13,14 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from canary_sandbox.fleet.behaviour import RevisionBehaviour
+from canary_sandbox.fleet.world import ModelTraffic
+from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
 from typer.testing import CliRunner
 
 from canary.cli import app
-from canary.simulation.behaviour import RevisionBehaviour
-from canary.simulation.world import ModelTraffic
-from canary.testing.stack import ControllerProcess, Stack, inference_service, wait_until
-
-pytestmark = pytest.mark.e2e
 
 NS = "e2e"
 RPS = 60.0

@@ -1,0 +1,307 @@
+"""Self-contained HTML/SVG charts of rollouts over time: the renderer behind every report.
+
+A chart is a list of :class:`Series` (stable and canary revisions side by side), the policy's
+limits as dashed lines and every decision as a :class:`Marker`. Decisions come from notification
+payloads (the webhook's versioned shape, ``docs/notification-payload.schema.json``), series from
+Prometheus' range API (:class:`PrometheusRange`). Nothing is fetched when the page is opened: no
+script, no stylesheet, no font — the file opens anywhere, offline.
+
+The demo's report (``canary_sandbox.demo.report``) is built from these parts; so is the ``report``
+command for real rollouts.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+
+__all__ = [
+    "CANARY_COLOUR",
+    "LIMIT_COLOUR",
+    "MARKED_ACTIONS",
+    "STABLE_COLOUR",
+    "STYLE",
+    "TABLED_ACTIONS",
+    "Chart",
+    "Marker",
+    "PrometheusRange",
+    "Series",
+    "decision_markers",
+    "decision_rows",
+    "since",
+    "svg_chart",
+]
+
+STABLE_COLOUR = "#3b6ea8"
+CANARY_COLOUR = "#e07b24"
+LIMIT_COLOUR = "#c0392b"
+# The decisions that move traffic or stop a rollout get a marker; "waiting" and "inconclusive" repeat
+# every interval, and "succeeded" follows "promoted" at once: they would only hide the others.
+MARKER_COLOURS = {
+    "started": "#7f8c8d",
+    "advanced": "#27ae60",
+    "promoted": "#1e8449",
+    "rolled-back": "#c0392b",
+    "paused": "#8e44ad",
+    "unguarded-rollout": "#d68910",
+}
+MARKED_ACTIONS = frozenset(MARKER_COLOURS)
+TABLED_ACTIONS = MARKED_ACTIONS | {"succeeded", "resumed", "aborted"}
+
+
+# Short enough to show a step's change within its window, long enough to be smooth. Errors are rare
+# events: over 5s a 10% canary's two unlucky 5xx look like a 2% error rate, so they get longer.
+@dataclass(frozen=True)
+class Series:
+    label: str
+    colour: str
+    points: Sequence[tuple[float, float]]  # (seconds since the origin, value)
+    step: bool = False  # a step function (traffic), not a sampled curve
+    dashed: bool = False  # a limit that moves with the data (e.g. 1.5 x stable)
+
+
+@dataclass(frozen=True)
+class Marker:
+    at: float  # seconds since the origin
+    label: str
+    action: str
+    detail: str  # the tooltip: the decision's summary
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    unit: str
+    series: Sequence[Series]
+    limits: Sequence[tuple[str, float]] = ()  # dashed horizontal lines: (label, value)
+    y_max: float | None = None  # a fixed top (100 for percentages of traffic)
+
+
+class PrometheusRange:
+    """``/api/v1/query_range`` over one interval, one result per label set."""
+
+    def __init__(self, url: str, start: float, end: float, step: float = 1.0) -> None:
+        self._url = url
+        self._params = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+
+    def query(self, promql: str) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        response = requests.get(
+            f"{self._url}/api/v1/query_range", params={"query": promql, **self._params}, timeout=30
+        )
+        response.raise_for_status()
+        results = []
+        for item in response.json()["data"]["result"]:
+            points = [(float(t), float(v)) for t, v in item["values"]]
+            results.append((dict(item["metric"]), [(t, v) for t, v in points if math.isfinite(v)]))
+        return results
+
+
+def since(moment: str, origin: float) -> float:
+    """Seconds from ``origin`` (epoch) to an RFC 3339 timestamp."""
+    return datetime.fromisoformat(moment.replace("Z", "+00:00")).astimezone(UTC).timestamp() - origin
+
+
+def decision_markers(notifications: Sequence[Mapping[str, Any]], origin: float) -> list[Marker]:
+    markers = []
+    for payload in notifications:
+        action = str(payload.get("action", ""))
+        if action not in MARKED_ACTIONS:
+            continue
+        to = (payload.get("traffic") or {}).get("to")
+        label = {
+            "started": f"start {to}%",
+            "advanced": f"{to}%",
+            "promoted": "promoted",
+            "rolled-back": "rolled back",
+        }.get(action, action)
+        markers.append(
+            Marker(since(str(payload["time"]), origin), label, action, str(payload.get("summary", "")))
+        )
+    return markers
+
+
+# -- SVG -----------------------------------------------------------------------------------------
+
+
+def _nice_ceiling(value: float) -> float:
+    """The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^n at or above ``value``: an axis top."""
+    if value <= 0:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(value))
+    for factor in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if factor * magnitude >= value:
+            return factor * magnitude
+    return 10 * magnitude
+
+
+def _divisions(top: float) -> int:
+    """How many grid intervals make round tick values for an axis top from :func:`_nice_ceiling`."""
+    leading = round(top / 10.0 ** math.floor(math.log10(top)), 1) if top > 0 else 1.0
+    return {1.5: 3, 2.5: 5, 3.0: 3, 5.0: 5, 6.0: 3}.get(leading, 4)
+
+
+def _format_tick(value: float) -> str:
+    return f"{value:g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
+
+
+def svg_chart(
+    chart: Chart,
+    markers: Sequence[Marker],
+    x_range: tuple[float, float],
+    *,
+    width: int = 900,
+    height: int = 170,
+) -> str:
+    """One chart as an inline ``<svg>``: axes, series, dashed limits, decision markers."""
+    left, right, top, bottom = 58, 12, 26, 24
+    plot_w, plot_h = width - left - right, height - top - bottom
+    x0, x1 = x_range
+    span = max(x1 - x0, 1e-9)
+    observed = [v for s in chart.series for _, v in s.points] + [v for _, v in chart.limits]
+    y_top = float(chart.y_max if chart.y_max is not None else _nice_ceiling(max(observed, default=1.0) * 1.1))
+
+    def x(t: float) -> float:
+        return left + (min(max(t, x0), x1) - x0) / span * plot_w
+
+    def y(v: float) -> float:
+        return top + plot_h - min(max(v, 0.0), y_top) / y_top * plot_h
+
+    parts = [
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(chart.title)}">',
+        f'<text x="{left}" y="15" class="title">'
+        f"{html.escape(chart.title)} ({html.escape(chart.unit)})</text>",
+    ]
+    divisions = _divisions(y_top)
+    for index in range(divisions + 1):  # horizontal grid and y labels
+        value = y_top * index / divisions
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y(value) + 4:.1f}" class="tick" text-anchor="end">'
+            f"{_format_tick(value)}</text>"
+        )
+    tick_step = _nice_ceiling(span / 8)
+    tick = math.ceil(x0 / tick_step) * tick_step
+    while tick <= x1:
+        parts.append(
+            f'<text x="{x(tick):.1f}" y="{height - 6}" class="tick" text-anchor="middle">{tick:g}s</text>'
+        )
+        tick += tick_step
+    for label, value in chart.limits:
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
+            f'class="limit" stroke="{LIMIT_COLOUR}"><title>{html.escape(label)}</title></line>'
+            f'<text x="{left + plot_w - 4}" y="{y(value) - 4:.1f}" class="limit-label" '
+            f'text-anchor="end" fill="{LIMIT_COLOUR}">{html.escape(label)}</text>'
+        )
+    for series in chart.series:
+        for run in _runs(series.points, step=series.step):
+            path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in run)
+            css = "series moving-limit" if series.dashed else "series"
+            parts.append(
+                f'<polyline points="{path}" fill="none" stroke="{series.colour}" class="{css}">'
+                f"<title>{html.escape(series.label)}</title></polyline>"
+            )
+    for index, marker in enumerate(markers):
+        if not x0 <= marker.at <= x1:
+            continue
+        colour = MARKER_COLOURS.get(marker.action, "#555")
+        label_y = top + 10 + (index % 2) * 11  # alternate rows so neighbouring labels do not collide
+        # Near the right edge the label goes to the left of its line, inside the plot.
+        at_edge = x(marker.at) > left + plot_w - 80
+        label_x, anchor = (x(marker.at) - 3, "end") if at_edge else (x(marker.at) + 3, "start")
+        parts.append(
+            f'<g class="marker {html.escape(marker.action)}"><title>{html.escape(marker.detail)}</title>'
+            f'<line x1="{x(marker.at):.1f}" x2="{x(marker.at):.1f}" y1="{top}" y2="{top + plot_h}" '
+            f'stroke="{colour}"/>'
+            f'<text x="{label_x:.1f}" y="{label_y}" fill="{colour}" class="marker-label" '
+            f'text-anchor="{anchor}">{html.escape(marker.label)}</text></g>'
+        )
+    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="frame"/>')
+    # The legend follows the title (about 8px per character of the bold 13px title font).
+    legend_x = left + 8.0 * (len(chart.title) + len(chart.unit) + 3) + 16
+    for series in chart.series:
+        swatch = 'stroke-dasharray="4 3"' if series.dashed else ""
+        parts.append(
+            f'<line x1="{legend_x:.0f}" x2="{legend_x + 16:.0f}" y1="10" y2="10" stroke="{series.colour}" '
+            f'stroke-width="3" {swatch}/>'
+            f'<text x="{legend_x + 20:.0f}" y="14" class="legend">{html.escape(series.label)}</text>'
+        )
+        legend_x += 34 + 6.2 * len(series.label)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _runs(points: Sequence[tuple[float, float]], *, step: bool) -> list[list[tuple[float, float]]]:
+    """Split a series where samples are missing (so a gap is drawn as a gap); steps get corners."""
+    runs: list[list[tuple[float, float]]] = []
+    previous: tuple[float, float] | None = None
+    for t, v in points:
+        if previous is None or t - previous[0] > 3.0:
+            runs.append([])
+        elif step and v != previous[1]:
+            runs[-1].append((t, previous[1]))
+        runs[-1].append((t, v))
+        previous = (t, v)
+    return runs
+
+
+# -- HTML parts ----------------------------------------------------------------------------------------
+
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 24px auto;
+       max-width: 940px; padding: 0 12px; }
+h1 { font-size: 22px; }
+h2 { font-size: 18px; margin-top: 36px; border-top: 1px solid #ddd; padding-top: 18px; }
+table { border-collapse: collapse; margin: 8px 0 16px; } td, th { padding: 3px 10px 3px 0; text-align: left;
+       vertical-align: top; } th { border-bottom: 1px solid #ccc; }
+.ok { color: #1e8449; font-weight: 600; } .bad { color: #c0392b; font-weight: 600; }
+.muted { color: #777; } code, pre { font: 12px/1.4 ui-monospace, monospace; }
+pre { background: #f6f6f6; padding: 10px; overflow-x: auto; }
+svg.chart { display: block; margin: 4px 0 10px; }
+svg .title { font: 600 13px system-ui, sans-serif; fill: #222; }
+svg .tick, svg .legend, svg .limit-label, svg .marker-label { font: 11px system-ui, sans-serif; fill: #555; }
+svg .marker-label { font-weight: 600; }
+svg .grid { stroke: #eee; } svg .frame { fill: none; stroke: #bbb; }
+svg .series { stroke-width: 1.8; } svg .limit { stroke-dasharray: 6 4; stroke-width: 1.2; }
+svg .moving-limit { stroke-dasharray: 4 3; stroke-width: 1.2; }
+svg .marker line { stroke-dasharray: 2 3; stroke-width: 1.3; }
+"""
+
+
+def decision_rows(notifications: Sequence[Mapping[str, Any]], origin: float) -> str:
+    rows = []
+    for payload in notifications:
+        if payload.get("action") not in TABLED_ACTIONS:
+            continue
+        traffic = payload.get("traffic") or {}
+        before = "—" if traffic.get("from") is None else f"{traffic['from']}%"
+        after = "100% (promoted)" if traffic.get("to") is None else f"{traffic['to']}%"
+        checks = "<br>".join(
+            html.escape(
+                f"{'✓' if c.get('verdict') == 'pass' else '✗' if c.get('verdict') == 'fail' else '·'} "
+                f"{c['name']}: {c.get('value') or c.get('verdict')} (limit {c.get('limit', '')}"
+                + (f", stable {c['stable']}" if c.get("stable") else "")
+                + ")"
+            )
+            for c in payload.get("checks", [])
+        )
+        rows.append(
+            f"<tr><td>{since(str(payload['time']), origin):+.1f}s</td>"
+            f"<td>{html.escape(str(payload.get('action')))}</td><td>{before} → {after}</td>"
+            f"<td>{html.escape(str(payload.get('summary', '')))}<br>"
+            f"<span class='muted'>{checks}</span></td></tr>"
+        )
+    if not rows:
+        return "<p class='muted'>No decisions were announced.</p>"
+    return (
+        "<table><tr><th>time</th><th>decision</th><th>traffic</th><th>why</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )

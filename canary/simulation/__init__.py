@@ -1,1 +1,0 @@
-"""A simulated serving fleet (model pods, traffic, exporters) for the demo, end-to-end tests, benchmarks."""

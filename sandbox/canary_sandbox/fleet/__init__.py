@@ -1,0 +1,1 @@
+"""Simulated model-server pods per revision and the metrics their exporters would serve."""

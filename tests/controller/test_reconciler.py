@@ -1,0 +1,138 @@
+"""The reconciler against the API emulator over HTTP: what it does with states it cannot trust.
+
+Evidence comes from a real Prometheus-shaped source pointed at a closed port: none of these paths
+may need it, and if one did, its answer would be a query error (never a decision).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.prometheus import free_port
+from canary_sandbox.stack import inference_service
+from kubernetes import client, config
+
+from canary.controller.observability import ControllerMetrics
+from canary.controller.reconciler import Reconciler
+from canary.kserve.client import InferenceServiceClient
+from canary.kserve.store import ConfigMapStateStore
+from canary.metrics.client import PrometheusConfig
+from canary.metrics.prometheus import PrometheusEvidenceSource
+from canary.notify import NotificationDispatcher
+from canary.policy import load_text
+from canary.rollout.state import Phase, RolloutState
+from tests.policy.support import valid_policy
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher]]:
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0))
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        emulator.create_namespace("ml")
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "serving.kserve.io",
+            "v1beta1",
+            "ml",
+            "inferenceservices",
+            inference_service("ml", "llama", "s3://m/v1"),
+        )
+        emulator.settle()
+        dispatcher = NotificationDispatcher()
+        source = PrometheusEvidenceSource(PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1))
+        reconciler = Reconciler(
+            inference_services=InferenceServiceClient(api),
+            store=ConfigMapStateStore(api),
+            evidence=source,
+            dispatcher=dispatcher,
+            metrics=ControllerMetrics(),
+            clock=lambda: NOW,
+        )
+        try:
+            yield emulator, api, reconciler, dispatcher
+        finally:
+            dispatcher.close(1)
+
+
+def policy_for_llama() -> object:
+    return load_text(valid_policy("llama")).policies[0]
+
+
+def test_a_corrupt_state_is_reported_never_overwritten_and_nothing_is_written(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher],
+) -> None:
+    emulator, api, reconciler, _ = world
+    ConfigMapStateStore(api).save("ml", "llama", "{not json", resource_version=None, owner_uid=None)
+    mark = len(emulator.requests.entries())
+    outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert outcome.error is not None
+    assert "not valid JSON" in outcome.error
+    assert [n.reason for n in outcome.notifications] == ["StateUnreadable"]
+    assert "kserve-canary-llama" in outcome.notifications[0].summary
+    writes = [e for e in emulator.requests.entries(since=mark) if e.method in {"PUT", "PATCH", "POST"}]
+    assert writes == [], "neither the state nor the InferenceService may be written"
+    assert ConfigMapStateStore(api).load("ml", "llama").data == "{not json"
+    again = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert again.notifications == [], "said once, not every interval"
+
+
+def test_a_state_from_a_newer_controller_is_refused_clearly(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher],
+) -> None:
+    _, api, reconciler, _ = world
+    ConfigMapStateStore(api).save(
+        "ml",
+        "llama",
+        json.dumps({"schemaVersion": 99, "phase": "Progressing"}),
+        resource_version=None,
+        owner_uid=None,
+    )
+    outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert outcome.error is not None
+    assert "99" in outcome.error
+
+
+def test_a_first_look_stores_the_state_next_to_the_inference_service(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher],
+) -> None:
+    emulator, api, reconciler, _ = world
+    outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert outcome.error is None
+    assert outcome.wrote_state
+    assert not outcome.patched
+    stored = ConfigMapStateStore(api).load("ml", "llama")
+    assert stored.data is not None
+    assert RolloutState.from_json(stored.data).phase is Phase.IDLE
+    configmap = client.CoreV1Api(api).read_namespaced_config_map("kserve-canary-llama", "ml")
+    owner = (configmap.metadata.owner_references or [])[0]
+    assert (owner.kind, owner.name, owner.block_owner_deletion) == ("InferenceService", "llama", False)
+    assert emulator.revision_count("ml", "llama") == 1
+
+
+def test_a_removed_policy_pauses_an_active_rollout_and_never_rolls_it_back(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher],
+) -> None:
+    emulator, api, reconciler, _ = world
+    store = ConfigMapStateStore(api)
+    active = RolloutState(phase=Phase.PROGRESSING, revision="llama-predictor-00002")
+    store.save("ml", "llama", active.to_json(), resource_version=None, owner_uid=None)
+    mark = len(emulator.requests.entries())
+    reconciler.pause_removed(policy_for_llama().policy)  # type: ignore[attr-defined]
+    state = RolloutState.from_json(store.load("ml", "llama").data or "")
+    assert state.phase is Phase.PAUSED
+    assert state.pause is not None
+    assert "policy removed" in state.pause.reason
+    isvc_writes = [
+        e
+        for e in emulator.requests.entries(since=mark)
+        if "/inferenceservices/" in e.path and e.method != "GET"
+    ]
+    assert isvc_writes == []

@@ -1,0 +1,230 @@
+"""The Kubernetes edge against the API emulator over HTTP: the InferenceService client, the state
+store and leader election — each of the guarantees the reconciler relies on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.stack import inference_service
+from kubernetes import client, config
+
+from canary.controller.leader import LeaderElector, NotLeader
+from canary.kserve.client import ConflictError, InferenceServiceClient
+from canary.kserve.store import COMMAND_KEY, ConfigMapStateStore, StateTooLarge, state_configmap_name
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient]]:
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0))
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        emulator.create_namespace("ml")
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        yield emulator, api
+
+
+def create_isvc(api: client.ApiClient, name: str = "llama") -> dict[str, object]:
+    created: dict[str, object] = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", "ml", "inferenceservices", inference_service("ml", name, "s3://m/v1")
+    )
+    return created
+
+
+def test_set_canary_percent_writes_only_that_field(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    emulator, api = cluster
+    create_isvc(api)
+    isvcs = InferenceServiceClient(api)
+    current = isvcs.get("ml", "llama")
+    assert current is not None
+    patched = isvcs.set_canary_percent("ml", "llama", 10, current["metadata"]["resourceVersion"])
+    assert patched["spec"]["predictor"]["canaryTrafficPercent"] == 10
+    write = emulator.requests.entries(method="PATCH")[-1]
+    assert write.content_type == "application/merge-patch+json"
+    assert write.changed_paths == ("spec.predictor.canaryTrafficPercent",)
+    promoted = isvcs.set_canary_percent("ml", "llama", None, patched["metadata"]["resourceVersion"])
+    assert "canaryTrafficPercent" not in promoted["spec"]["predictor"]
+
+
+def test_a_stale_read_gets_a_conflict_not_an_overwrite(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    _, api = cluster
+    create_isvc(api)
+    isvcs = InferenceServiceClient(api)
+    stale = isvcs.get("ml", "llama")
+    assert stale is not None
+    isvcs.set_canary_percent("ml", "llama", 40, stale["metadata"]["resourceVersion"])  # someone else
+    with pytest.raises(ConflictError):
+        isvcs.set_canary_percent("ml", "llama", 10, stale["metadata"]["resourceVersion"])
+    fresh = isvcs.get("ml", "llama")
+    assert fresh is not None
+    assert fresh["spec"]["predictor"]["canaryTrafficPercent"] == 40
+
+
+def test_percentages_outside_0_to_100_are_never_sent(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    emulator, api = cluster
+    create_isvc(api)
+    with pytest.raises(ValueError, match="0..100"):
+        InferenceServiceClient(api).set_canary_percent("ml", "llama", 150, "1")
+    assert emulator.requests.entries(method="PATCH") == []
+
+
+def test_missing_inference_service_reads_as_none(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    _, api = cluster
+    assert InferenceServiceClient(api).get("ml", "nope") is None
+
+
+def test_state_store_round_trip_with_resource_version_preconditions(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    isvc = create_isvc(api)
+    store = ConfigMapStateStore(api)
+    assert store.load("ml", "llama").data is None
+    uid = str(isvc["metadata"]["uid"])  # type: ignore[index]
+    version = store.save("ml", "llama", '{"a": 1}', resource_version=None, owner_uid=uid)
+    loaded = store.load("ml", "llama")
+    assert (loaded.data, loaded.resource_version) == ('{"a": 1}', version)
+    store.save("ml", "llama", '{"a": 2}', resource_version=version, owner_uid=uid)
+    with pytest.raises(ConflictError):
+        store.save("ml", "llama", '{"a": 3}', resource_version=version, owner_uid=uid)
+    with pytest.raises(ConflictError):  # creating what exists is a conflict too
+        store.save("ml", "llama", '{"a": 3}', resource_version=None, owner_uid=uid)
+    assert store.load("ml", "llama").data == '{"a": 2}'
+    assert [(s.namespace, s.inference_service) for s in store.list_all()] == [("ml", "llama")]
+
+
+def test_state_is_deleted_with_its_inference_service(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    emulator, api = cluster
+    isvc = create_isvc(api)
+    ConfigMapStateStore(api).save(
+        "ml", "llama", "{}", resource_version=None, owner_uid=str(isvc["metadata"]["uid"])
+    )  # type: ignore[index]
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama"
+    )
+    emulator.settle()
+    with pytest.raises(client.ApiException) as missing:
+        client.CoreV1Api(api).read_namespaced_config_map(state_configmap_name("llama"), "ml")
+    assert missing.value.status == 404
+
+
+def test_an_operator_command_written_meanwhile_makes_the_save_conflict(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    store = ConfigMapStateStore(api)
+    version = store.save("ml", "llama", "{}", resource_version=None, owner_uid=None)
+    store.request_command("ml", "llama", json.dumps({"command": "pause", "by": "alice"}))
+    assert json.loads(store.load("ml", "llama").command or "{}")["command"] == "pause"
+    with pytest.raises(ConflictError):  # the controller read before the command: it must re-read
+        store.save("ml", "llama", "{}", resource_version=version, owner_uid=None)
+    fresh = store.load("ml", "llama")
+    store.save("ml", "llama", "{}", resource_version=fresh.resource_version, owner_uid=None)
+    assert store.load("ml", "llama").command is None, "a saved state consumes the command"
+    raw = client.CoreV1Api(api).read_namespaced_config_map(state_configmap_name("llama"), "ml")
+    assert COMMAND_KEY not in (raw.data or {})
+
+
+def test_a_command_for_an_unknown_rollout_is_a_clear_error(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    with pytest.raises(LookupError, match="no rollout state for ml/ghost"):
+        ConfigMapStateStore(api).request_command("ml", "ghost", "{}")
+
+
+def test_state_larger_than_the_bound_is_refused(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    _, api = cluster
+    with pytest.raises(StateTooLarge):
+        ConfigMapStateStore(api).save("ml", "llama", "x" * 600_000, resource_version=None, owner_uid=None)
+
+
+class FakeTime:
+    """Wall and monotonic time that tests move by hand (the elector's only clocks)."""
+
+    def __init__(self) -> None:
+        self.wall = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
+        self.mono = 1000.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+def elector(api: client.ApiClient, identity: str, clock: FakeTime) -> LeaderElector:
+    return LeaderElector(
+        api,
+        name="kserve-canary",
+        namespace="ml",
+        identity=identity,
+        lease_duration=15,
+        renew_deadline=10,
+        retry_period=2,
+        wall_clock=lambda: clock.wall,
+        monotonic=lambda: clock.mono,
+    )
+
+
+def test_exactly_one_of_two_replicas_leads_and_only_it_may_write(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    clock = FakeTime()
+    first, second = elector(api, "a", clock), elector(api, "b", clock)
+    assert first.try_acquire_or_renew()
+    assert not second.try_acquire_or_renew()
+    assert (first.is_leader, second.is_leader) == (True, False)
+    first.fence()
+    with pytest.raises(NotLeader):
+        second.fence()
+
+
+def test_a_leader_that_stops_renewing_is_fenced_before_its_lease_expires(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    clock = FakeTime()
+    first, second = elector(api, "a", clock), elector(api, "b", clock)
+    assert first.try_acquire_or_renew()
+    clock.advance(11)  # past the renew deadline, not yet past the lease duration
+    with pytest.raises(NotLeader, match="not renewed"):
+        first.fence()
+    assert not second.try_acquire_or_renew(), "the lease is still valid for everyone else"
+    clock.advance(5)  # now expired: the other replica takes over
+    assert second.try_acquire_or_renew()
+    second.fence()
+
+
+def test_a_lease_taken_over_behind_our_back_fences_the_old_leader(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    clock = FakeTime()
+    first = elector(api, "a", clock)
+    assert first.try_acquire_or_renew()
+    coordination = client.CoordinationV1Api(api)
+    lease = coordination.read_namespaced_lease("kserve-canary", "ml")
+    assert lease.spec is not None
+    lease.spec.holder_identity = "intruder"
+    coordination.replace_namespaced_lease("kserve-canary", "ml", lease)
+    with pytest.raises(NotLeader, match="intruder"):
+        first.fence()
+
+
+def test_releasing_the_lease_lets_the_standby_take_over_at_once(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    _, api = cluster
+    clock = FakeTime()
+    first, second = elector(api, "a", clock), elector(api, "b", clock)
+    assert first.try_acquire_or_renew()
+    first.release()
+    assert not first.is_leader
+    assert second.try_acquire_or_renew(), "no need to wait for the lease to expire"
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("kserve-canary", "ml")
+    assert lease.spec is not None
+    assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("b", 1)
