@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python -m benchmarks.decide [--seconds 1.0] [--repeats 5]``
 
-The inputs are real: the policy is DESIGN §5's six checks (p99 and error rate relative to the
+The inputs are real: the policy is docs/design.md §5's six checks (p99 and error rate relative to the
 stable revision, OOM kills (critical), restarts, GPU-memory fraction, a custom PromQL), the
 InferenceService view is parsed from KServe-shaped JSON, the state comes from a rollout driven
 through the core to the point measured. Each scenario calls the pure function in a tight loop with

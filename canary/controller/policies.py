@@ -1,6 +1,6 @@
 """The running set of policies, and how it follows edits of the policy directory.
 
-Rules (DESIGN.md §5):
+Rules (docs/design.md §5):
 
 * a file that breaks is reported and the previous valid version of each policy it held keeps running;
 * a second policy for an InferenceService already governed is rejected; the first keeps running;

@@ -1,6 +1,6 @@
 """One reconcile of one InferenceService: read, decide, remember, write, tell.
 
-The order is the safety argument (DESIGN.md §2.4, §4):
+The order is the safety argument (docs/design.md §2.4, §4):
 
 1. read the InferenceService and the stored state (and any operator command waiting in it);
 2. ask the pure core what to measure, collect that evidence, ask the core what to do;

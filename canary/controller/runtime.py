@@ -2,7 +2,7 @@
 
 Threads, each with one job:
 
-* the main loop reloads the policy directory every few seconds (hot reload, DESIGN.md §5) and keeps
+* the main loop reloads the policy directory every few seconds (hot reload, docs/design.md §5) and keeps
   the scheduler's jobs in line with it;
 * a watch per namespace (or one cluster-wide) triggers an immediate reconcile when a governed
   InferenceService changes, so auto-start writes the first step within seconds of a new revision;

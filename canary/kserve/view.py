@@ -3,7 +3,7 @@
 :func:`observe` is pure and total: whatever JSON it is given (a fresh object without status, a
 field of the wrong type, an InferenceService from a newer KServe) it returns a view, never raises,
 and lists what it could not read in ``problems``. A strange InferenceService must never crash the
-controller (DESIGN §7).
+controller (docs/design.md §7).
 """
 
 from __future__ import annotations

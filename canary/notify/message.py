@@ -137,7 +137,7 @@ ACTION_TITLES: dict[Action, str] = {
 
 
 class Verdict(StrEnum):
-    """A check's outcome in one evaluation (see DESIGN §4: four outcomes, never confused)."""
+    """A check's outcome in one evaluation (see docs/design.md §4: four outcomes, never confused)."""
 
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     FAIL = "fail"

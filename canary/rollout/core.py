@@ -9,7 +9,7 @@ reads, no randomness. The shell calls, on every tick::
     store(decision.new_state)                                      # write-ahead: before patching
     if decision.action.writes: patch(decision.patch)
 
-The rules, in the order they are applied (DESIGN §2 and §4):
+The rules, in the order they are applied (docs/design.md §2 and §4):
 
 1. No InferenceService, a deployment mode other than Knative, no revision yet, a first deployment:
    nothing to do, with a clear reason.
@@ -315,7 +315,7 @@ class _Tick:
         )
 
     # ------------------------------------------------------------------------------------------
-    # Starting a rollout (DESIGN §2.2)
+    # Starting a rollout (docs/design.md §2.2)
 
     def start(self, canary: str) -> Decision:
         observed = self.observed
@@ -429,7 +429,7 @@ class _Tick:
         return self.pause(PauseKind.UNEXPECTED_START_VALUE, reason, resume_phase=self.state.phase)
 
     # ------------------------------------------------------------------------------------------
-    # Who wrote the percentage (DESIGN §2.4)
+    # Who wrote the percentage (docs/design.md §2.4)
 
     def observed_weight_record(self) -> WeightRecord:
         return WeightRecord(

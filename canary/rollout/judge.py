@@ -1,6 +1,6 @@
 """Judging checks: the canary's measurements against absolute limits and against the stable revision.
 
-Each check gets one of four verdicts (DESIGN §4), never confused with each other:
+Each check gets one of four verdicts (docs/design.md §4), never confused with each other:
 
 * ``fail`` — a limit is broken (a failure always wins: a broken absolute limit is a failure even
   when the stable revision's value could not be read);

@@ -1,7 +1,7 @@
 """The small view of one InferenceService that the decision core reasons about.
 
 :func:`canary.kserve.view.observe` builds it from the InferenceService JSON; tests and simulations
-build it directly. It holds only what the core needs (DESIGN §2): the deployment mode, a fingerprint
+build it directly. It holds only what the core needs (docs/design.md §2): the deployment mode, a fingerprint
 of the predictor spec without the percentage, the spec's ``canaryTrafficPercent``, the predictor's
 revisions and traffic as KServe reports them, and whether the newest revision is Ready.
 """
@@ -65,7 +65,7 @@ class ObservedInferenceService:
         """The newest revision is Ready: KServe routes ``latestRevision: true`` traffic to it.
 
         ``latestRevision: true`` resolves to the latest *Ready* revision, so until
-        latestCreatedRevision == latestReadyRevision the canary receives nothing (DESIGN §2.1). A
+        latestCreatedRevision == latestReadyRevision the canary receives nothing (docs/design.md §2.1). A
         revision that was Ready and then failed keeps its place as latestReadyRevision; the
         predictor's Ready condition turning False is what tells it apart.
         """

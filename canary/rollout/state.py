@@ -2,7 +2,7 @@
 
 It is an immutable value. :func:`canary.rollout.core.decide` returns a new one; the shell stores it
 (a ConfigMap next to the InferenceService) *before* it patches anything, so a crash at any point
-resumes exactly where it was (DESIGN §4). Everything in it is an observation or a decision of the
+resumes exactly where it was (docs/design.md §4). Everything in it is an observation or a decision of the
 core with the time it happened at — never a wall-clock read.
 
 The JSON form carries ``schemaVersion``. A newer controller reads older versions (through

@@ -1,4 +1,4 @@
-"""Hot reload of the policy directory (DESIGN.md §5), on ConfigMap-style mounts."""
+"""Hot reload of the policy directory (docs/design.md §5), on ConfigMap-style mounts."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """End to end, when things break: Prometheus down, controllers SIGKILLed, two replicas, dry-run.
 
-The rules under test (DESIGN.md §4, §7): an outage holds a rollout — no promotion, no rollback;
+The rules under test (docs/design.md §4, §7): an outage holds a rollout — no promotion, no rollback;
 a restart never shortens a window, skips or repeats a step, and recognises its own half-done write;
 with two replicas exactly one acts; ``--dry-run`` decides and writes nothing.
 """

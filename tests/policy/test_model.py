@@ -1,4 +1,4 @@
-"""The policy model: defaults from DESIGN.md §5, normalised units and cross-field rules."""
+"""The policy model: defaults from docs/design.md §5, normalised units and cross-field rules."""
 
 from __future__ import annotations
 

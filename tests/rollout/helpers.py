@@ -33,7 +33,7 @@ SIX_CHECKS: list[dict[str, Any]] = [
 
 
 def make_policy(**spec: Any) -> PromotionPolicy:
-    """The policy of DESIGN §5 with six checks; keyword arguments override ``spec`` fields (camelCase)."""
+    """The policy of docs/design.md §5 with six checks; keyword arguments override ``spec`` fields (camelCase)."""
     body: dict[str, Any] = {
         "target": {"inferenceService": "llama"},
         "steps": [10, 30, 50, 100],

@@ -1,4 +1,4 @@
-"""``approval: manual`` (DESIGN §4): pause before leaving the step until a person approves."""
+"""``approval: manual`` (docs/design.md §4): pause before leaving the step until a person approves."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How a rollout starts (DESIGN §2.2): auto-start, unguarded rollouts, Git-set percentages."""
+"""How a rollout starts (docs/design.md §2.2): auto-start, unguarded rollouts, Git-set percentages."""
 
 from __future__ import annotations
 

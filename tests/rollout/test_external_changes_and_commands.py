@@ -1,4 +1,4 @@
-"""Who changed the percentage (DESIGN §2.4), and operator commands as state transitions."""
+"""Who changed the percentage (docs/design.md §2.4), and operator commands as state transitions."""
 
 from __future__ import annotations
 

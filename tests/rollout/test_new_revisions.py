@@ -1,4 +1,4 @@
-"""New revisions during and after rollouts (DESIGN §2.3): restart, never retry a rolled-back revision."""
+"""New revisions during and after rollouts (docs/design.md §2.3): restart, never retry a rolled-back revision."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No data and query errors (DESIGN §3, §4): never a failure, never promoted, onNoData after a while."""
+"""No data and query errors (docs/design.md §3, §4): never a failure, never promoted, onNoData after a while."""
 
 from __future__ import annotations
 

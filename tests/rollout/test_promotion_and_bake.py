@@ -1,4 +1,4 @@
-"""Promotion (DESIGN §2.3): the final 100 is the promotion; bake; Succeeded once KServe records it."""
+"""Promotion (docs/design.md §2.3): the final 100 is the promotion; bake; Succeeded once KServe records it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Readiness (DESIGN §2.1): Pending until Ready, a progress deadline, un-Ready canaries hold."""
+"""Readiness (docs/design.md §2.1): Pending until Ready, a progress deadline, un-Ready canaries hold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Restarts (DESIGN §4): a reloaded state resumes exactly where it was."""
+"""Restarts (docs/design.md §4): a reloaded state resumes exactly where it was."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KServe's status trails the spec (DESIGN §2.1): never act on a status that may predate the spec."""
+"""KServe's status trails the spec (docs/design.md §2.1): never act on a status that may predate the spec."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The semantics of a step (DESIGN §4): its clock, its evaluations, when it passes, when it fails."""
+"""The semantics of a step (docs/design.md §4): its clock, its evaluations, when it passes, when it fails."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_a_step_does_not_pass_before_min_requests_are_reached() -> None:
         decision = harness.tick(60, evidence=few)
         assert decision.action is Action.WAIT
         assert any("60 of 100 canary requests" in reason for reason in decision.reasons)
-    # Too few requests is no data (DESIGN §3): after onNoData.after (15m) the hold is said loudly.
+    # Too few requests is no data (docs/design.md §3): after onNoData.after (15m) the hold is said loudly.
     assert decision.summary.startswith("No conclusive evidence for 10% of llama-predictor-00002 for 15m")
     assert decision.severity is Severity.WARNING
     advanced = harness.tick(60, evidence=EvidenceMaker(requests=140))

@@ -100,7 +100,7 @@ def collect_charts(
         "histogram_quantile(0.99, sum by (revision_name, le) "
         f"(rate(revision_request_latencies_bucket{{{queue}}}[{LATENCY_RATE_WINDOW}])))"
     )
-    # An absent 5xx series is zero errors, not a gap (DESIGN §3): fill it from the request rate.
+    # An absent 5xx series is zero errors, not a gap (docs/design.md §3): fill it from the request rate.
     requests_rate = f"sum by (revision_name) (rate(revision_request_count{{{queue}}}[{ERROR_RATE_WINDOW}]))"
     errors_rate = (
         "sum by (revision_name) "
