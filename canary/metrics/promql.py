@@ -6,12 +6,15 @@ the place it lands in:
 
 * inside a ``"double"`` or ``'single'`` quoted string: a PromQL string literal (``\\`` and the quote are
   escaped, control characters are written as escapes);
-* inside a string that is the right-hand side of ``=~`` or ``!~``: first escaped as an RE2 *literal*
-  (``.`` matches only a dot), then as a string literal;
+* inside a string that is the right-hand side of ``=~`` or ``!~``, or the regex argument of
+  ``label_replace`` (its fifth): first escaped as an RE2 *literal* (``.`` matches only a dot), then as
+  a string literal;
 * inside a ```raw``` string: regex-escaped only (raw strings have no escapes), and a value containing a
   backtick is refused;
 * outside any string: only ``{{ window }}`` and ``{{ interval }}`` (durations we produce ourselves) are
   allowed; a name outside quotes is refused, because nothing could stop it from being PromQL.
+
+The lexer follows Prometheus' own: a ``#`` comment ends at a line feed *or* a carriage return.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ RAW_VARIABLES = frozenset({"window", "interval"})
 _RE2_META = frozenset("\\.+*?()|[]{}^$")
 
 _TEMPLATE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
+# Functions whose argument at this (0-based) position is an RE2 pattern.
+_REGEX_ARGUMENTS = {"label_replace": 4}
+_IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_END_OF_COMMENT = re.compile(r"[\r\n]")
 
 
 class TemplateError(ValueError):
@@ -99,8 +106,10 @@ class _Context(Enum):
 def _placeholder_contexts(template: str) -> list[tuple[re.Match[str], _Context, str]]:
     """Each ``{{ name }}`` in ``template`` with the lexical context it stands in and its quote char.
 
-    A small PromQL lexer: it tracks string literals (with their escapes) and comments, and remembers
-    whether the last operator before a string was ``=~``/``!~``, which makes the string a regex.
+    A small PromQL lexer: it tracks string literals (with their escapes) and comments, remembers
+    whether the last operator before a string was ``=~``/``!~``, and which argument of which
+    function call a string is (``label_replace``'s fifth argument is a regex), either of which
+    makes the string a regex.
     """
     placeholders = {match.start(): match for match in _TEMPLATE_VARIABLE.finditer(template)}
     found: list[tuple[re.Match[str], _Context, str]] = []
@@ -108,6 +117,9 @@ def _placeholder_contexts(template: str) -> list[tuple[re.Match[str], _Context, 
     quote: str | None = None
     string_is_regex = False
     last_operator = ""
+    last_identifier: str | None = None  # the identifier just before, if the last token was one
+    # Open brackets: (bracket, function name of a "(", index of the current argument).
+    nesting: list[tuple[str, str | None, int]] = []
     length = len(template)
     while index < length:
         match = placeholders.get(index)
@@ -132,14 +144,34 @@ def _placeholder_contexts(template: str) -> list[tuple[re.Match[str], _Context, 
             continue
         if char in "\"'`":
             quote = char
-            string_is_regex = last_operator in {"=~", "!~"}
+            in_regex_argument = bool(nesting) and (
+                nesting[-1][0] == "("
+                and nesting[-1][1] is not None
+                and _REGEX_ARGUMENTS.get(nesting[-1][1]) == nesting[-1][2]
+            )
+            string_is_regex = last_operator in {"=~", "!~"} or in_regex_argument
+            last_operator, last_identifier = char, None
         elif char == "#":
-            newline = template.find("\n", index)
-            index = length if newline < 0 else newline
+            # Prometheus ends a comment at "\n" or "\r" (its lexer's isEndOfLine).
+            end = _END_OF_COMMENT.search(template, index)
+            index = length if end is None else end.start()
             continue
         elif not char.isspace():
+            identifier = _IDENTIFIER.match(template, index)
+            if identifier is not None:
+                last_operator = last_identifier = identifier.group()
+                index = identifier.end()
+                continue
             two = template[index : index + 2]
+            if char in "([{":
+                nesting.append((char, last_identifier if char == "(" else None, 0))
+            elif char in ")]}" and nesting:
+                nesting.pop()
+            elif char == "," and nesting:
+                bracket, function, argument = nesting[-1]
+                nesting[-1] = (bracket, function, argument + 1)
             last_operator = two if two in {"=~", "!~"} else char
+            last_identifier = None
             if two in {"=~", "!~"}:
                 index += 2
                 continue

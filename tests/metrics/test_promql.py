@@ -135,3 +135,39 @@ def test_escaped_quote_inside_a_template_string_keeps_the_string_open() -> None:
 def test_unterminated_string_is_refused() -> None:
     with pytest.raises(TemplateError, match="unterminated"):
         render_template('x{a="{{ namespace }}}', VARIABLES)
+
+
+def test_a_carriage_return_ends_a_comment_as_in_prometheus() -> None:
+    """Prometheus' lexer ends a ``#`` comment at ``\\r`` too: what follows is code again."""
+    template = '# p99 of the canary\rsum(x{namespace="{{ namespace }}"})'
+    assert render_template(template, {**VARIABLES, "namespace": 'a"'}) == (
+        '# p99 of the canary\rsum(x{namespace="a\\""})'
+    )
+    # After "\r" a name outside quotes is code (Prometheus would run it): refused, not skipped as
+    # part of a comment.
+    with pytest.raises(TemplateError, match="inside a quoted string"):
+        render_template("up # c\r+ {{ namespace }}", VARIABLES)
+    # And a quote after "\r" opens a string whose end the lexer follows.
+    assert render_template("up # it's\r+ x{a='{{ namespace }}'}", {**VARIABLES, "namespace": "'"}) == (
+        "up # it's\r+ x{a='\\''}"
+    )
+
+
+def test_label_replace_regex_argument_is_regex_escaped() -> None:
+    template = 'label_replace(up{ns="{{ namespace }}"}, "dst", "$1", "pod", "({{ revision }})-.*")'
+    rendered = render_template(template, {**VARIABLES, "namespace": "a.b", "revision": "r.1+"})
+    # The selector's string is a plain string; the fifth argument is an RE2 pattern.
+    assert rendered == 'label_replace(up{ns="a.b"}, "dst", "$1", "pod", "(r\\\\.1\\\\+)-.*")'
+    # Commas inside braces and nested calls do not count as label_replace's arguments.
+    nested = (
+        "label_replace(rate(x{a='{{ namespace }}', b='c'}[{{ window }}]), 'dst', '{{ namespace }}', 'src', "
+        "'{{ revision }}')"
+    )
+    assert render_template(nested, {**VARIABLES, "namespace": "n.s", "revision": "r.2"}) == (
+        "label_replace(rate(x{a='n.s', b='c'}[300s]), 'dst', 'n.s', 'src', 'r\\\\.2')"
+    )
+    # Raw strings there get the regex escaping only.
+    raw = render_template(
+        "label_replace(up, `d`, `$1`, `s`, `{{ revision }}`)", {**VARIABLES, "revision": "a.b"}
+    )
+    assert raw == "label_replace(up, `d`, `$1`, `s`, `a\\.b`)"
