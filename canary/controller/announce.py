@@ -3,21 +3,28 @@
 Every decision is logged. People are told about what changes something — a weight written, a
 pause, a rollback — and about *transitions* into a worrying condition (inconclusive evidence,
 Prometheus failing, an unguarded rollout), not about every tick that condition lasts: Flagger's
-duplicate Slack messages (#1515) are the counter-example.
+duplicate Slack messages (#1515) are the counter-example. :class:`Announcements` is the one memory
+of what people were told; the dispatcher only drops re-submissions of the very same decision id.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from canary.notify import Action as NotifyAction
+from canary.kserve.store import state_configmap_name
 from canary.notify import CheckLine, Notification, Verdict
-from canary.notify import Severity as NotifySeverity
 from canary.policy import PromotionPolicy
 from canary.policy.units import format_value
-from canary.rollout.decision import Action, Decision, EventReason, Severity
+from canary.rollout.decision import Decision
+from canary.rollout.vocabulary import (
+    Action,
+    EventReason,
+    Severity,
+    decision_id,
+    notification_action,
+)
 
-__all__ = ["is_announced", "to_notification"]
+__all__ = ["Announcements", "is_announced", "to_notification", "unreadable_state_notification"]
 
 # Announced once per step of a revision when the rollout enters them.
 _ANNOUNCED_ON_TRANSITION = frozenset(
@@ -37,35 +44,17 @@ _ANNOUNCED_ON_TRANSITION = frozenset(
     }
 )
 
-_ACTIONS = {
-    EventReason.CANARY_STARTED: NotifyAction.STARTED,
-    EventReason.CANARY_ADVANCED: NotifyAction.ADVANCED,
-    EventReason.CANARY_PROMOTED: NotifyAction.PROMOTED,
-    EventReason.CANARY_SUCCEEDED: NotifyAction.SUCCEEDED,
-    EventReason.CANARY_ROLLED_BACK: NotifyAction.ROLLED_BACK,
-    EventReason.CANARY_PAUSED: NotifyAction.PAUSED,
-    EventReason.CANARY_AWAITING_APPROVAL: NotifyAction.PAUSED,
-    EventReason.EXTERNAL_TRAFFIC_CHANGE: NotifyAction.PAUSED,
-    EventReason.CANARY_RESUMED: NotifyAction.RESUMED,
-    EventReason.CANARY_INCONCLUSIVE: NotifyAction.INCONCLUSIVE,
-    EventReason.UNGUARDED_ROLLOUT: NotifyAction.UNGUARDED_ROLLOUT,
-    EventReason.PROMETHEUS_UNAVAILABLE: NotifyAction.PROMETHEUS_UNAVAILABLE,
-}
-_BY_ACTION = {
-    Action.START: NotifyAction.STARTED,
-    Action.ADVANCE: NotifyAction.ADVANCED,
-    Action.PROMOTE: NotifyAction.PROMOTED,
-    Action.ROLLBACK: NotifyAction.ROLLED_BACK,
-    Action.PAUSE: NotifyAction.PAUSED,
-}
+# A (reason, step index) pair people were told about; the step is None outside a step.
+Marker = tuple[str, int | None]
+_UNREADABLE: Marker = (EventReason.STATE_UNREADABLE.value, None)
 
 
-def is_announced(decision: Decision, already_told: set[tuple[str, int | None]]) -> bool:
+def is_announced(decision: Decision, already_told: set[Marker]) -> bool:
     """Whether to tell people: every write and pause; a worrying condition once per step.
 
-    ``already_told`` holds the (reason, step) pairs announced for the current revision; the caller
-    clears it when the revision changes. Inconclusive evidence that comes and goes within a step is
-    one message, not one per evaluation.
+    ``already_told`` holds the (reason, step) pairs announced for the current revision (it gains this
+    decision's pair); :class:`Announcements` keeps one per rollout. Inconclusive evidence that comes
+    and goes within a step is one message, not one per evaluation.
     """
     if decision.action is not Action.WAIT:
         return True
@@ -79,6 +68,34 @@ def is_announced(decision: Decision, already_told: set[tuple[str, int | None]]) 
     return True
 
 
+class Announcements:
+    """What people were told about, per rollout (``namespace/name``): the told-once memory.
+
+    Recurring conditions are told once: a worrying condition once per step of a revision (a new
+    revision starts afresh), an unreadable state once until a decision could be made again.
+    """
+
+    def __init__(self) -> None:
+        self._told: dict[str, tuple[str | None, set[Marker]]] = {}
+
+    def tell(self, key: str, decision: Decision) -> bool:
+        """Whether people hear about ``decision`` (remembered as told when they do)."""
+        revision, told = self._told.get(key, (None, set()))
+        if revision != decision.revision:
+            told = set()
+        told.discard(_UNREADABLE)  # a decision was made: the state is readable again
+        self._told[key] = (decision.revision, told)
+        return is_announced(decision, told)
+
+    def tell_unreadable(self, key: str) -> bool:
+        """Whether people hear that the state of ``key`` cannot be read: once, not every interval."""
+        _, told = self._told.setdefault(key, (None, set()))
+        if _UNREADABLE in told:
+            return False
+        told.add(_UNREADABLE)
+        return True
+
+
 def to_notification(
     decision: Decision,
     policy: PromotionPolicy,
@@ -86,7 +103,6 @@ def to_notification(
     *,
     inference_service_uid: str | None = None,
 ) -> Notification:
-    action = _BY_ACTION.get(decision.action) or _ACTIONS.get(decision.event_reason, NotifyAction.WAITING)
     checks = tuple(
         CheckLine(
             name=judgement.name,
@@ -114,8 +130,8 @@ def to_notification(
         policy=policy.metadata.name,
         canary_revision=decision.revision,
         stable_revision=decision.stable_revision,
-        action=action,
-        severity=NotifySeverity.WARNING if decision.severity is Severity.WARNING else NotifySeverity.INFO,
+        action=notification_action(decision.action, decision.event_reason),
+        severity=decision.severity,
         phase=str(decision.phase),
         summary=decision.summary,
         from_weight=decision.previous_weight,
@@ -124,4 +140,30 @@ def to_notification(
         reasons=decision.reasons,
         checks=checks,
         inference_service_uid=inference_service_uid,
+    )
+
+
+def unreadable_state_notification(
+    policy: PromotionPolicy, error: str, now: datetime, uid: str | None
+) -> Notification:
+    """The state ConfigMap cannot be read (corrupt, or written by a newer controller): say so loudly."""
+    name = policy.spec.target.inference_service
+    reason = EventReason.STATE_UNREADABLE
+    return Notification(
+        id=decision_id(policy.key, "state-unreadable", error),
+        time=now,
+        namespace=policy.metadata.namespace,
+        inference_service=name,
+        policy=policy.metadata.name,
+        canary_revision=None,
+        stable_revision=None,
+        action=notification_action(Action.WAIT, reason),
+        severity=Severity.WARNING,
+        phase="Paused",
+        summary=(
+            f"The rollout state of {policy.key} cannot be read, so kserve-canary will not touch this "
+            f"InferenceService until the ConfigMap {state_configmap_name(name)} is fixed or deleted: {error}"
+        ),
+        reason=reason.value,
+        inference_service_uid=uid,
     )

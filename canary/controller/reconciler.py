@@ -26,15 +26,13 @@ from typing import Any
 import structlog
 from kubernetes.client.exceptions import ApiException
 
-from canary.controller.announce import is_announced, to_notification
+from canary.controller.announce import Announcements, to_notification, unreadable_state_notification
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceSource, EvidenceStatus
 from canary.kserve.client import ConflictError, InferenceServiceClient
-from canary.kserve.store import ConfigMapStateStore, StoredState, state_configmap_name
+from canary.kserve.store import ConfigMapStateStore, StoredState
 from canary.kserve.view import observe
-from canary.notify import Action as NotifyAction
-from canary.notify import Destination, Notification, NotificationDispatcher, make_decision_id
-from canary.notify import Severity as NotifySeverity
+from canary.notify import Destination, Notification, NotificationDispatcher
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
 from canary.rollout.core import decide, evidence_request
@@ -42,7 +40,7 @@ from canary.rollout.decision import Decision
 from canary.rollout.observed import ObservedInferenceService
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 
-__all__ = ["ReconcileOutcome", "Reconciler", "explain_document", "unreadable_state_notification"]
+__all__ = ["ReconcileOutcome", "Reconciler", "explain_document"]
 
 log = structlog.get_logger("kserve_canary.reconciler")
 
@@ -84,8 +82,7 @@ class Reconciler:
         # Dry-run keeps state in memory only; live runs read the ConfigMap every time.
         self._memory: dict[str, StoredState] = {}
         self._last_reason: dict[str, str] = {}
-        # What people were told about, per rollout: {key: (revision, {(reason, step)})}.
-        self._told: dict[str, tuple[str | None, set[tuple[str, int | None]]]] = {}
+        self._announcements = Announcements()
 
     # -- entry points --------------------------------------------------------------------------
 
@@ -150,8 +147,7 @@ class Reconciler:
             bound.error("rollout state unreadable: rollout paused until it is fixed", error=str(error))
             self._metrics.reconcile_errors.labels("state").inc()
             outcome = ReconcileOutcome(key, error=f"state unreadable: {error}")
-            if self._last_reason.get(key) != "StateUnreadable":
-                self._last_reason[key] = "StateUnreadable"
+            if self._announcements.tell_unreadable(key):
                 notification = unreadable_state_notification(policy, str(error), now, uid)
                 self._dispatcher.submit(notification, self._destinations_for(policy))
                 outcome.notifications.append(notification)
@@ -325,11 +321,7 @@ class Reconciler:
                     judgement.stable_value
                 )
 
-        revision, told = self._told.get(policy.key, (None, set()))
-        if revision != decision.revision:
-            told = set()
-        self._told[policy.key] = (decision.revision, told)
-        if self._dry_run or not is_announced(decision, told):
+        if not self._announcements.tell(policy.key, decision) or self._dry_run:
             return
         notification = to_notification(decision, policy, now, inference_service_uid=uid)
         self._dispatcher.submit(notification, self._destinations_for(policy))
@@ -372,29 +364,4 @@ def explain_document(decision: Decision, evidence: Evidence | None, now: datetim
             ],
         },
         separators=(",", ":"),
-    )
-
-
-def unreadable_state_notification(
-    policy: PromotionPolicy, error: str, now: datetime, uid: str | None
-) -> Notification:
-    """The state ConfigMap cannot be read (corrupt, or written by a newer controller): say so loudly."""
-    name = policy.spec.target.inference_service
-    return Notification(
-        id=make_decision_id(policy.key, "state-unreadable", error),
-        time=now,
-        namespace=policy.metadata.namespace,
-        inference_service=name,
-        policy=policy.metadata.name,
-        canary_revision=None,
-        stable_revision=None,
-        action=NotifyAction.PAUSED,
-        severity=NotifySeverity.WARNING,
-        phase="Paused",
-        summary=(
-            f"The rollout state of {policy.key} cannot be read, so kserve-canary will not touch this "
-            f"InferenceService until the ConfigMap {state_configmap_name(name)} is fixed or deleted: {error}"
-        ),
-        reason="StateUnreadable",
-        inference_service_uid=uid,
     )

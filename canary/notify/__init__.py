@@ -10,16 +10,7 @@ from canary.notify.delivery import DeliveryError, Sender, TargetKind
 from canary.notify.destinations import destination_for, destinations_for, events_destination
 from canary.notify.dispatcher import Destination, NotificationDispatcher, RetryPolicy, Submission
 from canary.notify.events import KubernetesEventSender, event_message
-from canary.notify.message import (
-    NOTIFICATION_API_VERSION,
-    Action,
-    CheckLine,
-    EventReason,
-    Notification,
-    Severity,
-    Verdict,
-    make_decision_id,
-)
+from canary.notify.message import NOTIFICATION_API_VERSION, CheckLine, Notification, Verdict
 from canary.notify.metrics import DeliveryRecorder, Outcome, PrometheusDeliveryRecorder
 from canary.notify.secrets import (
     DEFAULT_REDACTOR,
@@ -30,11 +21,11 @@ from canary.notify.secrets import (
 )
 from canary.notify.slack import SlackSender, slack_message
 from canary.notify.webhook import WebhookSender, sign, verify_signature, webhook_payload
+from canary.rollout.vocabulary import EventReason, NotificationAction, Severity
 
 __all__ = [
     "DEFAULT_REDACTOR",
     "NOTIFICATION_API_VERSION",
-    "Action",
     "CheckLine",
     "DeliveryError",
     "DeliveryRecorder",
@@ -42,6 +33,7 @@ __all__ = [
     "EventReason",
     "KubernetesEventSender",
     "Notification",
+    "NotificationAction",
     "NotificationDispatcher",
     "Outcome",
     "PrometheusDeliveryRecorder",
@@ -60,7 +52,6 @@ __all__ = [
     "destinations_for",
     "event_message",
     "events_destination",
-    "make_decision_id",
     "redact_processor",
     "sign",
     "slack_message",

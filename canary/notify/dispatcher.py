@@ -42,7 +42,7 @@ from typing import Any
 import structlog
 
 from canary.notify.delivery import DeliveryError, Sender, TargetKind
-from canary.notify.message import Action, Notification, Severity
+from canary.notify.message import Notification, NotificationAction, Severity
 from canary.notify.metrics import DeliveryRecorder, Outcome, default_recorder
 from canary.notify.secrets import DEFAULT_REDACTOR, Redactor, SecretUnavailable
 
@@ -326,7 +326,7 @@ class NotificationDispatcher:
         """Tell the InferenceService's Events that its people were not told (without the secret)."""
         if (
             item.destination.kind is TargetKind.KUBERNETES_EVENT
-            or item.notification.action is Action.NOTIFICATION_FAILED
+            or item.notification.action is NotificationAction.NOTIFICATION_FAILED
         ):
             return
         events = [d for d in self._defaults if d.kind is TargetKind.KUBERNETES_EVENT]
@@ -336,7 +336,7 @@ class NotificationDispatcher:
         failure = replace(
             original,
             id=f"{original.id}/failed/{item.destination.key}",
-            action=Action.NOTIFICATION_FAILED,
+            action=NotificationAction.NOTIFICATION_FAILED,
             reason="",  # the default for the action: NotificationFailed
             severity=Severity.WARNING,
             summary=(

@@ -1,9 +1,10 @@
 """What the controller tells people about one decision: the :class:`Notification` value.
 
-A notification is a plain, frozen value built by the controller from a decision of the core. It is
-deliberately independent of the core's own types so the senders (Slack, webhook, Kubernetes
-Events) can be developed, tested and versioned on their own: the controller maps its decision into
-this shape once, and every channel renders the same facts.
+A notification is a plain, frozen value built by the controller from a decision of the core. It
+holds no decision, only facts and texts, so the senders (Slack, webhook, Kubernetes Events) can be
+developed and tested on their own: the controller maps its decision into this shape once, and every
+channel renders the same facts. Its words (what happened, severity, reason) are the core's own
+vocabulary (:mod:`canary.rollout.vocabulary`).
 
 Every notification carries *the numbers behind the decision*: one :class:`CheckLine` per check
 with the canary's value, the limit it was judged against, the stable revision's value and the
@@ -15,26 +16,23 @@ fields carry the canonical values (seconds, fractions, bytes) for machines readi
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
 from canary.policy.units import Unit
+from canary.rollout.vocabulary import DEFAULT_REASONS, NotificationAction, Severity
 
 __all__ = [
     "ACTION_TITLES",
-    "DEFAULT_REASONS",
     "NOTIFICATION_API_VERSION",
     "NOTIFICATION_KIND",
-    "Action",
     "CheckLine",
-    "EventReason",
     "Notification",
+    "NotificationAction",
     "Severity",
     "Verdict",
-    "make_decision_id",
     "traffic_text",
     "weight_text",
 ]
@@ -48,91 +46,22 @@ NOTIFICATION_KIND = "RolloutNotification"
 _CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]{0,127}$")
 
 
-class Severity(StrEnum):
-    """How loud a notification is. Targets can ask for ``warning`` only (``minSeverity``)."""
-
-    INFO = "info"
-    WARNING = "warning"
-
-    @property
-    def rank(self) -> int:
-        return 0 if self is Severity.INFO else 1
-
-    def at_least(self, minimum: Severity) -> bool:
-        return self.rank >= minimum.rank
-
-
-class Action(StrEnum):
-    """What happened. Additive: the controller may gain actions, a payload consumer must accept new ones."""
-
-    STARTED = "started"  # the first step was written for a new revision
-    ADVANCED = "advanced"  # a step passed; the canary's weight went up
-    PROMOTED = "promoted"  # canaryTrafficPercent removed: the canary is the new stable revision
-    SUCCEEDED = "succeeded"  # the bake period after promotion passed
-    ROLLED_BACK = "rolled-back"  # canaryTrafficPercent set to 0
-    PAUSED = "paused"  # stopped until a person resumes (manual change, approval, onNoData: pause)
-    RESUMED = "resumed"
-    APPROVED = "approved"
-    ABORTED = "aborted"  # a person aborted the rollout
-    INCONCLUSIVE = "inconclusive"  # no data or query errors: the step cannot pass yet
-    WAITING = "waiting"  # e.g. the canary revision is not Ready yet
-    UNGUARDED_ROLLOUT = "unguarded-rollout"  # the new revision was already serving 100% when seen
-    PROMETHEUS_UNAVAILABLE = "prometheus-unavailable"  # evidence could not be collected
-    NOTIFICATION_FAILED = "notification-failed"  # a Slack/webhook delivery failed for good
-
-
-class EventReason(StrEnum):
-    """The Kubernetes Event reasons the controller uses. A notification may carry any CamelCase reason."""
-
-    CANARY_STARTED = "CanaryStarted"
-    CANARY_ADVANCED = "CanaryAdvanced"
-    CANARY_PROMOTED = "CanaryPromoted"
-    CANARY_SUCCEEDED = "CanarySucceeded"
-    CANARY_ROLLED_BACK = "CanaryRolledBack"
-    CANARY_PAUSED = "CanaryPaused"
-    CANARY_RESUMED = "CanaryResumed"
-    CANARY_APPROVED = "CanaryApproved"
-    CANARY_ABORTED = "CanaryAborted"
-    CANARY_INCONCLUSIVE = "CanaryInconclusive"
-    CANARY_WAITING = "CanaryWaiting"
-    UNGUARDED_ROLLOUT = "UnguardedRollout"
-    PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
-    NOTIFICATION_FAILED = "NotificationFailed"
-
-
-DEFAULT_REASONS: dict[Action, EventReason] = {
-    Action.STARTED: EventReason.CANARY_STARTED,
-    Action.ADVANCED: EventReason.CANARY_ADVANCED,
-    Action.PROMOTED: EventReason.CANARY_PROMOTED,
-    Action.SUCCEEDED: EventReason.CANARY_SUCCEEDED,
-    Action.ROLLED_BACK: EventReason.CANARY_ROLLED_BACK,
-    Action.PAUSED: EventReason.CANARY_PAUSED,
-    Action.RESUMED: EventReason.CANARY_RESUMED,
-    Action.APPROVED: EventReason.CANARY_APPROVED,
-    Action.ABORTED: EventReason.CANARY_ABORTED,
-    Action.INCONCLUSIVE: EventReason.CANARY_INCONCLUSIVE,
-    Action.WAITING: EventReason.CANARY_WAITING,
-    Action.UNGUARDED_ROLLOUT: EventReason.UNGUARDED_ROLLOUT,
-    Action.PROMETHEUS_UNAVAILABLE: EventReason.PROMETHEUS_UNAVAILABLE,
-    Action.NOTIFICATION_FAILED: EventReason.NOTIFICATION_FAILED,
-}
-
 # Short human titles, used in Slack headers and plain-text fallbacks.
-ACTION_TITLES: dict[Action, str] = {
-    Action.STARTED: "canary started",
-    Action.ADVANCED: "canary advanced",
-    Action.PROMOTED: "canary promoted",
-    Action.SUCCEEDED: "rollout succeeded",
-    Action.ROLLED_BACK: "canary rolled back",
-    Action.PAUSED: "rollout paused",
-    Action.RESUMED: "rollout resumed",
-    Action.APPROVED: "step approved",
-    Action.ABORTED: "rollout aborted",
-    Action.INCONCLUSIVE: "evidence inconclusive",
-    Action.WAITING: "waiting",
-    Action.UNGUARDED_ROLLOUT: "unguarded rollout",
-    Action.PROMETHEUS_UNAVAILABLE: "Prometheus unavailable",
-    Action.NOTIFICATION_FAILED: "notification failed",
+ACTION_TITLES: dict[NotificationAction, str] = {
+    NotificationAction.STARTED: "canary started",
+    NotificationAction.ADVANCED: "canary advanced",
+    NotificationAction.PROMOTED: "canary promoted",
+    NotificationAction.SUCCEEDED: "rollout succeeded",
+    NotificationAction.ROLLED_BACK: "canary rolled back",
+    NotificationAction.PAUSED: "rollout paused",
+    NotificationAction.RESUMED: "rollout resumed",
+    NotificationAction.APPROVED: "step approved",
+    NotificationAction.ABORTED: "rollout aborted",
+    NotificationAction.INCONCLUSIVE: "evidence inconclusive",
+    NotificationAction.WAITING: "waiting",
+    NotificationAction.UNGUARDED_ROLLOUT: "unguarded rollout",
+    NotificationAction.PROMETHEUS_UNAVAILABLE: "Prometheus unavailable",
+    NotificationAction.NOTIFICATION_FAILED: "notification failed",
 }
 
 
@@ -199,26 +128,13 @@ def weight_text(weight: int | None) -> str:
     return "unset" if weight is None else f"{weight}%"
 
 
-def traffic_text(from_weight: int | None, to_weight: int | None, action: Action) -> str:
+def traffic_text(from_weight: int | None, to_weight: int | None, action: NotificationAction) -> str:
     """``"10% → 30%"``; a promotion reads ``"50% → 100% (promoted)"``; empty when nothing moved."""
-    if action is Action.PROMOTED and to_weight is None:
+    if action is NotificationAction.PROMOTED and to_weight is None:
         return f"{weight_text(from_weight)} → 100% (promoted)"
     if from_weight == to_weight:
         return "" if from_weight is None else f"{from_weight}% (unchanged)"
     return f"{weight_text(from_weight)} → {weight_text(to_weight)}"
-
-
-def make_decision_id(*parts: object) -> str:
-    """A deterministic, opaque decision id from the facts that make a decision unique.
-
-    The controller passes e.g. namespace, InferenceService, canary revision, action, step and the
-    evaluation time: the same decision re-derived after a restart gets the same id, so receivers
-    (and the dispatcher) can de-duplicate it.
-    """
-    if not parts:
-        raise ValueError("a decision id needs at least one part")
-    digest = hashlib.sha256("\x1f".join(str(part) for part in parts).encode()).hexdigest()
-    return f"d-{digest[:24]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +148,7 @@ class Notification:
     policy: str  # the PromotionPolicy's name
     canary_revision: str | None
     stable_revision: str | None
-    action: Action
+    action: NotificationAction
     severity: Severity
     phase: str  # the rollout's phase after the decision (Progressing, RolledBack, ...)
     summary: str  # one sentence: what happened and why
@@ -251,7 +167,7 @@ class Notification:
             # A naive time is ambiguous in every receiver's timezone: refuse it early.
             raise ValueError("Notification.time must be timezone-aware")
         object.__setattr__(self, "time", self.time.astimezone(UTC))
-        object.__setattr__(self, "action", Action(self.action))
+        object.__setattr__(self, "action", NotificationAction(self.action))
         object.__setattr__(self, "severity", Severity(self.severity))
         reason = self.reason or DEFAULT_REASONS[self.action].value
         if not _CAMEL_CASE.match(reason):

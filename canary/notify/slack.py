@@ -19,27 +19,27 @@ import json
 from typing import Any
 
 from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, HttpPoster, utc_now
-from canary.notify.message import Action, CheckLine, Notification, Verdict
+from canary.notify.message import CheckLine, Notification, NotificationAction, Verdict
 from canary.notify.secrets import SecretResolver, describe_ref
 from canary.policy.model import SecretRef
 
 __all__ = ["ACTION_EMOJI", "VERDICT_EMOJI", "SlackSender", "check_text", "slack_message"]
 
-ACTION_EMOJI: dict[Action, str] = {
-    Action.STARTED: "🚦",
-    Action.ADVANCED: "⏩",
-    Action.PROMOTED: "🚀",
-    Action.SUCCEEDED: "✅",
-    Action.ROLLED_BACK: "⏪",
-    Action.PAUSED: "⏸️",
-    Action.RESUMED: "▶️",
-    Action.APPROVED: "👍",
-    Action.ABORTED: "🛑",
-    Action.INCONCLUSIVE: "❔",
-    Action.WAITING: "⏳",
-    Action.UNGUARDED_ROLLOUT: "⚠️",
-    Action.PROMETHEUS_UNAVAILABLE: "📉",
-    Action.NOTIFICATION_FAILED: "📭",
+ACTION_EMOJI: dict[NotificationAction, str] = {
+    NotificationAction.STARTED: "🚦",
+    NotificationAction.ADVANCED: "⏩",
+    NotificationAction.PROMOTED: "🚀",
+    NotificationAction.SUCCEEDED: "✅",
+    NotificationAction.ROLLED_BACK: "⏪",
+    NotificationAction.PAUSED: "⏸️",
+    NotificationAction.RESUMED: "▶️",
+    NotificationAction.APPROVED: "👍",
+    NotificationAction.ABORTED: "🛑",
+    NotificationAction.INCONCLUSIVE: "❔",
+    NotificationAction.WAITING: "⏳",
+    NotificationAction.UNGUARDED_ROLLOUT: "⚠️",
+    NotificationAction.PROMETHEUS_UNAVAILABLE: "📉",
+    NotificationAction.NOTIFICATION_FAILED: "📭",
 }
 
 VERDICT_EMOJI: dict[Verdict, str] = {

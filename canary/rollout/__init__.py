@@ -6,7 +6,7 @@ the demo, simulations and backtests all run the very same decisions.
 
 from canary.rollout.commands import CommandResult, apply_command
 from canary.rollout.core import decide, evidence_request
-from canary.rollout.decision import Action, Decision, EventReason, Severity
+from canary.rollout.decision import Decision
 from canary.rollout.judge import CheckVerdict, Evaluation, Judgement, judge_check, judge_evidence
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService, TrafficTarget
 from canary.rollout.state import (
@@ -21,6 +21,14 @@ from canary.rollout.state import (
     UnsupportedStateVersion,
 )
 from canary.rollout.timeline import Timeline, TimelineEntry
+from canary.rollout.vocabulary import (
+    Action,
+    EventReason,
+    NotificationAction,
+    Severity,
+    decision_id,
+    notification_action,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -34,6 +42,7 @@ __all__ = [
     "EvaluationVerdict",
     "EventReason",
     "Judgement",
+    "NotificationAction",
     "ObservedInferenceService",
     "Pause",
     "PauseKind",
@@ -47,7 +56,9 @@ __all__ = [
     "UnsupportedStateVersion",
     "apply_command",
     "decide",
+    "decision_id",
     "evidence_request",
     "judge_check",
     "judge_evidence",
+    "notification_action",
 ]

@@ -11,7 +11,6 @@ returned unchanged.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -26,6 +25,7 @@ from canary.rollout.state import (
     RolloutState,
     describe_time,
 )
+from canary.rollout.vocabulary import EventReason, decision_id
 
 __all__ = ["CommandResult", "apply_command"]
 
@@ -108,15 +108,14 @@ def _pending(
 
 
 def _accept(after: RolloutState, kind: CommandKind, now: datetime, who: str, message: str) -> CommandResult:
-    identity = f"{after.revision}|command|{kind.value}|{now.timestamp()!r}"
     entry = HistoryEntry(
         at=now,
         action=f"command:{kind.value}",
         weight=None,
         phase=after.phase,
-        event=_EVENTS[kind],
+        event=_EVENTS[kind].value,
         reason=f"{message} (by {who})",
-        id=hashlib.sha256(identity.encode()).hexdigest()[:20],
+        id=decision_id(after.revision, "command", kind.value, repr(now.timestamp())),
     )
     return CommandResult(replace(after, history=(*after.history, entry)[-MAX_HISTORY:]), True, message)
 
@@ -126,9 +125,9 @@ def _refuse(state: RolloutState, message: str) -> CommandResult:
 
 
 _EVENTS = {
-    CommandKind.PAUSE: "CanaryPaused",
-    CommandKind.RESUME: "CanaryResumed",
-    CommandKind.APPROVE: "CanaryApproved",
-    CommandKind.ABORT: "CanaryAborted",
-    CommandKind.PROMOTE: "CanaryPromoted",
+    CommandKind.PAUSE: EventReason.CANARY_PAUSED,
+    CommandKind.RESUME: EventReason.CANARY_RESUMED,
+    CommandKind.APPROVE: EventReason.CANARY_APPROVED,
+    CommandKind.ABORT: EventReason.CANARY_ABORTED,
+    CommandKind.PROMOTE: EventReason.CANARY_PROMOTED,
 }

@@ -26,7 +26,6 @@ The rules, in the order they are applied (docs/design.md §2 and §4):
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -34,7 +33,7 @@ from enum import StrEnum
 from canary.evidence import Evidence, EvidenceRequest
 from canary.policy.model import Check, NoDataAction, PromotionPolicy, Step
 from canary.policy.units import format_duration
-from canary.rollout.decision import Action, Decision, EventReason, Severity
+from canary.rollout.decision import Decision
 from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
@@ -55,6 +54,7 @@ from canary.rollout.state import (
     WeightRecord,
     describe_time,
 )
+from canary.rollout.vocabulary import Action, EventReason, Severity, decision_id
 
 __all__ = ["decide", "evidence_request"]
 
@@ -1198,11 +1198,12 @@ class _Tick:
         step_index = state.step.index if state.step else -1
         moment = id_time or self.now
         # Not the event: a write re-issued after a crash keeps the id of the original decision.
-        identity = f"{self.plan.key}|{state.revision}|{action}|{step_index}|{weight}|{moment.timestamp()!r}"
-        decision_id = hashlib.sha256(identity.encode()).hexdigest()[:20]
+        identity = decision_id(
+            self.plan.key, state.revision, action, step_index, weight, repr(moment.timestamp())
+        )
         if action is not Action.WAIT or state.phase is not self.original.phase:
             history = state.history
-            if not history or history[-1].id != decision_id:
+            if not history or history[-1].id != identity:
                 entry = HistoryEntry(
                     at=self.now,
                     action=action.value,
@@ -1210,7 +1211,7 @@ class _Tick:
                     phase=state.phase,
                     event=event.value,
                     reason=_shorten(headline),
-                    id=decision_id,
+                    id=identity,
                 )
                 state = replace(state, history=(*history, entry)[-MAX_HISTORY:])
                 self.state = state
@@ -1222,7 +1223,7 @@ class _Tick:
             reasons=(headline, *self.reasons),
             event_reason=event,
             severity=severity,
-            id=decision_id,
+            id=identity,
             revision=state.revision,
             stable_revision=state.stable_revision,
             previous_weight=self.observed.canary_traffic_percent,
@@ -1230,6 +1231,7 @@ class _Tick:
             verdict=evaluation.verdict if evaluation else None,
             requests=evaluation.requests if evaluation else None,
             evaluated_at=self.evaluated_at,
+            resource_version=self.observed.resource_version,
         )
 
 

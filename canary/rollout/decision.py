@@ -4,64 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from canary.rollout.judge import Judgement
 from canary.rollout.state import EvaluationVerdict, Phase, RolloutState
+from canary.rollout.vocabulary import Action, EventReason, Severity
 
-__all__ = ["Action", "Decision", "EventReason", "Severity"]
-
-
-class Action(StrEnum):
-    """What the shell must do on the InferenceService."""
-
-    WAIT = "wait"  # write nothing
-    START = "start"  # write the first step
-    ADVANCE = "advance"  # write the next step
-    PROMOTE = "promote"  # remove canaryTrafficPercent: the canary takes 100%
-    ROLLBACK = "rollback"  # write 0: the stable revision takes 100%
-    PAUSE = "pause"  # write nothing; a person must act
-
-    @property
-    def writes(self) -> bool:
-        return self in _WRITING_ACTIONS
-
-
-_WRITING_ACTIONS = frozenset({Action.START, Action.ADVANCE, Action.PROMOTE, Action.ROLLBACK})
-
-
-class Severity(StrEnum):
-    INFO = "info"
-    WARNING = "warning"  # rollbacks, pauses and problems
-
-
-class EventReason(StrEnum):
-    """Kubernetes Event reasons (UpperCamelCase), also the notification's ``reason``."""
-
-    CANARY_STARTED = "CanaryStarted"
-    CANARY_ADVANCED = "CanaryAdvanced"
-    CANARY_PROMOTED = "CanaryPromoted"
-    CANARY_BAKING = "CanaryBaking"
-    CANARY_SUCCEEDED = "CanarySucceeded"
-    CANARY_ROLLED_BACK = "CanaryRolledBack"
-    CANARY_PAUSED = "CanaryPaused"
-    CANARY_AWAITING_APPROVAL = "CanaryAwaitingApproval"
-    CANARY_RESUMED = "CanaryResumed"
-    CANARY_EVALUATED = "CanaryEvaluated"  # an evaluation passed; the step is not over yet
-    CANARY_CHECK_FAILED = "CanaryCheckFailed"  # an evaluation failed, below failureLimit
-    CANARY_INCONCLUSIVE = "CanaryInconclusive"
-    CANARY_PENDING = "CanaryPending"  # the canary revision is not Ready yet
-    CANARY_WAITING = "CanaryWaiting"
-    EXTERNAL_TRAFFIC_CHANGE = "ExternalTrafficChange"
-    UNGUARDED_ROLLOUT = "UnguardedRollout"
-    PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
-    SPEC_CHANGE_PENDING = "SpecChangePending"  # the spec changed; KServe has not created the revision
-    REVISION_NOT_RETRIED = "RevisionNotRetried"
-    FIRST_DEPLOYMENT = "FirstDeployment"
-    UNSUPPORTED_DEPLOYMENT_MODE = "UnsupportedDeploymentMode"
-    INFERENCE_SERVICE_NOT_FOUND = "InferenceServiceNotFound"
-    CANARY_IDLE = "CanaryIdle"
+__all__ = ["Action", "Decision", "EventReason", "Severity", "canary_percent_patch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +35,8 @@ class Decision:
     verdict: EvaluationVerdict | None = None  # None when no evaluation took place
     requests: float | None = None
     evaluated_at: datetime | None = None
+    # The InferenceService's resourceVersion the decision was made on: the patch's precondition.
+    resource_version: str | None = None
 
     @property
     def phase(self) -> Phase:
@@ -97,7 +48,20 @@ class Decision:
 
     @property
     def patch(self) -> dict[str, Any] | None:
-        """The JSON merge patch (RFC 7386) to apply, or None when nothing is written."""
+        """The JSON merge patch (RFC 7386) the shell sends as it is, or None when nothing is written."""
         if not self.action.writes:
             return None
-        return {"spec": {"predictor": {"canaryTrafficPercent": self.weight}}}
+        return canary_percent_patch(self.weight, self.resource_version)
+
+
+def canary_percent_patch(weight: int | None, resource_version: str | None) -> dict[str, Any]:
+    """The one write the controller makes: ``canaryTrafficPercent`` (None, JSON null, removes it: a
+    promotion), conditional on ``resource_version`` so that a write based on a stale read fails with 409.
+
+    Without a resourceVersion (a view built by hand, not read from the API) the patch has no
+    precondition; the InferenceService client refuses to send such a patch.
+    """
+    patch: dict[str, Any] = {"spec": {"predictor": {"canaryTrafficPercent": weight}}}
+    if resource_version is not None:
+        patch = {"metadata": {"resourceVersion": resource_version}, **patch}
+    return patch

@@ -16,8 +16,9 @@ from typing import Any
 
 from kubernetes.client import ApiClient, Configuration
 
-from canary.notify.message import Action, CheckLine, Notification, Severity, Verdict, make_decision_id
+from canary.notify.message import CheckLine, Notification, NotificationAction, Severity, Verdict
 from canary.policy.units import Unit
+from canary.rollout.vocabulary import decision_id
 
 WAIT = 10.0  # generous upper bound for "eventually"; tests finish as soon as the condition holds
 
@@ -249,14 +250,14 @@ DECISION_TIME = datetime(2025, 3, 14, 9, 26, 53, tzinfo=UTC)
 def make_notification(**overrides: Any) -> Notification:
     """An 'advanced 10% → 30%' decision with three checks; override anything."""
     values: dict[str, Any] = {
-        "id": make_decision_id("ml", "llama-chat", "llama-chat-predictor-00002", "advanced", 30),
+        "id": decision_id("ml", "llama-chat", "llama-chat-predictor-00002", "advanced", 30),
         "time": DECISION_TIME,
         "namespace": "ml",
         "inference_service": "llama-chat",
         "policy": "llama-chat-policy",
         "canary_revision": "llama-chat-predictor-00002",
         "stable_revision": "llama-chat-predictor-00001",
-        "action": Action.ADVANCED,
+        "action": NotificationAction.ADVANCED,
         "severity": Severity.INFO,
         "phase": "Progressing",
         "summary": "Step 10% held 10m with every check passing; advancing to 30%.",
@@ -298,8 +299,8 @@ def make_notification(**overrides: Any) -> Notification:
 
 def rollback_notification(**overrides: Any) -> Notification:
     values: dict[str, Any] = {
-        "id": make_decision_id("ml", "llama-chat", "llama-chat-predictor-00002", "rolled-back"),
-        "action": Action.ROLLED_BACK,
+        "id": decision_id("ml", "llama-chat", "llama-chat-predictor-00002", "rolled-back"),
+        "action": NotificationAction.ROLLED_BACK,
         "severity": Severity.WARNING,
         "phase": "RolledBack",
         "summary": "Critical check oom failed at 30%; rolled back to the stable revision.",

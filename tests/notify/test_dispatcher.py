@@ -14,10 +14,11 @@ from prometheus_client import CollectorRegistry
 from canary.notify.delivery import TargetKind
 from canary.notify.destinations import destination_for, events_destination
 from canary.notify.dispatcher import Destination, NotificationDispatcher, RetryPolicy
-from canary.notify.message import Action, Notification, Severity, make_decision_id
+from canary.notify.message import Notification, NotificationAction, Severity
 from canary.notify.metrics import PrometheusDeliveryRecorder
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.policy.model import NotifyTarget, SecretRef, SlackTarget, WebhookTarget
+from canary.rollout.vocabulary import decision_id
 from tests.notify.support import (
     WAIT,
     EventApiServer,
@@ -95,8 +96,8 @@ def _ids(receiver: Receiver) -> list[str]:
 
 
 def _notification(number: int, severity: Severity = Severity.INFO) -> Notification:
-    action = Action.ADVANCED if severity is Severity.INFO else Action.ROLLED_BACK
-    return make_notification(id=make_decision_id("n", number), severity=severity, action=action)
+    action = NotificationAction.ADVANCED if severity is Severity.INFO else NotificationAction.ROLLED_BACK
+    return make_notification(id=decision_id("n", number), severity=severity, action=action)
 
 
 def _closed_port_url(path: str) -> str:

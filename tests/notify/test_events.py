@@ -9,7 +9,7 @@ import pytest
 
 from canary.notify.delivery import DeliveryError
 from canary.notify.events import MESSAGE_LIMIT, KubernetesEventSender, event_message, event_name
-from canary.notify.message import Action, CheckLine, Notification, Severity, Verdict
+from canary.notify.message import CheckLine, Notification, NotificationAction, Severity, Verdict
 from canary.notify.secrets import Redactor
 from tests.notify.support import DECISION_TIME, EventApiServer, make_notification, rollback_notification
 
@@ -78,7 +78,7 @@ def test_identical_events_are_aggregated_by_patching_count(apiserver: EventApiSe
     clock = SteppingClock()
     sender = _sender(apiserver, clock)
     outage = make_notification(
-        action=Action.PROMETHEUS_UNAVAILABLE,
+        action=NotificationAction.PROMETHEUS_UNAVAILABLE,
         severity=Severity.WARNING,
         summary="Prometheus is unreachable.",
         checks=(),

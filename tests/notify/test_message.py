@@ -4,16 +4,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from canary.notify.message import (
-    DEFAULT_REASONS,
-    Action,
-    CheckLine,
-    EventReason,
-    Severity,
-    Verdict,
-    make_decision_id,
-    traffic_text,
-)
+from canary.notify.message import CheckLine, NotificationAction, Severity, Verdict, traffic_text
+from canary.rollout.vocabulary import DEFAULT_REASONS, EventReason, decision_id
 from tests.notify.support import make_notification
 
 
@@ -25,15 +17,15 @@ def test_time_is_normalised_to_utc_and_naive_times_are_refused() -> None:
 
 
 def test_reason_defaults_from_the_action_and_must_be_camel_case() -> None:
-    assert make_notification(action=Action.ROLLED_BACK).reason == "CanaryRolledBack"
-    assert make_notification(action=Action.UNGUARDED_ROLLOUT).reason == "UnguardedRollout"
+    assert make_notification(action=NotificationAction.ROLLED_BACK).reason == "CanaryRolledBack"
+    assert make_notification(action=NotificationAction.UNGUARDED_ROLLOUT).reason == "UnguardedRollout"
     assert make_notification(reason="PrometheusUnavailable").reason == "PrometheusUnavailable"
     with pytest.raises(ValueError, match="UpperCamelCase"):
         make_notification(reason="canary advanced")
 
 
 def test_every_action_has_a_default_reason() -> None:
-    assert set(DEFAULT_REASONS) == set(Action)
+    assert set(DEFAULT_REASONS) == set(NotificationAction)
     assert {reason.value for reason in EventReason} >= {
         "CanaryStarted",
         "CanaryAdvanced",
@@ -81,20 +73,20 @@ def test_a_check_line_reads_true_for_its_verdict(line: CheckLine, text: str) -> 
 
 
 def test_traffic_text() -> None:
-    assert traffic_text(10, 30, Action.ADVANCED) == "10% → 30%"
-    assert traffic_text(50, None, Action.PROMOTED) == "50% → 100% (promoted)"
-    assert traffic_text(None, 10, Action.STARTED) == "unset → 10%"
-    assert traffic_text(30, 0, Action.ROLLED_BACK) == "30% → 0%"
-    assert traffic_text(30, 30, Action.PAUSED) == "30% (unchanged)"
-    assert traffic_text(None, None, Action.WAITING) == ""
+    assert traffic_text(10, 30, NotificationAction.ADVANCED) == "10% → 30%"
+    assert traffic_text(50, None, NotificationAction.PROMOTED) == "50% → 100% (promoted)"
+    assert traffic_text(None, 10, NotificationAction.STARTED) == "unset → 10%"
+    assert traffic_text(30, 0, NotificationAction.ROLLED_BACK) == "30% → 0%"
+    assert traffic_text(30, 30, NotificationAction.PAUSED) == "30% (unchanged)"
+    assert traffic_text(None, None, NotificationAction.WAITING) == ""
 
 
 def test_decision_ids_are_deterministic_and_distinct() -> None:
-    first = make_decision_id("ml", "llama", "rev-2", "advanced", 30)
-    assert first == make_decision_id("ml", "llama", "rev-2", "advanced", 30)
-    assert first != make_decision_id("ml", "llama", "rev-2", "advanced", 50)
+    first = decision_id("ml", "llama", "rev-2", "advanced", 30)
+    assert first == decision_id("ml", "llama", "rev-2", "advanced", 30)
+    assert first != decision_id("ml", "llama", "rev-2", "advanced", 50)
     # Parts are separated, so shifting text between them changes the id.
-    assert make_decision_id("ab", "c") != make_decision_id("a", "bc")
+    assert decision_id("ab", "c") != decision_id("a", "bc")
 
 
 def test_severity_order() -> None:

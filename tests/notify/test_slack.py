@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from canary.notify.delivery import USER_AGENT, DeliveryError
-from canary.notify.message import Action, CheckLine, Verdict
+from canary.notify.message import CheckLine, NotificationAction, Verdict
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.notify.slack import SlackSender, check_text, slack_message
 from canary.policy.model import SecretRef
@@ -75,7 +75,9 @@ def test_rollback_shows_failing_missing_and_erroring_checks_and_honours_channel(
 
 
 def test_promotion_reads_as_field_removed() -> None:
-    message = slack_message(make_notification(action=Action.PROMOTED, from_weight=50, to_weight=None))
+    message = slack_message(
+        make_notification(action=NotificationAction.PROMOTED, from_weight=50, to_weight=None)
+    )
     assert message["blocks"][0]["text"]["text"] == "🚀 llama-chat: canary promoted 50% → 100% (promoted)"
 
 

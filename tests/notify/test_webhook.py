@@ -10,7 +10,7 @@ import pytest
 
 from canary import __version__
 from canary.notify.delivery import USER_AGENT
-from canary.notify.message import Action, CheckLine, Verdict
+from canary.notify.message import CheckLine, NotificationAction, Verdict
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.notify.webhook import (
     IDEMPOTENCY_HEADER,
@@ -117,9 +117,11 @@ def test_payload_content() -> None:
 
 
 def test_every_action_and_promotion_validate_against_the_schema() -> None:
-    for action in Action:
+    for action in NotificationAction:
         _validate(webhook_payload(make_notification(action=action)))
-    promoted = webhook_payload(make_notification(action=Action.PROMOTED, from_weight=50, to_weight=None))
+    promoted = webhook_payload(
+        make_notification(action=NotificationAction.PROMOTED, from_weight=50, to_weight=None)
+    )
     assert promoted["traffic"] == {"from": 50, "to": None}
     _validate(
         webhook_payload(

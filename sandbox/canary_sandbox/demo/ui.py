@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from canary.notify.message import Action
+from canary.notify.message import NotificationAction
 from canary.notify.slack import ACTION_EMOJI
 from canary.policy import Check, PromotionPolicy
 from canary.policy.units import format_value
@@ -91,7 +91,7 @@ def notification_line(payload: Mapping[str, Any], origin: float, *, with_checks:
     """``+41.2s ⏩ sentiment advanced 10% → 30%: <summary>`` (failing checks appended for rollbacks)."""
     action = str(payload.get("action", ""))
     try:
-        emoji = ACTION_EMOJI.get(Action(action), "•")
+        emoji = ACTION_EMOJI.get(NotificationAction(action), "•")
     except ValueError:
         emoji = "•"
     traffic = payload.get("traffic") or {}
