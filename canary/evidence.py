@@ -24,6 +24,7 @@ from canary.policy.model import Check, PromotionPolicy
 from canary.policy.units import Unit
 
 __all__ = [
+    "FRACTION_SUFFIX",
     "REQUESTS",
     "ErrorClass",
     "Evidence",
@@ -31,10 +32,20 @@ __all__ = [
     "EvidenceSource",
     "EvidenceStatus",
     "Measurement",
+    "fraction_key",
 ]
 
 # The name under which the canary's request count (minRequests) travels in Evidence.
 REQUESTS = "request-count"
+FRACTION_SUFFIX = ":fraction"
+
+
+def fraction_key(check: Check | str) -> str:
+    """Where gpu-memory-peak's used/total fraction (judged against ``maxFraction``) travels in Evidence.
+
+    Check names cannot contain ``:``, so the key never collides with a check's own.
+    """
+    return (check if isinstance(check, str) else check.name) + FRACTION_SUFFIX
 
 
 class EvidenceStatus(StrEnum):

@@ -37,7 +37,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from canary.evidence import REQUESTS, ErrorClass, EvidenceRequest, EvidenceStatus, Measurement
+from canary.evidence import (
+    FRACTION_SUFFIX,
+    REQUESTS,
+    ErrorClass,
+    EvidenceRequest,
+    EvidenceStatus,
+    Measurement,
+    fraction_key,
+)
 from canary.metrics.catalog import (
     FIELD_FRACTION,
     FIELD_LABEL,
@@ -71,8 +79,6 @@ __all__ = [
     "plan_rollout",
 ]
 
-FRACTION_SUFFIX = ":fraction"
-
 # Measures whose value is a statistic over requests: fewer requests than the minimum is no data.
 _REQUEST_BASED = frozenset(
     {
@@ -82,11 +88,6 @@ _REQUEST_BASED = frozenset(
         MetricKind.E2E_LATENCY.value,
     }
 )
-
-
-def fraction_key(check_name: str) -> str:
-    """The evidence key of a gpu-memory-peak check's used/(used+free+reserved) fraction."""
-    return check_name + FRACTION_SUFFIX
 
 
 class Side(StrEnum):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from canary.evidence import REQUESTS, EvidenceStatus, Measurement
+from canary.evidence import REQUESTS, EvidenceStatus, Measurement, fraction_key
 from canary.policy.model import Check, MetricKind
 from canary.policy.units import Unit, format_value
 from canary.rollout.memo import IdentityMemo
@@ -110,11 +110,6 @@ class Evaluation(NamedTuple):
         named = f" ({', '.join(details)})" if details else ""
         requests = "request count unavailable" if self.requests is None else f"{self.requests:.0f} requests"
         return f"{self.verdict}{named}; {requests}"
-
-
-def fraction_key(check: Check) -> str:
-    """Where the evidence layer puts gpu-memory-peak's used/total fraction for ``maxFraction``."""
-    return f"{check.name}:fraction"
 
 
 def has_absolute_limit(check: Check) -> bool:
