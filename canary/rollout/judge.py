@@ -30,6 +30,7 @@ from typing import NamedTuple
 from canary.evidence import REQUESTS, EvidenceStatus, Measurement, fraction_key
 from canary.policy.model import Check, MetricKind
 from canary.policy.units import Unit, format_value
+from canary.rollout.limits import limit_text, percent, relative_bound_text
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.state import EvaluationVerdict
 
@@ -197,8 +198,8 @@ class _CheckPlan:
             max_increase=check.max_increase if comparable else None,
             min_stable=check.min_stable,
             critical=check.critical,
-            absolute_limit_text=_limit_text(check, unit, relative=False),
-            relative_limit_text=_limit_text(check, unit, relative=comparable),
+            absolute_limit_text=limit_text(check, relative=False),
+            relative_limit_text=limit_text(check, relative=comparable),
             sampling=sampling,
         )
 
@@ -217,7 +218,7 @@ def judge_check(
     plan = _plan(check)
     unit = plan.unit
     max_increase = plan.max_increase if compare_with_stable else None
-    limit_text = plan.relative_limit_text if max_increase is not None else plan.absolute_limit_text
+    condition = plan.relative_limit_text if max_increase is not None else plan.absolute_limit_text
     measurement = canary.get(plan.name)
     value = _value_of(measurement)
     if value is None:
@@ -225,7 +226,7 @@ def judge_check(
         samples = measurement.samples if measurement is not None else None
         query = measurement.query if measurement is not None else ""
         return Judgement(
-            plan.name, verdict, None, unit, limit_text, None, samples, plan.critical, detail, query
+            plan.name, verdict, None, unit, condition, None, samples, plan.critical, detail, query
         )
     assert measurement is not None
     failures: list[str] = []
@@ -249,8 +250,8 @@ def judge_check(
             missing = _worse(missing, _unusable(fraction_measurement, "the GPU memory fraction"))
         elif fraction > plan.max_fraction:
             failures.append(
-                f"GPU memory {_percent(fraction)} of the device is above maxFraction "
-                f"{_percent(plan.max_fraction)}"
+                f"GPU memory {percent(fraction)} of the device is above maxFraction "
+                f"{percent(plan.max_fraction)}"
             )
 
     stable_value: float | None = None
@@ -268,8 +269,8 @@ def judge_check(
                 max_allowed = allowed if max_allowed is None else min(max_allowed, allowed)
                 if value > allowed:
                     failures.append(
-                        f"{format_value(value, unit)} is above {1.0 + max_increase:.3g} × stable "
-                        f"{format_value(stable_value, unit)} = {format_value(allowed, unit)}"
+                        f"{format_value(value, unit)} is above "
+                        + relative_bound_text(max_increase, stable_value, allowed, unit)
                     )
                     breaches.append((allowed, True))
 
@@ -306,7 +307,7 @@ def judge_check(
         verdict,
         value,
         unit,
-        limit_text,
+        condition,
         stable_value,
         measurement.samples,
         plan.critical,
@@ -401,23 +402,3 @@ def _worse(
     if current is None or (new[0] is CheckVerdict.ERROR and current[0] is not CheckVerdict.ERROR):
         return new
     return current
-
-
-def _percent(fraction: float) -> str:
-    return format_value(fraction, Unit.RATIO)
-
-
-def _limit_text(check: Check, unit: Unit, *, relative: bool) -> str:
-    parts = []
-    if check.max is not None:
-        parts.append(f"≤ {format_value(check.max, unit)}")
-    if check.min is not None:
-        parts.append(f"≥ {format_value(check.min, unit)}")
-    if check.max_fraction is not None:
-        parts.append(f"≤ {_percent(check.max_fraction)} of GPU memory")
-    if relative and check.max_increase is not None:
-        floor = (
-            f" when stable ≥ {format_value(check.min_stable, unit)}" if check.min_stable is not None else ""
-        )
-        parts.append(f"≤ +{_percent(check.max_increase)} vs stable{floor}")
-    return " and ".join(parts) if parts else "no limit"

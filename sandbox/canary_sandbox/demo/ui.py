@@ -17,8 +17,8 @@ from rich.text import Text
 from canary.notify.message import NotificationAction
 from canary.notify.slack import ACTION_EMOJI
 from canary.policy import Check, PromotionPolicy
-from canary.policy.units import format_value
 from canary.report.charts import since
+from canary.rollout.limits import limit_parts
 from canary_sandbox.demo.monitor import CheckReading, ModelView
 from canary_sandbox.demo.story import ModelStory
 
@@ -43,18 +43,12 @@ BAR_WIDTH = 12
 
 
 def limit_label(check: Check) -> str:
-    """A check's limits, one per line, for a column header: ``≤ 500ms`` / ``≤ +50% vs stable``."""
-    unit = check.value_unit
-    parts = []
-    if check.max is not None:
-        parts.append(f"≤ {format_value(check.max, unit)}")
-    if check.min is not None:
-        parts.append(f"≥ {format_value(check.min, unit)}")
-    if check.max_fraction is not None:
-        parts.append(f"≤ {check.max_fraction * 100:g}% of GPU")
-    if check.max_increase is not None:
-        parts.append(f"≤ +{check.max_increase * 100:g}% vs stable")
-    return "\n".join(parts)
+    """A check's limits, one per line, for a column header: ``≤ 500ms`` / ``≤ +50% vs stable``.
+
+    The same words as every decision's limit text; only the minStable condition is left out, on
+    purpose: a column header stays narrow, and the condition is in the notifications' limits.
+    """
+    return "\n".join(limit_parts(check, with_floor=False))
 
 
 def weight_bar(view: ModelView) -> Text:
