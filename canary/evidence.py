@@ -63,6 +63,8 @@ class ErrorClass(StrEnum):
     EXECUTION = "execution"  # HTTP 422: the query could not be executed
     UNEXPECTED_RESULT = "unexpected-result"  # several series or a matrix where one value was expected
     SERVER = "server"  # any other non-2xx answer
+    UNAVAILABLE = "unavailable"  # Prometheus (or its proxy) answered that it cannot serve: 503, 502, 429
+    MALFORMED_RESPONSE = "malformed-response"  # not a Prometheus answer: not JSON, truncated, HTML, no data
 
 
 @dataclass(frozen=True, slots=True)

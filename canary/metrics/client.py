@@ -16,13 +16,21 @@ Built on prometheus-api-client's :class:`PrometheusConnect`, with four of its 0.
 * it never sends Prometheus' ``timeout`` parameter; we do, so Prometheus stops an expensive query
   itself (HTTP 503, errorType ``timeout``) a little before our client-side read timeout fires.
 
-Every failure becomes a :class:`QueryFailure` with an :class:`~canary.evidence.ErrorClass`; nothing
+Every failure becomes a :class:`QueryFailure` with an :class:`~canary.evidence.ErrorClass` named from
+what Prometheus said — its ``errorType`` first (``bad_data``, ``execution``, ``timeout``,
+``unavailable``), the HTTP status otherwise — and carrying its own ``error`` text (truncated). What is
+not a Prometheus answer at all (not JSON, truncated JSON, an empty body, a proxy's HTML page, JSON
+without ``status``/``data``) is ``malformed-response``; a connection that failed is ``unreachable``.
+Details never carry a secret: no header values, and the URL only as ``scheme://host[:port]``. Nothing
 raises out of :meth:`PrometheusClient.instant`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,16 +38,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.auth import AuthBase, HTTPBasicAuth
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from canary.evidence import ErrorClass
+from canary.retrying import RetryPolicy, retrying
 
 __all__ = [
     "PrometheusClient",
@@ -49,28 +58,10 @@ __all__ = [
     "QueryOutcome",
     "RetryPolicy",
     "as_utc",
+    "redact_url",
 ]
 
 _DETAIL_LIMIT = 500  # characters of a Prometheus error message kept in evidence and logs
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How often a query that certainly did not run is tried again (never one that timed out)."""
-
-    attempts: int = 3  # tries in total, the first included
-    backoff: float = 0.2  # seconds before the second try; doubled for each further try
-    max_backoff: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("attempts must be at least 1")
-        if self.backoff < 0 or self.max_backoff < 0:
-            raise ValueError("backoff must not be negative")
-
-    def pause_before(self, attempt: int) -> float:
-        """Seconds to wait before try number ``attempt`` (2, 3, ...)."""
-        return float(min(self.max_backoff, self.backoff * 2.0 ** (attempt - 2)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +198,7 @@ class _Attempt:
     failure: QueryFailure | None = None
     retryable: bool = False
     warnings: tuple[str, ...] = ()
+    content_type: str = ""
 
 
 class PrometheusClient:
@@ -283,7 +275,7 @@ class PrometheusClient:
             return QueryOutcome(promql, None, attempt.failure, http_requests, duration)
         data = attempt.payload
         if not isinstance(data, dict) or "resultType" not in data or "result" not in data:
-            failure = QueryFailure(ErrorClass.UNEXPECTED_RESULT, "the answer has no data.resultType/result")
+            failure = _malformed(attempt, "data without resultType and result")
             return QueryOutcome(promql, None, failure, http_requests, duration)
         answer = QueryAnswer(str(data["resultType"]), data["result"], attempt.warnings)
         return QueryOutcome(promql, answer, None, http_requests, duration)
@@ -316,71 +308,113 @@ class PrometheusClient:
         if attempt.failure is not None:
             return attempt.failure, http_requests
         if not isinstance(attempt.payload, list):
-            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, "expected a list of names"), http_requests
+            return _malformed(attempt, "data is not a list of names"), http_requests
         return [str(item) for item in attempt.payload], http_requests
 
-    def _read_timeout_detail(self) -> str:
-        return f"no answer within {self._http_timeout[1]:g}s (client read timeout; not retried)"
-
     def _with_retries(self, call: Callable[[], object]) -> tuple[_Attempt, int]:
-        policy = self.config.retry
-        tries = 0
-        while True:
-            tries += 1
-            attempt = self._attempt(call)
-            if attempt.failure is None or not attempt.retryable or tries >= policy.attempts:
-                return attempt, tries
-            self._sleep(policy.pause_before(tries + 1))
+        # Only what certainly never ran is tried again (see the module docstring): `retryable`.
+        return retrying(
+            self.config.retry,
+            lambda _: self._attempt(call),
+            again=lambda attempt: attempt.failure is not None and attempt.retryable,
+            sleep=self._sleep,
+        )
 
     def _attempt(self, call: Callable[[], object]) -> _Attempt:
         self._captured.response = None
+        origin = redact_url(self.config.url)
         try:
             call()
-        except PrometheusApiClientException:
-            pass  # the captured response below says what went wrong, without parsing a bytes repr
-        except requests.exceptions.ConnectTimeout as error:
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)), retryable=True)
+        except requests.exceptions.ConnectTimeout:
+            detail = f"{origin}: no connection within {self.config.connect_timeout:g}s (connect timeout)"
+            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, detail), retryable=True)
         except requests.exceptions.Timeout:
-            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail()))
+            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
         except requests.exceptions.SSLError as error:
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"TLS: {_short(error)}"))
+            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: TLS: {_reason(error)}"))
         except requests.exceptions.ConnectionError as error:
             if _caused_by(error, ReadTimeoutError):
-                return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail()))
+                return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
             # Retry only when the request certainly never reached Prometheus (refused, DNS): a reset
             # connection may have been running an expensive query.
             never_sent = _caused_by(error, NewConnectionError, ConnectTimeoutError)
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)), retryable=never_sent)
+            failure = QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}")
+            return _Attempt(failure=failure, retryable=never_sent)
+        except (PrometheusApiClientException, requests.exceptions.InvalidJSONError, ValueError, LookupError,
+                TypeError):  # fmt: skip
+            # prometheus-api-client could not read the answer (a non-200, a body that is not JSON, a 200
+            # whose envelope has no "data"): the captured response below says what it really was.
+            pass
         except requests.exceptions.RequestException as error:
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, _short(error)))
-        except ValueError as error:  # a 200 whose body is not JSON (a proxy's login page, ...)
-            response = getattr(self._captured, "response", None)
-            status = response.status_code if response is not None else None
-            return _Attempt(
-                failure=QueryFailure(
-                    ErrorClass.UNEXPECTED_RESULT, f"not a Prometheus answer: {_short(error)}", status
-                )
-            )
+            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}"))
         response = getattr(self._captured, "response", None)
         if response is None:
-            return _Attempt(failure=QueryFailure(ErrorClass.SERVER, "no HTTP response was seen"))
-        return _classify(response)
+            return _Attempt(failure=QueryFailure(ErrorClass.SERVER, f"{origin}: no HTTP response was seen"))
+        return _classify(response, self._secrets(response))
+
+    def _read_timeout_detail(self, origin: str) -> str:
+        return f"{origin}: no answer within {self._http_timeout[1]:g}s (client read timeout; not retried)"
+
+    def _secrets(self, response: requests.Response) -> list[str]:
+        """What must never appear in a detail: header values sent, credentials in the URL."""
+        secrets = [str(value) for value in self.config.headers.values()]
+        sent = response.request.headers if response.request is not None else {}
+        authorization = str(sent.get("Authorization", ""))
+        secrets += [authorization, authorization.partition(" ")[2]]
+        parts = urlsplit(self.config.url)
+        secrets += [parts.username or "", parts.password or ""]
+        return [secret for secret in secrets if len(secret) >= 4]
+
+
+def redact_url(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: no credentials, no path, no query (safe for logs)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparseable URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _caused_by(error: BaseException, *kinds: type[BaseException]) -> bool:
     """Whether ``error`` or anything in its cause chain (urllib3 nests them deeply) is one of ``kinds``."""
+    return _find(error, *kinds) is not None
+
+
+def _find(error: BaseException, *kinds: type[BaseException]) -> BaseException | None:
     seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
+    pending: list[object] = [error]
     while pending:
         current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue  # None, or a plain `reason` string (ssl.SSLError has one)
         seen.add(id(current))
         if isinstance(current, kinds):
-            return True
+            return current
         pending.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
         pending.extend(arg for arg in current.args if isinstance(arg, BaseException))
-    return False
+    return None
+
+
+# requests and urllib3 quote the connection pool and the URL (with the query) in their messages.
+_POOL = re.compile(r"\w*ConnectionPool\([^)]*\):\s*|Max retries exceeded with url: \S+\s*|<[^>]+>:?\s*")
+
+
+def _reason(error: BaseException) -> str:
+    """Why a connection failed, without the URL it was for."""
+    if _caused_by(error, ConnectionRefusedError):
+        return "connection refused"
+    resolution = _find(error, NameResolutionError)
+    if resolution is not None:
+        return "the host name does not resolve"
+    tls = _find(error, ssl.SSLError)
+    if tls is not None:
+        return _short(getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or tls)
+    text = _POOL.sub("", str(error)).strip(" ()'\"") or type(error).__name__
+    return _short(text)
 
 
 def _short(value: object) -> str:
@@ -388,32 +422,77 @@ def _short(value: object) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
 
 
-def _classify(response: requests.Response) -> _Attempt:
-    """Turn one HTTP response into a payload or a classified failure."""
-    status = response.status_code
-    try:
-        envelope = response.json()
-    except ValueError:
-        envelope = None
-    if not isinstance(envelope, dict):
-        envelope = {}
-    warnings = tuple(str(item) for item in envelope.get("warnings") or ())
-    if status == 200 and envelope.get("status") == "success":
-        return _Attempt(payload=envelope.get("data"), warnings=warnings)
-    error_type = str(envelope.get("errorType", ""))
-    message = str(envelope.get("error") or response.text.strip() or response.reason or "")
-    detail = _short(
-        f"HTTP {status}" + (f" {error_type}" if error_type else "") + (f": {message}" if message else "")
+def _snippet(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _malformed(attempt: _Attempt, problem: str) -> QueryFailure:
+    return QueryFailure(
+        ErrorClass.MALFORMED_RESPONSE,
+        f"HTTP 200 {attempt.content_type}, not a Prometheus answer: {problem}",
+        200,
     )
-    if status == 200:
-        return _Attempt(failure=QueryFailure(ErrorClass.UNEXPECTED_RESULT, detail, status))
-    if error_type == "timeout" or status == 504:
-        return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, detail, status))  # never re-run
-    if status == 400 or error_type == "bad_data":
-        return _Attempt(failure=QueryFailure(ErrorClass.BAD_QUERY, detail, status))
-    if status == 422 or error_type == "execution":
-        return _Attempt(failure=QueryFailure(ErrorClass.EXECUTION, detail, status))
-    if status in {502, 503, 429}:
-        # Nothing ran: a proxy without a backend, Prometheus starting up, or rate limiting.
-        return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, detail, status), retryable=True)
-    return _Attempt(failure=QueryFailure(ErrorClass.SERVER, detail, status))
+
+
+# Prometheus' errorType, as it names it (the HTTP status alone is ambiguous: 503 is both "timeout"
+# and "unavailable").
+_BY_ERROR_TYPE = {
+    "timeout": ErrorClass.TIMEOUT,
+    "bad_data": ErrorClass.BAD_QUERY,
+    "execution": ErrorClass.EXECUTION,
+    "unavailable": ErrorClass.UNAVAILABLE,
+}
+_BY_STATUS = {
+    504: ErrorClass.TIMEOUT,
+    400: ErrorClass.BAD_QUERY,
+    422: ErrorClass.EXECUTION,
+    # Nothing ran: a proxy without a backend, Prometheus starting up, or rate limiting.
+    502: ErrorClass.UNAVAILABLE,
+    503: ErrorClass.UNAVAILABLE,
+    429: ErrorClass.UNAVAILABLE,
+}
+
+
+def _classify(response: requests.Response, secrets: Sequence[str] = ()) -> _Attempt:
+    """Turn one HTTP response into a payload or a failure named from what the server said."""
+    status = response.status_code
+    content_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "without a content type"
+    text = response.text
+    envelope: object = None
+    problem = ""
+    if not text.strip():
+        problem = "an empty body"
+    else:
+        try:
+            envelope = json.loads(text)
+        except ValueError:
+            problem = "truncated or invalid JSON" if "json" in content_type else _snippet(text)
+    if problem == "" and (not isinstance(envelope, dict) or "status" not in envelope):
+        problem = "JSON without status and data"
+    prometheus = envelope if isinstance(envelope, dict) and not problem else {}
+    warnings = tuple(str(item) for item in prometheus.get("warnings") or ())
+    if status == 200 and prometheus.get("status") == "success":
+        if "data" not in prometheus:
+            detail = f"HTTP 200 {content_type}, not a Prometheus answer: status success without data"
+            return _Attempt(failure=_scrubbed(ErrorClass.MALFORMED_RESPONSE, detail, status, secrets))
+        return _Attempt(payload=prometheus["data"], warnings=warnings, content_type=content_type)
+    if status == 200 and not prometheus:
+        detail = f"HTTP 200 {content_type}, not a Prometheus answer: {problem}"
+        return _Attempt(failure=_scrubbed(ErrorClass.MALFORMED_RESPONSE, detail, status, secrets))
+    error_type = str(prometheus.get("errorType") or "")
+    if prometheus:
+        message = str(prometheus.get("error") or "")
+    else:
+        message = _snippet(text) if text.strip() else (response.reason or "")
+    detail = f"HTTP {status}" + (f" {error_type}" if error_type else "") + (f": {message}" if message else "")
+    error_class = _BY_ERROR_TYPE.get(error_type) or _BY_STATUS.get(status, ErrorClass.SERVER)
+    # A timed-out query is never re-run; "unavailable" (nothing ran) is.
+    retryable = error_class is ErrorClass.UNAVAILABLE
+    return _Attempt(failure=_scrubbed(error_class, detail, status, secrets), retryable=retryable)
+
+
+def _scrubbed(error_class: ErrorClass, detail: str, status: int, secrets: Sequence[str]) -> QueryFailure:
+    for secret in secrets:
+        detail = detail.replace(secret, "<redacted>")
+    return QueryFailure(error_class, _short(detail), status)

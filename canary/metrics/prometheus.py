@@ -29,7 +29,13 @@ import structlog
 
 from canary.evidence import ErrorClass, Evidence, EvidenceRequest, Measurement
 from canary.metrics.catalog import Family, render_builtin
-from canary.metrics.client import PrometheusClient, PrometheusConfig, QueryFailure, QueryOutcome
+from canary.metrics.client import (
+    PrometheusClient,
+    PrometheusConfig,
+    QueryFailure,
+    QueryOutcome,
+    redact_url,
+)
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
 from canary.metrics.plan import (
     GroupedAnswer,
@@ -157,7 +163,7 @@ class PrometheusEvidenceSource:
         """The explain-ready picture: configuration (no secrets) and what detection found."""
         return {
             "prometheus": {
-                "url": self.config.url,
+                "url": redact_url(self.config.url),  # scheme://host: no credentials, no path
                 "headers": sorted(self.config.headers),  # names only: values may be credentials
                 "timeout": self.config.timeout,
                 "retryAttempts": self.config.retry.attempts,

@@ -126,8 +126,9 @@ def test_unavailable_is_retried_a_bounded_number_of_times(production: Scenario) 
         policy = make_policy(CHECKS, metrics=EXPLICIT)
         with production.source(config=config) as source:
             evidence = source.collect(policy, make_request(policy, "kn118", "llama-predictor-00002", None))
-    assert evidence.canary["oom"].error_class is ErrorClass.UNREACHABLE
-    assert "starting up" in evidence.canary["oom"].detail
+    # Prometheus answered (it was reached): "unavailable", in its own words
+    assert evidence.canary["oom"].error_class is ErrorClass.UNAVAILABLE
+    assert evidence.canary["oom"].detail == "HTTP 503 unavailable: starting up"
     # three grouped queries (request-count, errors, oom), four tries each
     assert relay.queries() == 12 == evidence.queries
 
