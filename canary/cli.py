@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from canary import __version__
-from canary.controller.observability import configure_logging
+from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import Controller, ControllerConfig, load_api_client
 from canary.kserve.store import ConfigMapStateStore
 from canary.metrics.client import PrometheusConfig
@@ -164,6 +164,13 @@ def run(
     metrics_port: Annotated[
         int, typer.Option(envvar="METRICS_PORT", help="/metrics, /healthz, /readyz.")
     ] = 8080,
+    metrics_bind_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="METRICS_BIND_ADDRESS",
+            help="Address of /metrics, /healthz, /readyz; default: $POD_IP, else 127.0.0.1.",
+        ),
+    ] = None,
     leader_elect: Annotated[
         bool, typer.Option("--leader-elect/--no-leader-elect", envvar="LEADER_ELECT")
     ] = True,
@@ -197,6 +204,7 @@ def run(
             policy_paths=policies,
             namespaces=namespace,
             metrics_port=metrics_port,
+            metrics_host=metrics_bind_address or default_bind_address(),
             leader_elect=leader_elect,
             lease_name=lease_name,
             lease_namespace=lease_namespace,

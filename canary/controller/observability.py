@@ -7,12 +7,19 @@ peers' users asked for exactly that (Flagger #1815, Argo Rollouts #2276).
 from __future__ import annotations
 
 import contextlib
+import io
+import ipaddress
 import logging
+import os
+import selectors
+import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import structlog
@@ -21,7 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from canary.policy.model import Check
 
-__all__ = ["ControllerMetrics", "HealthServer", "configure_logging"]
+__all__ = ["ControllerMetrics", "HealthServer", "configure_logging", "default_bind_address"]
 
 LIMIT_BOUNDS = ("max", "min", "max-vs-stable")
 PHASES = ("Idle", "Pending", "Progressing", "Baking", "Succeeded", "RolledBack", "Paused")
@@ -158,41 +165,197 @@ def _remove(metric: Gauge, *labels: str) -> None:
         metric.remove(*labels)
 
 
+def default_bind_address(environ: Mapping[str, str] = os.environ) -> str:
+    """Where the probes and /metrics listen unless ``--metrics-bind-address`` says otherwise.
+
+    The pod's own IP (the manifests set ``POD_IP`` from the downward API: the kubelet probes it and
+    Prometheus scrapes it), never every interface; outside a pod, loopback only.
+    """
+    return environ.get("POD_IP", "").strip() or "127.0.0.1"
+
+
 class HealthServer:
-    """Serves /metrics, /healthz (the loop is alive) and /readyz (policies loaded, API reachable)."""
+    """Serves /metrics, /healthz (the loop is alive) and /readyz (policies loaded, API reachable).
+
+    Bounded by construction, so that clients cannot exhaust the process:
+
+    * one thread multiplexes every connection until its request head (up to the blank line) has
+      arrived; a connection that has not sent it within ``request_timeout`` seconds is closed, and
+      beyond ``max_pending`` waiting connections the oldest is closed (a probe sends its request at
+      once, a half-sent request only ever waits);
+    * complete requests run on a fixed pool of ``max_workers`` threads; when ``max_queued``
+      requests already wait for one, a new one is closed unanswered;
+    * every response is written with a socket timeout of ``request_timeout`` and the connection is
+      then closed (HTTP/1.0, no keep-alive), and a request head over 16 KiB is refused.
+    """
+
+    MAX_HEAD_BYTES = 16 * 1024
 
     def __init__(
         self,
         metrics: ControllerMetrics,
         *,
-        host: str = "0.0.0.0",  # noqa: S104 - a pod serves its probes on all interfaces
+        host: str = "127.0.0.1",
         port: int = 8080,
         liveness: Callable[[], tuple[bool, str]],
         readiness: Callable[[], tuple[bool, str]],
+        request_timeout: float = 5.0,
+        max_workers: int = 4,
+        max_pending: int = 64,
+        max_queued: int = 16,
     ):
         self._metrics = metrics
         self._liveness = liveness
         self._readiness = readiness
-        handler = self._handler()
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="health-server", daemon=True)
+        self._timeout = request_timeout
+        self._max_pending = max_pending
+        self._max_queued = max_queued
+        self._handler_class = self._handler()
+        family = socket.AF_INET6 if _is_ipv6(host) else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((host.strip("[]"), port))
+            self._listener.listen(128)
+            self._listener.setblocking(False)
+        except OSError:
+            self._listener.close()
+            raise
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_reader, selectors.EVENT_READ, None)
+        # Connections whose request head is incomplete, oldest first: socket -> (deadline, bytes so far).
+        self._pending: OrderedDict[socket.socket, tuple[float, bytearray]] = OrderedDict()
+        self._workers = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="health-worker")
+        self._queued = threading.BoundedSemaphore(max_workers + max_queued)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="health-server", daemon=True)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._listener.getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return str(self._listener.getsockname()[0])
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._wake_writer.send(b"x")
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        else:
+            self._close_all()
+        self._workers.shutdown(wait=True, cancel_futures=True)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    # -- the connection loop --------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                next_deadline = min((deadline for deadline, _ in self._pending.values()), default=now + 1)
+                for key, _ in self._selector.select(timeout=max(0.01, min(1.0, next_deadline - now))):
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    elif key.fileobj is self._wake_reader:
+                        with contextlib.suppress(OSError):
+                            self._wake_reader.recv(64)
+                    else:
+                        self._read(key.fileobj)  # type: ignore[arg-type]
+                self._expire(time.monotonic())
+        finally:
+            self._close_all()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # e.g. EMFILE: the next round tries again
+            connection.setblocking(False)
+            self._pending[connection] = (time.monotonic() + self._timeout, bytearray())
+            self._selector.register(connection, selectors.EVENT_READ, None)
+            while len(self._pending) > self._max_pending:
+                oldest = next(iter(self._pending))
+                self._drop(oldest)
+
+    def _read(self, connection: socket.socket) -> None:
+        if connection not in self._pending:
+            return
+        try:
+            chunk = connection.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(connection)
+            return
+        _, head = self._pending[connection]
+        head.extend(chunk)
+        if b"\r\n\r\n" not in head and b"\n\n" not in head:
+            if len(head) > self.MAX_HEAD_BYTES:
+                self._drop(connection)
+            return
+        self._unwatch(connection)
+        if not self._queued.acquire(blocking=False):
+            _close(connection)  # every worker busy and the queue full: shed the request
+            return
+        try:
+            self._workers.submit(self._respond, connection, bytes(head))
+        except RuntimeError:  # shutting down
+            self._queued.release()
+            _close(connection)
+
+    def _expire(self, now: float) -> None:
+        for connection, (deadline, _) in list(self._pending.items()):
+            if deadline <= now:
+                self._drop(connection)
+
+    def _unwatch(self, connection: socket.socket) -> None:
+        self._pending.pop(connection, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(connection)
+
+    def _drop(self, connection: socket.socket) -> None:
+        self._unwatch(connection)
+        _close(connection)
+
+    def _close_all(self) -> None:
+        for connection in list(self._pending):
+            self._drop(connection)
+        with contextlib.suppress(OSError):
+            self._selector.close()
+        for sock in (self._listener, self._wake_reader, self._wake_writer):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- one request, on a worker -----------------------------------------------------------------
+
+    def _respond(self, connection: socket.socket, head: bytes) -> None:
+        try:
+            connection.setblocking(True)
+            connection.settimeout(self._timeout)
+            self._handler_class(connection, head)
+        except OSError:
+            pass  # the client went away or stopped reading: nothing to answer
+        finally:
+            _close(connection)
+            self._queued.release()
+
+    def _handler(self) -> type[_Handler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Handler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -206,17 +369,47 @@ class HealthServer:
                 else:
                     self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
-            def _send(self, code: int, body: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: stay quiet
-                return
-
         return Handler
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request whose head has already been read; the answer goes to the connection."""
+
+    def __init__(self, connection: socket.socket, head: bytes):  # no socketserver underneath
+        self.request = self.connection = connection
+        self.client_address = ("", 0)
+        self.server = None  # type: ignore[assignment]
+        self.rfile = io.BytesIO(head)
+        self.wfile = connection.makefile("wb")
+        try:
+            self.handle_one_request()
+            self.wfile.flush()
+        finally:
+            with contextlib.suppress(OSError):
+                self.wfile.close()
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: stay quiet
+        return
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).version == 6
+    except ValueError:
+        return False
+
+
+def _close(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        connection.close()
 
 
 def configure_logging(
