@@ -137,7 +137,6 @@ class Reconciler:
         raw = self._isvcs.get(namespace, name)
         observed = observe(raw) if raw is not None else ObservedInferenceService.missing(namespace, name)
         uid = str(((raw or {}).get("metadata") or {}).get("uid") or "") or None
-        isvc_version = str(((raw or {}).get("metadata") or {}).get("resourceVersion") or "")
 
         stored = self._load(key, namespace, name)
         try:
@@ -176,7 +175,7 @@ class Reconciler:
 
         if decision.action.writes:
             try:
-                self._patch(namespace, name, decision, isvc_version)
+                self._patch(namespace, name, decision)
                 outcome.patched = True
             except ConflictError:
                 bound.info(
@@ -250,11 +249,12 @@ class Reconciler:
             explain=explain or stored.explain,
         )
 
-    def _patch(self, namespace: str, name: str, decision: Decision, resource_version: str) -> None:
-        if self._dry_run:
+    def _patch(self, namespace: str, name: str, decision: Decision) -> None:
+        patch = decision.patch
+        if self._dry_run or patch is None:
             return
         self._fence()
-        self._isvcs.set_canary_percent(namespace, name, decision.weight, resource_version)
+        self._isvcs.apply_patch(namespace, name, patch)
 
     def _report(
         self,

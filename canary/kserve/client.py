@@ -16,6 +16,8 @@ from typing import Any, cast
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from canary.rollout.decision import canary_percent_patch
+
 __all__ = [
     "GROUP",
     "PLURAL",
@@ -114,13 +116,16 @@ class InferenceServiceClient:
 
         Raises :class:`ConflictError` when the InferenceService changed since ``resource_version``.
         """
-        if percent is not None and not 0 <= percent <= 100:
-            # The CRD has no minimum or maximum: the controller is the only guard.
-            raise ValueError(f"canaryTrafficPercent must be within 0..100, not {percent}")
-        body = {
-            "metadata": {"resourceVersion": resource_version},
-            "spec": {"predictor": {"canaryTrafficPercent": percent}},
-        }
+        return self.apply_patch(namespace, name, canary_percent_patch(percent, resource_version))
+
+    def apply_patch(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Send a decision's patch (:attr:`canary.rollout.decision.Decision.patch`) exactly as it is.
+
+        Only the one write the controller makes is sent: ``canaryTrafficPercent`` within 0..100 (or
+        null), with a resourceVersion precondition. Raises :class:`ConflictError` when the
+        InferenceService changed since that resourceVersion, ValueError for any other patch.
+        """
+        _check_patch(patch)
         try:
             patched = self._api.patch_namespaced_custom_object(
                 GROUP,
@@ -128,7 +133,7 @@ class InferenceServiceClient:
                 namespace,
                 PLURAL,
                 name,
-                body,
+                patch,
                 field_manager=self._field_manager,
                 _content_type=MERGE_PATCH,
                 _request_timeout=self._timeout,
@@ -140,3 +145,29 @@ class InferenceServiceClient:
                 ) from error
             raise
         return cast(dict[str, Any], patched)
+
+
+def _check_patch(patch: Mapping[str, Any]) -> None:
+    """Refuse anything but a conditional write of canaryTrafficPercent (the controller's only write)."""
+    expected = canary_percent_patch(0, "0")
+    metadata = patch.get("metadata")
+    spec = patch.get("spec")
+    predictor = spec.get("predictor") if isinstance(spec, Mapping) else None
+    if (
+        set(patch) != set(expected)
+        or not isinstance(metadata, Mapping)
+        or set(metadata) != {"resourceVersion"}
+        or not isinstance(spec, Mapping)
+        or set(spec) != {"predictor"}
+        or not isinstance(predictor, Mapping)
+        or set(predictor) != {"canaryTrafficPercent"}
+    ):
+        raise ValueError(f"only a conditional canaryTrafficPercent patch is ever sent, not {dict(patch)!r}")
+    if not isinstance(metadata["resourceVersion"], str) or not metadata["resourceVersion"]:
+        raise ValueError("a canaryTrafficPercent patch needs the resourceVersion it was decided on")
+    percent = predictor["canaryTrafficPercent"]
+    if percent is not None and (
+        isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100
+    ):
+        # The CRD has no minimum or maximum: the controller is the only guard.
+        raise ValueError(f"canaryTrafficPercent must be within 0..100, not {percent}")

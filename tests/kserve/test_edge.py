@@ -10,12 +10,17 @@ from pathlib import Path
 
 import pytest
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.emulator.clock import ManualClock
 from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 
 from canary.controller.leader import LeaderElector, NotLeader
 from canary.kserve.client import ConflictError, InferenceServiceClient
 from canary.kserve.store import COMMAND_KEY, ConfigMapStateStore, StateTooLarge, state_configmap_name
+from canary.kserve.view import observe
+from canary.policy import load_text
+from canary.rollout import Action, CommandKind, RolloutState, apply_command, decide
+from tests.policy.support import valid_policy
 
 
 @pytest.fixture
@@ -228,3 +233,71 @@ def test_releasing_the_lease_lets_the_standby_take_over_at_once(
     lease = client.CoordinationV1Api(api).read_namespaced_lease("kserve-canary", "ml")
     assert lease.spec is not None
     assert (lease.spec.holder_identity, lease.spec.lease_transitions) == ("b", 1)
+
+
+@pytest.fixture
+def manual_cluster(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient]]:
+    """A cluster whose time moves only when a test says so (revisions become Ready on ``advance``)."""
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0), ManualClock())
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        emulator.create_namespace("ml")
+        yield emulator, config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize("promote", [False, True], ids=["start", "promote"])
+def test_the_client_sends_exactly_the_decisions_patch(
+    manual_cluster: tuple[Emulator, client.ApiClient], promote: bool
+) -> None:
+    """What the apiserver receives is ``Decision.patch``, once parsed: there is no second recipe."""
+    emulator, api = manual_cluster
+    create_isvc(api)
+    emulator.advance(5)  # v1 Ready and rolled out
+    isvcs = InferenceServiceClient(api)
+    policy = load_text(valid_policy("llama")).policies[0].policy
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    watching = decide(policy, observe(isvcs.get("ml", "llama")), RolloutState(), None, now).new_state
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "serving.kserve.io",
+        "v1beta1",
+        "ml",
+        "inferenceservices",
+        "llama",
+        {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+        _content_type="application/merge-patch+json",
+    )
+    emulator.settle()  # v2 created, not Ready yet
+    observed = observe(isvcs.get("ml", "llama"))
+    decision = decide(policy, observed, watching, None, now)
+    assert decision.action is Action.START
+    if promote:
+        # An operator's promote of the started rollout, once the write above has landed.
+        isvcs.apply_patch("ml", "llama", decision.patch or {})
+        emulator.advance(5)
+        commanded = apply_command(decision.new_state, CommandKind.PROMOTE, now, by="alice").state
+        observed = observe(isvcs.get("ml", "llama"))
+        decision = decide(policy, observed, commanded, None, now + timedelta(seconds=1))
+        assert decision.action is Action.PROMOTE
+    assert decision.patch is not None
+    assert decision.patch["metadata"] == {"resourceVersion": observed.resource_version}
+    mark = len(emulator.requests.entries())
+    isvcs.apply_patch("ml", "llama", decision.patch)
+    (sent,) = [entry for entry in emulator.requests.entries(since=mark) if entry.method == "PATCH"]
+    assert sent.body == decision.patch
+    assert sent.changed_paths == ("spec.predictor.canaryTrafficPercent",)
+
+
+def test_any_other_patch_is_refused_before_it_is_sent(cluster: tuple[Emulator, client.ApiClient]) -> None:
+    emulator, api = cluster
+    create_isvc(api)
+    isvcs = InferenceServiceClient(api)
+    for patch in (
+        {"spec": {"predictor": {"canaryTrafficPercent": 10}}},  # no precondition
+        {"metadata": {"resourceVersion": ""}, "spec": {"predictor": {"canaryTrafficPercent": 10}}},
+        {"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}, "spec": {"predictor": {}}},
+        {"metadata": {"resourceVersion": "1"}, "spec": {"predictor": {"canaryTrafficPercent": True}}},
+        {"metadata": {"resourceVersion": "1"}, "spec": {"predictor": {"canaryTrafficPercent": -1}}},
+    ):
+        with pytest.raises(ValueError, match=r"canaryTrafficPercent|resourceVersion"):
+            isvcs.apply_patch("ml", "llama", patch)
+    assert emulator.requests.entries(method="PATCH") == []
