@@ -118,7 +118,7 @@ class InferenceServiceClient:
         """
         return self.apply_patch(namespace, name, canary_percent_patch(percent, resource_version))
 
-    def apply_patch(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+    def apply_patch(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Send a decision's patch (:attr:`canary.rollout.decision.Decision.patch`) exactly as it is.
 
         Only the one write the controller makes is sent: ``canaryTrafficPercent`` within 0..100 (or
