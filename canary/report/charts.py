@@ -6,8 +6,8 @@ payloads (the webhook's versioned shape, ``docs/notification-payload.schema.json
 Prometheus' range API (:class:`PrometheusRange`). Nothing is fetched when the page is opened: no
 script, no stylesheet, no font — the file opens anywhere, offline.
 
-The demo's report (``canary_sandbox.demo.report``) is built from these parts; so is the ``report``
-command for real rollouts.
+The demo's report (``canary_sandbox.demo.report``) is built from these parts. They live in the
+product, not the sandbox, because a report of a real rollout (planned) will draw the same charts.
 """
 
 from __future__ import annotations

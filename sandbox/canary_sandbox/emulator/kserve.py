@@ -1,7 +1,7 @@
 """KServe's InferenceService controller and the Knative Serving it drives, simulated.
 
 Modelled on KServe's ``ksvc_reconciler.go`` and ``PropagateStatus`` (HEAD) and Knative's
-configuration/route reconcilers, as summarised in ``kserve-platform-facts.md``:
+configuration/route reconcilers, as summarised in docs/design.md §2:
 
 - a change to ``spec.predictor`` other than ``canaryTrafficPercent``, or to the InferenceService's
   labels or annotations (KServe copies them into the revision template), gives the Knative Service a

@@ -1,4 +1,4 @@
-"""The KServe behaviour layer against kserve-platform-facts.md ("Canary semantics" and "Status").
+"""The KServe behaviour layer against the KServe facts of docs/design.md §2.1–§2.3.
 
 Each test is named after the fact it checks. Time is manual: ``emulator.advance`` runs what KServe and
 Knative would do as the seconds pass (reconcile delay 0.5 s, revisions Ready after 1 s, unrouted
