@@ -14,27 +14,46 @@
 # start-up does not compile ~700 modules in memory (1.8 s instead of 3.4 s, 80 MB instead of 150 MB
 # peak RSS) without storing bytecode for the rest.
 #
-# Override the base with --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:... to pin a digest.
+# Supply chain: every runtime distribution is installed from requirements/controller.txt, a lock
+# compiled from pyproject.toml's dependencies with a sha256 for every file (`pip install
+# --require-hashes` refuses anything unlisted, unpinned or altered); the wheel is built with the
+# locked setuptools of requirements/build.txt and installed with --no-deps. Regenerate both with
+# the commands in their headers (docs/install.md#supply-chain); tests/deploy/test_supply_chain.py
+# checks that the locks and pyproject.toml agree.
+#
+# The base image is pinned by digest, and the digest is required: this repository cannot resolve
+# one for you, so a build without it fails ("invalid reference format") instead of silently taking
+# whatever the tag points to today. Find the digest of the tag and pass it:
+#   docker buildx imagetools inspect python:3.11-slim-bookworm --format '{{json .Manifest.Digest}}'
+#   (or: crane digest python:3.11-slim-bookworm)
+#   docker build --build-arg PYTHON_DIGEST=sha256:<64 hex> -t kserve-canary .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_DIGEST
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+# The dependencies first (their layer is reused while only the code changes): binary wheels only,
+# so no sdist runs an unlocked build backend.
+COPY requirements/controller.txt requirements/build.txt ./requirements/
+RUN python -m venv --without-pip /opt/kserve-canary \
+ && pip --python /opt/kserve-canary/bin/python install --no-compile --no-cache-dir --require-hashes --only-binary=:all: -r requirements/controller.txt \
+ && pip install --no-cache-dir --require-hashes --only-binary=:all: -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY canary ./canary
 # Distributions only kubernetes.aio needs; removed together with it (never imported by kserve-canary).
 ARG PRUNE_DISTRIBUTIONS="aiohttp aiohttp-retry aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl"
-RUN python -m venv --without-pip /opt/kserve-canary \
- && pip --python /opt/kserve-canary/bin/python install --no-compile --no-cache-dir . \
+RUN pip wheel --no-deps --no-build-isolation --no-cache-dir --wheel-dir /tmp/dist . \
+ && pip --python /opt/kserve-canary/bin/python install --no-compile --no-cache-dir --no-deps /tmp/dist/kserve_canary-*.whl \
  && pip --python /opt/kserve-canary/bin/python uninstall --yes ${PRUNE_DISTRIBUTIONS} \
  && rm -rf /opt/kserve-canary/lib/python3.*/site-packages/kubernetes/aio \
  && /opt/kserve-canary/bin/python -c "import sys, py_compile, canary.cli; [py_compile.compile(m.__file__, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH) for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').startswith('/opt/kserve-canary/') and m.__file__.endswith('.py')]" \
  && /opt/kserve-canary/bin/kserve-canary --version
 
-FROM ${PYTHON_IMAGE}
+FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST}
 LABEL org.opencontainers.image.title="kserve-canary" \
       org.opencontainers.image.description="Automated, evidence-driven canary rollouts for KServe InferenceServices" \
       org.opencontainers.image.source="https://github.com/kserve-canary/kserve-canary" \

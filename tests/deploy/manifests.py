@@ -24,6 +24,9 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 Manifest = dict[str, Any]
 
+# A well-formed digest for rendering (git-sync needs one); not a real image.
+TEST_DIGEST = "sha256:" + "0123456789abcdef" * 4
+
 # Every kustomization a user can apply, and what it must contain besides the base.
 KUSTOMIZATIONS = {
     "base": DEPLOY / "base",
@@ -41,6 +44,7 @@ CHART_VARIANTS: dict[str, dict[str, Any]] = {
         "gitSync": {
             "enabled": True,
             "repo": "https://github.com/acme/ml-rollouts",
+            "image": {"digest": TEST_DIGEST},
             "path": "policies/prod",
             "auth": {"existingSecret": "git-credentials"},
         },
@@ -49,6 +53,7 @@ CHART_VARIANTS: dict[str, dict[str, Any]] = {
         "gitSync": {
             "enabled": True,
             "repo": "git@github.com:acme/ml-rollouts.git",
+            "image": {"digest": TEST_DIGEST},
             "path": "",
             "auth": {"existingSecret": "git-ssh", "type": "ssh"},
         },

@@ -94,7 +94,7 @@ The controller's permissions in a governed namespace: exactly the requests its c
 {{- end -}}
 
 {{- define "kserve-canary.gitSyncContainer" -}}
-image: {{ printf "%s:%s" .root.Values.gitSync.image.repository .root.Values.gitSync.image.tag }}
+image: {{ include "kserve-canary.gitSyncImage" .root }}
 imagePullPolicy: {{ .root.Values.gitSync.image.pullPolicy }}
 args:
   {{- include "kserve-canary.gitSyncArgs" .root | nindent 2 }}
@@ -124,6 +124,17 @@ volumeMounts:
   {{- if .root.Values.gitSync.auth.existingSecret }}
   - {name: git-secret, mountPath: /etc/git-secret, readOnly: true}
   {{- end }}
+{{- end -}}
+
+{{/* git-sync by digest, always (values.yaml says how to find it). */}}
+{{- define "kserve-canary.gitSyncImage" -}}
+{{- $_ := required "gitSync.repo is required when gitSync.enabled" .Values.gitSync.repo -}}
+{{- $digest := required "gitSync.image.digest is required when gitSync.enabled (values.yaml: how to find it)" .Values.gitSync.image.digest -}}
+{{- if .Values.gitSync.image.tag -}}
+{{- printf "%s:%s@%s" .Values.gitSync.image.repository .Values.gitSync.image.tag $digest -}}
+{{- else -}}
+{{- printf "%s@%s" .Values.gitSync.image.repository $digest -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "kserve-canary.leaseName" -}}
