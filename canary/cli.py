@@ -24,6 +24,7 @@ from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import redact_processor
 from canary.policy import load_paths
 from canary.policy.schema import policy_json_schema
+from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import Unit, format_value
 from canary.rollout.state import RolloutState, StateFormatError, describe_time
 
@@ -56,15 +57,61 @@ def _root(
     """Automated, evidence-driven canary rollouts for KServe InferenceServices."""
 
 
+# What a policy may reach; `validate` takes the same options as `run`, so CI rejects what the
+# controller would (docs/notifications.md, "Secrets and namespaces").
+PolicyNamespacesOption = Annotated[
+    NamespaceSource,
+    typer.Option(
+        "--policy-namespaces",
+        envvar="POLICY_NAMESPACES",
+        help="directory: DIR/<namespace>/*.yaml decides a policy's namespace; metadata: trust "
+        "metadata.namespace (one platform-owned repository only).",
+    ),
+]
+SecretFileRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--secret-file-root",
+        envvar="SECRET_FILE_ROOT",
+        help="'file:' references of namespace NS resolve inside DIR/NS/; without it they are refused.",
+    ),
+]
+SecretEnvAllowOption = Annotated[
+    list[str],
+    typer.Option(
+        "--secret-env-allow",
+        envvar="SECRET_ENV_ALLOW",
+        help="NS=GLOB: policies of NS may read environment variables matching GLOB (repeatable; "
+        "comma-separated in the variable). Default: none.",
+    ),
+]
+
+
+def _secret_scope(file_root: Path | None, env_allow: list[str]) -> SecretScope:
+    try:
+        allowed = parse_env_allow(env_allow)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--secret-env-allow") from None
+    return SecretScope(file_root=file_root, env_allow=allowed)
+
+
 @app.command()
 def validate(
     paths: Annotated[list[Path], typer.Argument(help="Policy files or directories (searched recursively).")],
     output: Annotated[OutputFormat, typer.Option("--format", help="text for people, json for machines.")] = (
         OutputFormat.TEXT
     ),
+    policy_namespaces: PolicyNamespacesOption = NamespaceSource.DIRECTORY,
+    secret_file_root: SecretFileRootOption = None,
+    secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006 - typer reads the default, never mutates it
 ) -> None:
-    """Check policy files; exit 0 when all are valid, 1 when any is not (2: usage error)."""
-    result = load_paths(paths)
+    """Check policy files; exit 0 when all are valid, 1 when any is not (2: usage error).
+
+    A directory is a policy root: DIR/<namespace>/**/*.yaml, as the controller reads it.
+    """
+    result = load_paths(
+        paths, namespaces=policy_namespaces, secrets=_secret_scope(secret_file_root, secret_env_allow)
+    )
     if output is OutputFormat.JSON:
         document = {
             "valid": result.ok,
@@ -185,6 +232,17 @@ def run(
     ] = False,
     log_format: Annotated[LogFormat, typer.Option(envvar="LOG_FORMAT")] = LogFormat.AUTO,
     max_workers: Annotated[int, typer.Option(envvar="MAX_WORKERS", help="Concurrent evaluations.")] = 8,
+    policy_namespaces: PolicyNamespacesOption = NamespaceSource.DIRECTORY,
+    secret_file_root: SecretFileRootOption = None,
+    secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006
+    notify_allow_host: Annotated[
+        list[str],
+        typer.Option(
+            "--notify-allow-host",
+            envvar="NOTIFY_ALLOW_HOSTS",
+            help="A notification host that may be private, loopback or plain http (repeatable).",
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Run the controller until SIGTERM."""
     configure_logging(log_format.value, extra_processors=[redact_processor])
@@ -213,6 +271,9 @@ def run(
             retry_period=retry_period,
             dry_run=dry_run,
             max_workers=max_workers,
+            policy_namespaces=policy_namespaces,
+            secrets=_secret_scope(secret_file_root, secret_env_allow),
+            notify_allow_hosts=notify_allow_host,
         ),
         api_client=load_api_client(kubeconfig),
         evidence=source,

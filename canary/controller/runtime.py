@@ -46,7 +46,9 @@ from canary.notify import (
     events_destination,
 )
 from canary.notify.secrets import DEFAULT_REDACTOR
+from canary.notify.urls import UrlGuard
 from canary.policy import PromotionPolicy
+from canary.policy.scope import NamespaceSource, SecretScope
 
 __all__ = ["Controller", "ControllerConfig", "load_api_client"]
 
@@ -71,6 +73,12 @@ class ControllerConfig:
     reload_period: float = 5.0
     watch_timeout: int = 300
     request_timeout: float = 10.0
+    # What policies may reach (docs/notifications.md, "Secrets"): namespaces from directories, secret
+    # files under file_root/<namespace>/, environment variables allowed per namespace, notification
+    # hosts that may be private or plain http.
+    policy_namespaces: NamespaceSource = NamespaceSource.DIRECTORY
+    secrets: SecretScope = field(default_factory=SecretScope)
+    notify_allow_hosts: Sequence[str] = ()
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -107,10 +115,16 @@ class Controller:
         self._api_client = api_client
         # Audit logs (and the emulator's request log) then say which replica wrote.
         api_client.user_agent = f"kserve-canary/{__version__} ({settings.identity})"
-        self._registry = PolicyRegistry(settings.policy_paths)
+        self._registry = PolicyRegistry(
+            settings.policy_paths, namespaces=settings.policy_namespaces, secrets=settings.secrets
+        )
         self._stop = threading.Event()
         self._heartbeat = Heartbeat(tolerance=max(60.0, 6 * settings.reload_period))
-        self._resolver = SecretResolver(DEFAULT_REDACTOR)
+        self._resolver = SecretResolver(
+            DEFAULT_REDACTOR,
+            scope=settings.secrets,
+            url_guard=UrlGuard.allowing(settings.notify_allow_hosts),
+        )
         self._dispatcher = NotificationDispatcher(
             [] if settings.dry_run else [events_destination(api_client, resolver=self._resolver)],
             recorder=PrometheusDeliveryRecorder(self.metrics.registry),
@@ -212,11 +226,26 @@ class Controller:
         return not self.settings.namespaces or policy.metadata.namespace in self.settings.namespaces
 
     def _reload(self) -> None:
+        try:
+            self._reload_policies()
+        except Exception as error:
+            # The loader reports bad files itself; this is the last line: keep what runs, try again.
+            log.error("policy reload failed; the policies already loaded keep running", error=repr(error))
+
+    def _reload_policies(self) -> None:
         report = self._registry.reload()
         if report.changed:
             for error in report.errors:
                 log.error(
                     "policy error", error=str(error), file=error.path, line=error.line, field=error.field
+                )
+            for conflict in report.conflicts:
+                log.error(
+                    "policy conflict",
+                    error=str(conflict),
+                    key=conflict.key,
+                    kept=conflict.kept.origin,
+                    refused=[refused.origin for refused in conflict.refused],
                 )
             for key in report.kept_previous:
                 log.warning("policy edit rejected: the previous version keeps running", key=key)
@@ -245,7 +274,10 @@ class Controller:
         cached = self._destinations.get(policy.key)
         if cached is not None and cached[0] == policy and cached[1]:
             return cached[1]
-        built = destinations_for(policy.spec.notify, resolver=self._resolver)
+        # Scoped to the policy's namespace: its secret references reach only what is opened to it.
+        built = destinations_for(
+            policy.spec.notify, resolver=self._resolver.scoped(policy.metadata.namespace)
+        )
         self._destinations[policy.key] = (policy, built)
         return built
 

@@ -1,5 +1,12 @@
 """What every sender shares: the :class:`Sender` protocol, :class:`DeliveryError`, and an HTTP POST
 that classifies failures for the dispatcher's retry logic without ever putting the URL in a message.
+
+A failure message is built only from what cannot carry a secret: the destination's description
+(which names the secret *reference*), the exception class, the HTTP status code and the URL's
+``scheme://host``. Never the exception's text (requests repeats the URL, ``repr``-escaped, in it),
+never the reason phrase or the response body (a receiver, or whatever the URL really points at, may
+echo the request or its own secrets back). Before any request the URL is checked with the resolver's
+:class:`~canary.notify.urls.UrlGuard` (https; no loopback, link-local, private addresses).
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
+from http import HTTPStatus
 from typing import Protocol
 
 import requests
@@ -16,6 +24,7 @@ import requests
 from canary import __version__
 from canary.notify.message import Notification
 from canary.notify.secrets import Redactor
+from canary.notify.urls import UnsafeUrl, UrlGuard, origin
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -35,10 +44,6 @@ USER_AGENT = f"kserve-canary/{__version__}"
 # (connect, read) seconds. A notification is never worth holding a worker for long: a receiver
 # that takes longer is retried later (or given up on), it does not stall its lane.
 DEFAULT_TIMEOUT: tuple[float, float] = (3.05, 10.0)
-
-# Response bodies are quoted in errors to help debugging (Slack answers "no_service",
-# "invalid_payload"), but only the start: a receiver could echo a whole request back.
-_BODY_EXCERPT = 200
 
 Clock = Callable[[], datetime]
 
@@ -100,11 +105,19 @@ def is_retryable_status(status: int) -> bool:
     return status in (408, 425, 429) or status >= 500
 
 
+def _status_text(status: int) -> str:
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
 class HttpPoster:
-    """POSTs bytes to a secret URL and turns every failure into a scrubbed :class:`DeliveryError`.
+    """POSTs bytes to a secret URL and turns every failure into a safe :class:`DeliveryError`.
 
     One ``requests.Session`` per poster keeps connections alive between notifications; a lock makes
     it safe if one poster is shared between dispatcher lanes (Session is not documented thread-safe).
+    ``guard`` checks every URL before it is used (None: unchecked, for tests and embedding).
     """
 
     def __init__(
@@ -115,15 +128,25 @@ class HttpPoster:
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Clock = utc_now,
         session: requests.Session | None = None,
+        guard: UrlGuard | None = None,
     ) -> None:
         self._describe = describe  # e.g. "slack webhook (env SLACK_WEBHOOK_URL)": safe to show
         self._redactor = redactor
         self._timeout = timeout
         self._clock = clock
         self._session = session if session is not None else requests.Session()
+        self._guard = guard
         self._lock = threading.Lock()
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> requests.Response:
+        where = origin(url)
+        if self._guard is not None:
+            try:
+                self._guard.check(url)
+            except UnsafeUrl as refused:
+                raise DeliveryError(
+                    self._safe(f"{self._describe}: URL refused: {refused}"), retryable=refused.retryable
+                ) from None
         try:
             with self._lock:
                 response = self._session.post(
@@ -134,37 +157,39 @@ class HttpPoster:
                     # A redirect would re-send a signed payload somewhere the policy did not name.
                     allow_redirects=False,
                 )
+        # `from None` everywhere: the chained exception's text carries the URL.
         except requests.Timeout as error:
-            raise DeliveryError(
-                f"{self._describe}: timed out: {self._safe(error)}", retryable=True
-            ) from None  # `from None`: the chained exception's text carries the URL
+            raise DeliveryError(self._failed("timed out", error, where), retryable=True) from None
         except requests.ConnectionError as error:
-            raise DeliveryError(
-                f"{self._describe}: connection failed: {self._safe(error)}", retryable=True
-            ) from None
+            raise DeliveryError(self._failed("connection failed", error, where), retryable=True) from None
         except requests.RequestException as error:
             # Invalid URL, unsupported scheme, ...: configuration, trying again will not help.
             raise DeliveryError(
-                f"{self._describe}: request could not be sent: {type(error).__name__}: {self._safe(error)}",
-                retryable=False,
+                self._failed("request could not be sent", error, where), retryable=False
             ) from None
-        if 200 <= response.status_code < 300:
-            return response
-        excerpt = response.text[:_BODY_EXCERPT].strip()
-        detail = f": {excerpt}" if excerpt else ""
+        except Exception as error:
+            raise DeliveryError(
+                self._failed("request could not be sent", error, where), retryable=False
+            ) from None
         status = response.status_code
+        if 200 <= status < 300:
+            return response
+        response.close()  # the body is never read: it may echo the request (and its secrets)
         if 300 <= status < 400:
             raise DeliveryError(
-                f"{self._describe}: HTTP {status} redirect not followed{self._safe(detail)}",
+                self._safe(f"{self._describe}: {_status_text(status)} from {where}: redirect not followed"),
                 retryable=False,
                 status=status,
             )
         raise DeliveryError(
-            f"{self._describe}: HTTP {status} {response.reason or ''}".rstrip() + self._safe(detail),
+            self._safe(f"{self._describe}: {_status_text(status)} from {where}"),
             retryable=is_retryable_status(status),
             retry_after=parse_retry_after(response.headers.get("Retry-After"), self._clock()),
             status=status,
         )
+
+    def _failed(self, what: str, error: BaseException, where: str) -> str:
+        return self._safe(f"{self._describe}: {what} ({type(error).__name__}) sending to {where}")
 
     def _safe(self, text: object) -> str:
         return self._redactor.scrub(str(text))

@@ -7,6 +7,13 @@ mounted file); :class:`SecretResolver` reads them when a notification is sent �
 or load time, so a rotated Secret is picked up without a restart — and registers every value it
 reads with a :class:`Redactor`.
 
+What a policy may reference is scoped to its namespace (:class:`~canary.policy.scope.SecretScope`):
+the controller's resolver is :meth:`SecretResolver.scoped` to the policy's namespace, so ``file:``
+resolves inside ``<secret file root>/<namespace>/`` and ``env:`` only names the operator allowed for
+that namespace. A file is read only if it is a regular file of at most 64 KiB, opened without
+blocking (a FIFO or ``/dev/zero`` is refused, not read). The resolver also carries the
+:class:`~canary.notify.urls.UrlGuard` the senders check URLs with.
+
 The :class:`Redactor` scrubs, from any string:
 
 * every secret value it has seen, and the forms in which HTTP libraries repeat a URL in their
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -35,7 +43,9 @@ from urllib.parse import quote, urlsplit
 
 import structlog
 
+from canary.notify.urls import UrlGuard
 from canary.policy.model import SecretRef
+from canary.policy.scope import MAX_SECRET_FILE_BYTES, ScopeError, SecretScope
 
 __all__ = [
     "DEFAULT_REDACTOR",
@@ -160,27 +170,46 @@ DEFAULT_REDACTOR = Redactor()
 
 
 class SecretResolver:
-    """Reads :class:`SecretRef` values when they are needed and registers them for redaction."""
+    """Reads :class:`SecretRef` values when they are needed and registers them for redaction.
 
-    def __init__(self, redactor: Redactor | None = None, environ: Mapping[str, str] | None = None) -> None:
+    With a ``scope`` (the controller always has one), references are checked against it for the
+    resolver's ``namespace`` (see :meth:`scoped`); without one (tests, embedding) any ``env``/``file``
+    is read — still only regular files of at most 64 KiB, never blocking.
+    """
+
+    def __init__(
+        self,
+        redactor: Redactor | None = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        scope: SecretScope | None = None,
+        namespace: str | None = None,
+        url_guard: UrlGuard | None = None,
+    ) -> None:
         self.redactor = redactor if redactor is not None else DEFAULT_REDACTOR
         # Read os.environ at resolve time (not a copy taken now) unless a mapping is injected.
         self._environ = environ
+        self.scope = scope
+        self.namespace = namespace
+        self.url_guard = url_guard  # what senders check a URL with before posting (None: unchecked)
+
+    def scoped(self, namespace: str) -> SecretResolver:
+        """The same resolver for the policies of ``namespace`` (same redactor, scope and guard)."""
+        return SecretResolver(
+            self.redactor, self._environ, scope=self.scope, namespace=namespace, url_guard=self.url_guard
+        )
 
     def resolve(self, ref: SecretRef) -> str:
         where = describe_ref(ref)
         if ref.env is not None:
+            self._check_env(ref.env, where)
             environ = self._environ if self._environ is not None else os.environ
             raw = environ.get(ref.env)
             if raw is None:
                 raise SecretUnavailable(f"{where} is not set")
         else:
             assert ref.file is not None  # SecretRef guarantees exactly one of env/file
-            try:
-                raw = Path(ref.file).read_text(encoding="utf-8")
-            except OSError as error:
-                # The OS error names the path (fine) and the reason; it cannot contain the value.
-                raise SecretUnavailable(f"{where} cannot be read: {error.strerror or error}") from None
+            raw = _read_secret_file(self._file_path(ref.file, where), where, strict=self.scope is not None)
         # Mounted Secrets and `echo` into env files end with a newline that is not part of the value.
         value = raw.strip()
         if not value:
@@ -191,6 +220,65 @@ class SecretResolver:
             )
         self.redactor.add(value)
         return value
+
+    def _check_env(self, name: str, where: str) -> None:
+        if self.scope is None:
+            return
+        if self.namespace is None:
+            raise SecretUnavailable(f"{where}: no namespace to check the reference against")
+        try:
+            self.scope.check_env(name, self.namespace)
+        except ScopeError as error:
+            raise SecretUnavailable(f"{where} refused: {error}") from None
+
+    def _file_path(self, name: str, where: str) -> Path:
+        if self.scope is None:
+            return Path(name)
+        if self.namespace is None:
+            raise SecretUnavailable(f"{where}: no namespace to check the reference against")
+        try:
+            return self.scope.file_path(name, self.namespace)
+        except ScopeError as error:
+            raise SecretUnavailable(f"{where} refused: {error}") from None
+
+
+def _read_secret_file(path: Path, where: str, *, strict: bool) -> str:
+    """A regular file of at most :data:`MAX_SECRET_FILE_BYTES`, opened without blocking.
+
+    ``strict``: the path is already resolved (symlinks checked), so a symlink swapped in since is
+    refused (``O_NOFOLLOW``).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NOFOLLOW if strict else 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        # The OS error names the path (fine) and the reason; it cannot contain the value.
+        raise SecretUnavailable(f"{where} cannot be read: {error.strerror or error}") from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise SecretUnavailable(f"{where} is not a regular file")
+        if info.st_size > MAX_SECRET_FILE_BYTES:
+            raise SecretUnavailable(f"{where} is larger than {MAX_SECRET_FILE_BYTES // 1024} KiB")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SECRET_FILE_BYTES:  # /proc files say size 0: read until EOF or the cap
+            chunk = os.read(descriptor, MAX_SECRET_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as error:
+        raise SecretUnavailable(f"{where} cannot be read: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise SecretUnavailable(f"{where} is larger than {MAX_SECRET_FILE_BYTES // 1024} KiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SecretUnavailable(f"{where} is not UTF-8 text") from None
 
 
 Processor = Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]

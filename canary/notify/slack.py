@@ -171,7 +171,11 @@ class SlackSender:
         self._channel = channel
         self.description = f"slack webhook ({describe_ref(webhook_url_from)})"
         self._poster = HttpPoster(
-            describe=self.description, redactor=resolver.redactor, timeout=timeout, clock=clock
+            describe=self.description,
+            redactor=resolver.redactor,
+            timeout=timeout,
+            clock=clock,
+            guard=resolver.url_guard,  # the URL is checked before each POST (https, no private hosts)
         )
 
     def send(self, notification: Notification) -> None:

@@ -210,7 +210,11 @@ class WebhookSender:
         self._clock = clock
         self.description = f"webhook ({describe_ref(url_from)})"
         self._poster = HttpPoster(
-            describe=self.description, redactor=resolver.redactor, timeout=timeout, clock=clock
+            describe=self.description,
+            redactor=resolver.redactor,
+            timeout=timeout,
+            clock=clock,
+            guard=resolver.url_guard,  # the URL is checked before each POST (https, no private hosts)
         )
 
     def send(self, notification: Notification) -> None:

@@ -6,6 +6,18 @@ raises for bad input: a broken file is reported and the valid policies beside it
 Directories mounted from a ConfigMap or by git-sync contain a ``..data`` symlink and
 ``..<timestamp>`` directories holding the same files again; every dot-entry is skipped so nothing is
 read twice.
+
+A policy root is laid out by namespace: ``DIR/<namespace>/**/*.yaml``. The first directory under the
+root *is* the policy's namespace (``metadata.namespace`` may be omitted, or must say the same), so a
+team that can write only ``DIR/ml/`` governs only ``ml``. ``NamespaceSource.METADATA`` trusts
+``metadata.namespace`` instead (one platform-owned repository); a file named directly (not found by
+walking a root) is read that way too.
+
+Hostile input is input like any other: a file is read only if it is a regular file (never blocking on
+a FIFO or a device), at most :data:`MAX_FILE_BYTES`, nested at most :data:`MAX_DEPTH` levels, expanding
+to at most 100 000 nodes; whatever still goes wrong in one file (``RecursionError``, ``MemoryError``,
+a decoding error) is an error of that file, never an exception for the caller. A file with any error
+is rejected whole: none of its documents load.
 """
 
 from __future__ import annotations
@@ -13,6 +25,8 @@ from __future__ import annotations
 import difflib
 import errno
 import os
+import re
+import stat as stat_module
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +36,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from canary.policy.model import PromotionPolicy
+from canary.policy.model import NotifyTarget, PromotionPolicy, SecretRef
+from canary.policy.scope import NamespaceSource, ScopeError, SecretScope
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "LoadResult",
     "LoadedPolicy",
@@ -37,6 +53,9 @@ __all__ = [
 MAX_FILE_BYTES = 1024 * 1024
 # Anchors and aliases can make a small file expand exponentially ("billion laughs").
 _MAX_NODES = 100_000
+# A policy is a few levels deep; PyYAML composes recursively, so 6 KB of "[[[[..." would exhaust the
+# interpreter's stack (RecursionError) long before any other budget is reached.
+MAX_DEPTH = 64
 _POLICY_SUFFIXES = (".yaml", ".yml")
 
 _Path = tuple[str | int, ...]
@@ -50,6 +69,9 @@ class PolicyError:
     line: int | None
     field: str | None
     message: str
+    # Two policies claim one InferenceService: reported on both files, but the file itself is sound
+    # (the registry keeps the established claimant running).
+    conflict: bool = False
 
     def __str__(self) -> str:
         where = self.path if self.line is None else f"{self.path}:{self.line}"
@@ -81,8 +103,13 @@ class LoadResult:
     policies: list[LoadedPolicy] = field(default_factory=list)
     errors: list[PolicyError] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-    # InferenceServices claimed by more than one policy: every claimant was refused.
-    contested: set[str] = field(default_factory=set)
+    # InferenceServices claimed by more than one policy -> every claimant, in path order. ``policies``
+    # holds the first of them (the deterministic choice); the registry may keep an established one.
+    conflicts: dict[str, list[LoadedPolicy]] = field(default_factory=dict)
+
+    @property
+    def contested(self) -> set[str]:
+        return set(self.conflicts)
 
     @property
     def ok(self) -> bool:
@@ -212,10 +239,115 @@ def _validation_errors(
     return errors
 
 
-def _load_documents(text: str, path: str) -> tuple[list[LoadedPolicy], list[PolicyError]]:
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, refusing documents nested deeper than :data:`MAX_DEPTH`."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark.line + 1)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where a file was found: its namespace directory (None: take ``metadata.namespace``)."""
+
+    namespace: str | None = None
+    root: str | None = None  # the policy root it was found under, for messages
+
+
+def _secret_refs(policy: PromotionPolicy) -> Iterator[tuple[tuple[str | int, ...], SecretRef]]:
+    targets: list[NotifyTarget] = list(policy.spec.notify)
+    for index, target in enumerate(targets):
+        base: tuple[str | int, ...] = ("spec", "notify", index)
+        if target.slack is not None:
+            yield (*base, "slack", "webhookUrlFrom"), target.slack.webhook_url_from
+        if target.webhook is not None:
+            yield (*base, "webhook", "urlFrom"), target.webhook.url_from
+            if target.webhook.secret_from is not None:
+                yield (*base, "webhook", "secretFrom"), target.webhook.secret_from
+
+
+def _scope_errors(
+    policy: PromotionPolicy, scope: SecretScope, path: str, lines: dict[_Path, int], start: int
+) -> list[PolicyError]:
+    errors = []
+    for loc, ref in _secret_refs(policy):
+        try:
+            scope.check(ref, policy.metadata.namespace)
+        except ScopeError as error:
+            kind = "env" if ref.env is not None else "file"
+            where = (*loc, kind)
+            errors.append(PolicyError(path, _line_for(lines, where, start), format_loc(where), str(error)))
+    return errors
+
+
+def _bind_namespace(
+    data: dict[Any, Any], origin: _Origin, path: str, lines: dict[_Path, int], start: int
+) -> PolicyError | None:
+    """Fill in ``metadata.namespace`` from the directory, or refuse a different one."""
+    if origin.namespace is None:
+        return None
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        return None  # validation reports it
+    written = metadata.get("namespace")
+    if written is None:
+        data["metadata"] = {**metadata, "namespace": origin.namespace}
+        return None
+    if written != origin.namespace:
+        return PolicyError(
+            path,
+            _line_for(lines, ("metadata", "namespace"), start),
+            "metadata.namespace",
+            f"is {written!r} but the file lives in {os.path.join(origin.root or '', origin.namespace)}/: "
+            f"a policy governs only the namespace of its directory (omit metadata.namespace, or move "
+            f"the file to the {written} directory)",
+        )
+    return None
+
+
+def _load_documents(
+    text: str, path: str, origin: _Origin | None = None, scope: SecretScope | None = None
+) -> tuple[list[LoadedPolicy], list[PolicyError]]:
+    """Every policy in ``text``, or none: a file with any error is rejected whole."""
+    origin = origin or _Origin()
+    try:
+        policies, errors = _parse_documents(text, path, origin, scope)
+    except _TooDeep as exc:
+        return [], [PolicyError(path, exc.line, None, f"YAML nested deeper than {MAX_DEPTH} levels")]
+    except RecursionError:
+        return [], [PolicyError(path, None, None, f"YAML nested deeper than {MAX_DEPTH} levels")]
+    except MemoryError:
+        return [], [PolicyError(path, None, None, "the document needs more memory than a policy can")]
+    except Exception as exc:
+        # ValueError for a 5000-digit integer, and whatever else a parser can raise on hostile bytes.
+        return [], [PolicyError(path, None, None, f"cannot read this file as YAML ({type(exc).__name__})")]
+    if errors:
+        return [], errors
+    return policies, errors
+
+
+def _parse_documents(
+    text: str, path: str, origin: _Origin, scope: SecretScope | None
+) -> tuple[list[LoadedPolicy], list[PolicyError]]:
     policies: list[LoadedPolicy] = []
     errors: list[PolicyError] = []
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     document = -1
     try:
         while loader.check_node():
@@ -244,15 +376,29 @@ def _load_documents(text: str, path: str) -> tuple[list[LoadedPolicy], list[Poli
                 kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
                 errors.append(
                     PolicyError(
-                        path, start, None, f"expected a PromotionPolicy mapping at the top, got {kind}"
+                        path,
+                        start,
+                        None,
+                        f"expected a PromotionPolicy mapping at the top, got {kind} "
+                        f"(document {document + 1} of the file; a file with any invalid document is "
+                        "rejected whole)",
                     )
                 )
+                continue
+            mismatch = _bind_namespace(data, origin, path, lines, start)
+            if mismatch is not None:
+                errors.append(mismatch)
                 continue
             try:
                 policy = PromotionPolicy.model_validate(data)
             except ValidationError as exc:
                 errors.extend(_validation_errors(exc, path, lines, start))
                 continue
+            if scope is not None:
+                refused = _scope_errors(policy, scope, path, lines, start)
+                if refused:
+                    errors.extend(refused)
+                    continue
             if not duplicates:
                 target_line = lines.get(("spec", "target", "inferenceService"), start)
                 policies.append(LoadedPolicy(policy, path, start, document, target_line))
@@ -271,11 +417,21 @@ def _load_documents(text: str, path: str) -> tuple[list[LoadedPolicy], list[Poli
     return policies, errors
 
 
-def load_text(text: str, path: str = "<string>") -> LoadResult:
-    """Load the policies in one YAML text (several documents allowed)."""
-    policies, errors = _load_documents(text, path)
+def load_text(
+    text: str,
+    path: str = "<string>",
+    *,
+    namespace: str | None = None,
+    secrets: SecretScope | None = None,
+) -> LoadResult:
+    """Load the policies in one YAML text (several documents allowed).
+
+    ``namespace``: the namespace directory the text lives in (None: ``metadata.namespace`` decides);
+    ``secrets``: check secret references against these rules (None: not checked).
+    """
+    policies, errors = _load_documents(text, path, _Origin(namespace), secrets)
     result = LoadResult(policies=policies, errors=errors, files=[path])
-    _reject_duplicate_targets(result)
+    _resolve_conflicts(result)
     return result
 
 
@@ -284,9 +440,10 @@ def load_text(text: str, path: str = "<string>") -> LoadResult:
 
 
 def _read_policy_file(path: Path, shown: str) -> tuple[str | None, PolicyError | None]:
+    """The text of a regular file of at most :data:`MAX_FILE_BYTES`; never blocks (FIFOs, devices)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO without a writer returns at once instead of waiting forever.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except PermissionError:
         return None, PolicyError(shown, None, None, "cannot read the file: permission denied")
     except FileNotFoundError:
@@ -297,13 +454,29 @@ def _read_policy_file(path: Path, shown: str) -> tuple[str | None, PolicyError |
         if exc.errno == errno.ELOOP:
             return None, PolicyError(shown, None, None, "cannot read the file: symlink loop")
         return None, PolicyError(shown, None, None, f"cannot read the file: {exc.strerror or exc}")
+    try:
+        info = os.fstat(descriptor)
+        if not stat_module.S_ISREG(info.st_mode):
+            return None, PolicyError(
+                shown, None, None, "not a regular file (a FIFO, socket or device): policies are files"
+            )
+        if info.st_size > MAX_FILE_BYTES:
+            return None, _too_large(shown)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(descriptor, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        raw = b"".join(chunks)
+    except OSError as exc:
+        return None, PolicyError(shown, None, None, f"cannot read the file: {exc.strerror or exc}")
+    finally:
+        os.close(descriptor)
     if len(raw) > MAX_FILE_BYTES:
-        return None, PolicyError(
-            shown,
-            None,
-            None,
-            f"the file is larger than {MAX_FILE_BYTES // 1024} KiB, the most a ConfigMap holds",
-        )
+        return None, _too_large(shown)
     if b"\x00" in raw:
         return None, PolicyError(shown, None, None, "the file is binary (it contains NUL bytes), not YAML")
     try:
@@ -313,25 +486,38 @@ def _read_policy_file(path: Path, shown: str) -> tuple[str | None, PolicyError |
         return None, PolicyError(shown, line, None, "the file is not UTF-8 text")
 
 
+def _too_large(shown: str) -> PolicyError:
+    return PolicyError(
+        shown, None, None, f"the file is larger than {MAX_FILE_BYTES // 1024} KiB, the most a ConfigMap holds"
+    )
+
+
 def _walk(
-    directory: Path, shown: str, visited: set[tuple[int, int]]
-) -> Iterator[tuple[Path, str, PolicyError | None]]:
-    """Yield policy files under ``directory`` in a stable order, skipping dot-entries."""
+    directory: Path, shown: str, visited: set[tuple[int, int]], depth: int = 0
+) -> Iterator[tuple[Path, str, tuple[str, ...], PolicyError | None]]:
+    """Yield policy files under ``directory`` in a stable order, skipping dot-entries.
+
+    Each file comes with the directory names between ``directory`` and it.
+    """
     try:
         stat = directory.stat()
     except OSError as exc:
         reason = "symlink loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
-        yield directory, shown, PolicyError(shown, None, None, f"cannot read the directory: {reason}")
+        yield directory, shown, (), PolicyError(shown, None, None, f"cannot read the directory: {reason}")
         return
     identity = (stat.st_dev, stat.st_ino)
     if identity in visited:
         yield (
             directory,
             shown,
+            (),
             PolicyError(
                 shown, None, None, "symlink loop: this directory was already read through another path"
             ),
         )
+        return
+    if depth > MAX_DEPTH:
+        yield directory, shown, (), PolicyError(shown, None, None, "directories nested too deep")
         return
     visited = visited | {identity}
     try:
@@ -340,6 +526,7 @@ def _walk(
         yield (
             directory,
             shown,
+            (),
             PolicyError(shown, None, None, f"cannot read the directory: {exc.strerror or exc}"),
         )
         return
@@ -353,65 +540,134 @@ def _walk(
         except OSError:
             is_dir = False
         if is_dir:
-            yield from _walk(child, child_shown, visited)
+            for found, found_shown, parts, problem in _walk(child, child_shown, visited, depth + 1):
+                yield found, found_shown, (entry.name, *parts), problem
         elif entry.name.endswith(_POLICY_SUFFIXES):
-            yield child, child_shown, None
+            yield child, child_shown, (), None
         elif entry.is_symlink() and not os.path.exists(entry.path):
             # A broken link that is not a .yaml file is not ours to read; a loop is worth a word.
             try:
                 os.stat(entry.path)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    yield child, child_shown, PolicyError(child_shown, None, None, "symlink loop")
+                    yield child, child_shown, (), PolicyError(child_shown, None, None, "symlink loop")
 
 
-def load_paths(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
-    """Load every policy in the given files and directory trees."""
+def _origin(
+    parts: tuple[str, ...], root_shown: str, path_shown: str, namespaces: NamespaceSource
+) -> tuple[_Origin | None, PolicyError | None]:
+    if namespaces is NamespaceSource.METADATA:
+        return _Origin(), None
+    if not parts:
+        name = os.path.basename(path_shown)
+        return None, PolicyError(
+            path_shown,
+            None,
+            None,
+            f"a policy file lives in its namespace's directory: move it to "
+            f"{os.path.join(root_shown, '<namespace>', name)} (the directory decides the namespace a "
+            "policy may govern; --policy-namespaces metadata trusts metadata.namespace instead)",
+        )
+    namespace = parts[0]
+    if len(namespace) > 63 or not _NAMESPACE_DIR.match(namespace):
+        return None, PolicyError(
+            path_shown,
+            None,
+            None,
+            f"directory {os.path.join(root_shown, namespace)}/ is not a namespace name (a DNS-1123 "
+            "label): the first directory under the policy root is the namespace of the policies in it",
+        )
+    return _Origin(namespace, root_shown), None
+
+
+def load_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    namespaces: NamespaceSource = NamespaceSource.DIRECTORY,
+    secrets: SecretScope | None = None,
+) -> LoadResult:
+    """Load every policy in the given files and directory trees.
+
+    A directory is a policy root (``DIR/<namespace>/**/*.yaml`` unless ``namespaces`` is METADATA); a
+    file named directly takes its namespace from ``metadata.namespace``. ``secrets``: check secret
+    references against these rules (None: not checked).
+    """
     result = LoadResult()
     for given in paths:
         root = Path(given)
         shown = os.fspath(given)
-        if root.is_dir():
-            candidates: Iterable[tuple[Path, str, PolicyError | None]] = _walk(root, shown, set())
+        candidates: Iterable[tuple[Path, str, tuple[str, ...], PolicyError | None]]
+        directory = root.is_dir()
+        if directory:
+            candidates = _walk(root, shown, set())
         elif root.exists() or root.is_symlink():
-            candidates = [(root, shown, None)]
+            candidates = [(root, shown, (), None)]
         else:
             result.errors.append(PolicyError(shown, None, None, "no such file or directory"))
             continue
-        for path, path_shown, problem in candidates:
+        for path, path_shown, parts, problem in candidates:
             if problem is not None:
                 result.errors.append(problem)
                 continue
             result.files.append(path_shown)
+            origin: _Origin | None = _Origin()
+            if directory:
+                origin, misplaced = _origin(parts, shown, path_shown, namespaces)
+                if misplaced is not None:
+                    result.errors.append(misplaced)
+                    continue
             text, read_error = _read_policy_file(path, path_shown)
             if read_error is not None:
                 result.errors.append(read_error)
                 continue
             assert text is not None
-            policies, errors = _load_documents(text, path_shown)
+            policies, errors = _load_documents(text, path_shown, origin, secrets)
             result.policies.extend(policies)
             result.errors.extend(errors)
-    _reject_duplicate_targets(result)
+    _resolve_conflicts(result)
     return result
 
 
-def _reject_duplicate_targets(result: LoadResult) -> None:
-    """Two policies for one InferenceService: an error against each, and neither is loaded."""
+_NAMESPACE_DIR = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _resolve_conflicts(result: LoadResult) -> None:
+    """Two policies for one InferenceService: the first in path order keeps it, the others are refused.
+
+    Both sides are told (an error on each file, ``conflict=True``). The registry may keep an
+    established claimant instead of the first (it never leaves the InferenceService unguarded).
+    """
     by_key: dict[str, list[LoadedPolicy]] = defaultdict(list)
     for loaded in result.policies:
         by_key[loaded.policy.key].append(loaded)
     for key, group in by_key.items():
         if len(group) < 2:
             continue
-        result.contested.add(key)
-        for loaded in group:
-            others = ", ".join(f"'{o.policy.metadata.name}' ({o.origin})" for o in group if o is not loaded)
-            result.errors.append(
-                PolicyError(
-                    loaded.path,
-                    loaded.target_line,
-                    "spec.target.inferenceService",
-                    f"InferenceService {key} is also governed by {others}: one policy per InferenceService",
-                )
+        group.sort(key=lambda loaded: (loaded.path, loaded.document))
+        result.conflicts[key] = group
+        first = group[0]
+        result.policies = [p for p in result.policies if p.policy.key != key or p is first]
+        result.errors.extend(conflict_errors(key, first, group))
+
+
+def conflict_errors(key: str, kept: LoadedPolicy, group: Sequence[LoadedPolicy]) -> list[PolicyError]:
+    """The errors telling each claimant of ``key`` which one governs it."""
+    errors = []
+    for loaded in group:
+        others = ", ".join(f"'{o.policy.metadata.name}' ({o.origin})" for o in group if o is not loaded)
+        if loaded is kept:
+            message = (
+                f"InferenceService {key} is also claimed by {others}: this policy keeps governing it, "
+                "the other is refused (one policy per InferenceService)"
             )
-        result.policies = [loaded for loaded in result.policies if loaded.policy.key != key]
+        else:
+            message = (
+                f"InferenceService {key} is already governed by '{kept.policy.metadata.name}' "
+                f"({kept.origin}): this policy is refused (one policy per InferenceService)"
+            )
+        errors.append(
+            PolicyError(
+                loaded.path, loaded.target_line, "spec.target.inferenceService", message, conflict=True
+            )
+        )
+    return errors

@@ -440,8 +440,16 @@ class OnNoData(_Model):
 class SecretRef(_Model):
     """Where a secret comes from: an environment variable or a mounted file. Never the value itself."""
 
-    env: str | None = Field(default=None, description="Environment variable holding the value.")
-    file: str | None = Field(default=None, description="File (e.g. a mounted Secret) holding the value.")
+    env: str | None = Field(
+        default=None,
+        description="Environment variable holding the value; only names the operator allowed for the "
+        "policy's namespace (--secret-env-allow NAMESPACE=GLOB).",
+    )
+    file: str | None = Field(
+        default=None,
+        description="File holding the value, relative to the namespace's secret directory "
+        "(<--secret-file-root>/<namespace>/); regular files of at most 64 KiB.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
@@ -464,7 +472,7 @@ class _SecretsByReference(_Model):
             if inline:
                 raise ValueError(
                     f"'{inline[0]}' would put a secret in the policy file; reference it instead "
-                    f"with '{inline[0]}From: {{env: NAME}}' or '{{file: /path}}'"
+                    f"with '{inline[0]}From: {{env: NAME}}' or '{{file: relative/path}}'"
                 )
         return data
 
@@ -512,7 +520,13 @@ class Target(_Model):
 
 class Metadata(_Model):
     name: str = Field(description="The policy's name (a Kubernetes object name).")
-    namespace: str = Field(description="The InferenceService's namespace. Required.")
+    namespace: str = Field(
+        description=(
+            "The InferenceService's namespace. Taken from the policy's directory (DIR/<namespace>/) "
+            "when omitted; if given, it must equal that directory. Required only when the controller "
+            "runs with --policy-namespaces metadata."
+        )
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 

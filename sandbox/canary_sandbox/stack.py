@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, cast
 
+import yaml
 from kubernetes import client, config
 
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
@@ -111,10 +112,26 @@ class ControllerProcess:
             return self.process.wait(timeout=5)
 
 
+DEFAULT_POLICY_NAMESPACE = "default"
+
+
+def _policy_namespace(text: str) -> str:
+    """``metadata.namespace`` of the first document, if the text is YAML that has one."""
+    try:
+        document = next(iter(yaml.safe_load_all(text)), None)
+    except yaml.YAMLError:
+        return DEFAULT_POLICY_NAMESPACE
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else DEFAULT_POLICY_NAMESPACE
+
+
 @dataclass
 class Stack:
     models: list[ModelTraffic]
-    policies: Mapping[str, str] = field(default_factory=dict)  # file name -> policy YAML
+    # file name -> policy YAML; written to policy_dir/<metadata.namespace>/ (a policy root holds one
+    # directory per namespace), or to the path given when the name has a directory ("ml/a.yaml").
+    policies: Mapping[str, str] = field(default_factory=dict)
     reconcile_delay: float = 0.3
     fleet_tick: float = 0.25
     seed: int = 7
@@ -246,6 +263,11 @@ class Stack:
             "--leader-elect" if leader_elect else "--no-leader-elect",
             "--lease-namespace",
             "default",
+            # The stack's webhook receiver listens on loopback, which the controller refuses by default.
+            "--notify-allow-host",
+            "127.0.0.1",
+            # Policies may read the variables the stack sets, in every namespace it runs models in.
+            *self._secret_env_allow(),
             *extra_args,
         ]
         environment = {**os.environ, "POD_NAME": name, **self.env}
@@ -263,9 +285,22 @@ class Stack:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
+    def _secret_env_allow(self) -> list[str]:
+        namespaces = sorted({model.namespace for model in self.models} | {DEFAULT_POLICY_NAMESPACE})
+        return [
+            argument
+            for namespace in namespaces
+            for variable in sorted(self.env)
+            for argument in ("--secret-env-allow", f"{namespace}={variable}")
+        ]
+
     def write_policy(self, name: str, text: str) -> Path:
-        path = self.policy_dir / name
-        tmp = path.with_name(f".{name}.tmp")
+        """Write ``text`` to ``policy_dir/<namespace>/<name>``: the namespace is the policy's
+        ``metadata.namespace`` (``default`` when the text has none), unless ``name`` has a directory."""
+        relative = Path(name) if "/" in name else Path(_policy_namespace(text)) / name
+        path = self.policy_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text)
         tmp.replace(path)  # atomic, as a ConfigMap or git-sync update is
         return path

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from canary_sandbox.demo.policies import DemoTiming, parse_policy, render_policies
+from canary_sandbox.demo.policies import DEMO_NAMESPACE, DemoTiming, parse_policy, render_policies
 from canary_sandbox.demo.story import Outcome, stories
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
@@ -180,10 +180,12 @@ def alive(pid: int) -> bool:
 
 
 def test_the_policies_in_the_repository_are_the_ones_the_demo_runs() -> None:
-    committed = {path.name: path.read_text() for path in sorted((REPO / "policies" / "demo").glob("*.yaml"))}
+    # A policy root holds one directory per namespace: the demo's policies live in policies/demo/demo/.
+    committed = {path.name: path.read_text() for path in sorted((REPO / "policies" / "demo").rglob("*.yaml"))}
     assert committed == render_policies(), (
         "run `python -m canary_sandbox.demo.policies` and commit policies/demo/"
     )
+    assert {path.parent.name for path in (REPO / "policies" / "demo").rglob("*.yaml")} == {DEMO_NAMESPACE}
     result = load_paths([REPO / "policies" / "demo"])
     assert result.ok, result.errors
     assert {loaded.policy.key for loaded in result.policies} == {

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,8 +22,9 @@ from canary.policy import load_paths
 from tests.policy.support import policy_with, valid_policy
 
 
-def validate(directory: Path) -> tuple[int, list[dict[str, object]], list[str]]:
-    result = CliRunner().invoke(app, ["validate", "--format", "json", str(directory)])
+def validate(directory: Path, *options: str) -> tuple[int, list[dict[str, object]], list[str]]:
+    """``kserve-canary validate`` on the policy root of the namespace directory ``directory``."""
+    result = CliRunner().invoke(app, ["validate", "--format", "json", *options, str(directory.parent)])
     assert "Traceback" not in result.output
     document = json.loads(result.output)
     return result.exit_code, document["errors"], [p["name"] for p in document["policies"]]
@@ -88,11 +91,17 @@ def test_missing_spec(policy_dir: Path) -> None:
     assert "required" in str(error["message"])
 
 
-def test_missing_namespace(policy_dir: Path) -> None:
-    text = valid_policy("nons").replace("  namespace: ml\n", "")
-    (policy_dir / "nons.yaml").write_text(text)
-    error = single_error(policy_dir, "nons.yaml")
-    assert (error["field"], error["line"]) == ("metadata.namespace", 3)
+def test_missing_namespace_is_the_directory_s(policy_dir: Path) -> None:
+    (policy_dir / "nons.yaml").write_text(valid_policy("nons").replace("  namespace: ml\n", ""))
+    code, errors, loaded = validate(policy_dir)
+    assert (code, errors, sorted(loaded)) == (0, [], ["good", "nons"])
+
+
+def test_missing_namespace_with_namespaces_from_metadata(policy_dir: Path) -> None:
+    (policy_dir / "nons.yaml").write_text(valid_policy("nons").replace("  namespace: ml\n", ""))
+    code, errors, loaded = validate(policy_dir, "--policy-namespaces", "metadata")
+    assert code == 1 and "good" in loaded
+    assert [(e["field"], e["line"]) for e in errors] == [("metadata.namespace", 3)]
 
 
 SPEC = """\
@@ -209,15 +218,19 @@ def test_inline_secret_is_refused(policy_dir: Path) -> None:
 
 
 def test_two_policies_for_one_inference_service(policy_dir: Path) -> None:
+    """The first in path order governs (never neither); both files are told; validate fails."""
     (policy_dir / "first.yaml").write_text(valid_policy("first", target="shared"))
     (policy_dir / "second.yaml").write_text(valid_policy("second", target="shared"))
     code, errors, loaded = validate(policy_dir)
     assert code == 1
-    assert loaded == ["good"]
-    assert sorted(Path(str(e["path"])).name for e in errors) == ["first.yaml", "second.yaml"]
+    assert sorted(loaded) == ["first", "good"]
+    messages = {Path(str(e["path"])).name: str(e["message"]) for e in errors}
+    assert sorted(messages) == ["first.yaml", "second.yaml"]
     for error in errors:
         assert (error["field"], error["line"]) == ("spec.target.inferenceService", 8)
         assert "ml/shared" in str(error["message"])
+    assert "keeps governing" in messages["first.yaml"]
+    assert "already governed by 'first'" in messages["second.yaml"]
 
 
 def test_five_megabyte_file(policy_dir: Path) -> None:
@@ -251,16 +264,18 @@ def test_symlink_loop_in_the_directory(policy_dir: Path) -> None:
 
 def test_unreadable_file(tmp_path: Path) -> None:
     # The unprivileged reader must be able to reach the directory: pytest's tmp root is private.
-    policy_dir = Path(tempfile.mkdtemp(prefix="kserve-canary-unreadable-"))
-    policy_dir.chmod(0o755)
+    root = Path(tempfile.mkdtemp(prefix="kserve-canary-unreadable-"))
+    root.chmod(0o755)
+    policy_dir = root / "ml"
+    policy_dir.mkdir(mode=0o755)
     (policy_dir / "good.yaml").write_text(valid_policy())
     unreadable = policy_dir / "secret-ish.yaml"
     unreadable.write_text(valid_policy("unreadable"))
     unreadable.chmod(0)
     try:
-        result = _load_without_privileges(policy_dir)
+        result = _load_without_privileges(root)
     finally:
-        shutil.rmtree(policy_dir)
+        shutil.rmtree(root)
     assert result["loaded"] == ["good"]
     assert result["errors"] == [f"{unreadable}: cannot read the file: permission denied"]
 
@@ -307,3 +322,77 @@ def test_yaml_alias_bomb_is_refused(policy_dir: Path) -> None:
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
     (policy_dir / "bomb.yaml").write_text("\n".join(lines) + "\n")
     assert "more than 100000 YAML nodes" in str(single_error(policy_dir, "bomb.yaml")["message"])
+
+
+# -- hostile input: nothing a policy author writes stops the loader (issue 17) -------------------
+
+
+def test_deeply_nested_yaml_is_an_error_not_a_crash(policy_dir: Path) -> None:
+    # 6 KB of "[[[..." used to raise RecursionError out of the loader and kill the controller.
+    (policy_dir / "nested.yaml").write_text("[" * 3000 + "]" * 3000)
+    error = single_error(policy_dir, "nested.yaml")
+    assert "nested deeper than 64 levels" in str(error["message"])
+
+
+def test_nested_mappings_are_capped_too(policy_dir: Path) -> None:
+    (policy_dir / "deep.yaml").write_text("{a: " * 2000 + "}" * 2000)
+    assert "nested deeper than 64 levels" in str(single_error(policy_dir, "deep.yaml")["message"])
+
+
+def test_an_integer_too_long_to_convert_is_an_error_not_a_crash(policy_dir: Path) -> None:
+    (policy_dir / "digits.yaml").write_text("spec: " + "9" * 6000 + "\n")
+    assert "cannot read this file as YAML (ValueError)" in str(
+        single_error(policy_dir, "digits.yaml")["message"]
+    )
+
+
+def test_a_fifo_named_yaml_does_not_hang_validate(policy_dir: Path) -> None:
+    os.mkfifo(policy_dir / "pipe.yaml")
+    # In a child process: on a blocking open the test would hang instead of failing.
+    completed = subprocess.run(
+        [sys.executable, "-m", "canary", "validate", "--format", "json", str(policy_dir.parent)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert completed.returncode == 1, completed.stderr
+    document = json.loads(completed.stdout)
+    assert [p["name"] for p in document["policies"]] == ["good"]
+    [error] = document["errors"]
+    assert str(error["path"]).endswith("pipe.yaml")
+    assert "not a regular file" in error["message"]
+
+
+def test_a_file_with_one_invalid_document_is_rejected_whole(policy_dir: Path) -> None:
+    # A bare URL first and a valid policy second: the file was half-loaded (and could be named as a
+    # urlFrom file, turning the controller into an HTTP client for the author).
+    (policy_dir / "twofaced.yaml").write_text(
+        "http://169.254.169.254/latest/meta-data/\n---\n" + valid_policy("twin")
+    )
+    error = single_error(policy_dir, "twofaced.yaml")
+    assert "rejected whole" in str(error["message"])
+
+
+def test_a_policy_for_another_namespace_than_its_directory_is_refused(policy_dir: Path) -> None:
+    """Team ml writes only policies/ml/: it cannot govern team-b's InferenceService."""
+    (policy_dir / "takeover.yaml").write_text(
+        valid_policy("takeover").replace("namespace: ml", "namespace: team-b")
+    )
+    error = single_error(policy_dir, "takeover.yaml")
+    assert (error["field"], error["line"]) == ("metadata.namespace", 5)
+    assert "'team-b' but the file lives in" in str(error["message"])
+
+
+def test_a_policy_file_directly_in_the_root_is_told_where_to_live(policy_dir: Path) -> None:
+    (policy_dir.parent / "stray.yaml").write_text(valid_policy("stray"))
+    error = single_error(policy_dir, "stray.yaml")
+    assert f"move it to {policy_dir.parent / '<namespace>' / 'stray.yaml'}" in str(error["message"])
+    code, errors, loaded = validate(policy_dir, "--policy-namespaces", "metadata")
+    assert (code, errors, sorted(loaded)) == (0, [], ["good", "stray"])
+
+
+def test_a_namespace_directory_must_be_a_namespace_name(policy_dir: Path) -> None:
+    (policy_dir.parent / "Not_A_Namespace").mkdir()
+    (policy_dir.parent / "Not_A_Namespace" / "x.yaml").write_text(valid_policy("x"))
+    assert "is not a namespace name" in str(single_error(policy_dir, "x.yaml")["message"])

@@ -18,19 +18,41 @@ from tests.policy.support import valid_policy
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "policies").rglob("*.yaml"))
+# Two policy roots (each DIR/<namespace>/*.yaml), and what the operator opens to their namespaces.
+ROOTS = [str(REPO / "policies" / "examples"), str(REPO / "policies" / "demo")]
+SCOPE = [
+    "--secret-env-allow",
+    "ml=SLACK_WEBHOOK_URL,ml=DEPLOY_HOOK_URL,payments=DEPLOY_HOOK_URL,vision=SLACK_WEBHOOK_URL",
+    "--secret-env-allow",
+    "demo=DEMO_*",
+    "--secret-file-root",
+    "/var/run/secrets/kserve-canary",
+]
 
 
 def test_validate_exits_0_on_the_shipped_policies() -> None:
-    result = CliRunner().invoke(app, ["validate", str(REPO / "policies")])
+    result = CliRunner().invoke(app, ["validate", *SCOPE, *ROOTS])
     assert result.exit_code == 0, result.output
     assert f"{len(EXAMPLES)} valid policies, 0 errors" in result.output
 
 
+def test_validate_rejects_the_shipped_policies_without_the_secret_scope() -> None:
+    """What `run` would refuse: by default no environment variable and no file may be referenced."""
+    result = CliRunner().invoke(app, ["validate", *ROOTS])
+    assert result.exit_code == 1
+    assert (
+        "ml/llm-vllm.yaml:41: spec.notify[1].webhook.secretFrom.file: file references are disabled"
+        in result.output
+    )
+    assert "environment variable SLACK_WEBHOOK_URL is not allowed for namespace vision" in result.output
+
+
 def test_validate_exits_1_and_prints_located_errors(tmp_path: Path) -> None:
-    (tmp_path / "bad.yaml").write_text(valid_policy().replace("max: 800ms", "max: fast"))
+    (tmp_path / "ml").mkdir()
+    (tmp_path / "ml" / "bad.yaml").write_text(valid_policy().replace("max: 800ms", "max: fast"))
     result = CliRunner().invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 1
-    assert f"{tmp_path / 'bad.yaml'}:11: spec.checks[0].max: 'fast' is not a duration" in result.output
+    assert f"{tmp_path / 'ml' / 'bad.yaml'}:11: spec.checks[0].max: 'fast' is not a duration" in result.output
 
 
 def test_validate_exits_2_on_usage_errors(tmp_path: Path) -> None:
@@ -46,7 +68,7 @@ def test_validate_reports_a_missing_path(tmp_path: Path) -> None:
 
 def test_python_dash_m_canary_is_the_same_command() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", "--format", "json", str(REPO / "policies")],
+        [sys.executable, "-m", "canary", "validate", "--format", "json", *SCOPE, *ROOTS],
         capture_output=True,
         text=True,
         check=False,

@@ -149,14 +149,16 @@ def test_configmap_mount_dot_entries_are_skipped(tmp_path: pytest.TempPathFactor
 
     from canary.policy import load_paths
 
-    root = Path(str(tmp_path))
+    # One ConfigMap per namespace, mounted at <policy root>/<namespace>.
+    root = Path(str(tmp_path)) / "ml"
+    root.mkdir()
     data = root / "..2026_11_29_10_00_00.123"
     data.mkdir()
     (data / "llama.yaml").write_text(valid_policy("llama"))
     (root / "..data").symlink_to(data.name)
     (root / "llama.yaml").symlink_to("..data/llama.yaml")
     (root / ".hidden.yaml").write_text("not: a policy")
-    result = load_paths([root])
+    result = load_paths([root.parent])
     assert result.ok
     assert [p.policy.metadata.name for p in result.policies] == ["llama"]
     assert result.files == [str(root / "llama.yaml")]

@@ -1,7 +1,8 @@
 """The demo's promotion policies, embedded so ``kserve-canary demo`` works from an installed package.
 
-The same text (rendered at speed 1) is committed under ``policies/demo/`` for people to read and for
-``kserve-canary validate policies/``; a test keeps the two identical. The timing fields are
+The same text (rendered at speed 1) is committed under ``policies/demo/demo/`` (a policy root holds one
+directory per namespace) for people to read and for ``kserve-canary validate policies/demo/``; a test
+keeps the two identical. The timing fields are
 placeholders: ``--speed`` scales them, because Prometheus scrapes in real time and the only honest
 way to make the story shorter is shorter windows, not a faster clock.
 """
@@ -33,7 +34,7 @@ WEBHOOK_ENV = "DEMO_WEBHOOK_URL"
 # judged by the same checks and only the model versions differ. The absolute p99 limit is generous;
 # the relative one (canary <= 1.5 x stable, over the same window) is what catches a regression.
 _TEMPLATE = """\
-# yaml-language-server: $$schema=../schema.json
+# yaml-language-server: $$schema=../../schema.json
 # The `kserve-canary demo` policy for $name ($story).
 # Generated from canary_sandbox/demo/policies.py (speed 1); a test keeps this file and the package identical.
 # Windows are seconds long because the demo's Prometheus scrapes every second: in production, hold
@@ -135,8 +136,10 @@ def parse_policy(text: str, path: str) -> PromotionPolicy:
     return result.policies[0].policy
 
 
-def write_policy_files(directory: Path) -> list[Path]:
-    """Write the speed-1 policies (what ``policies/demo/`` holds); returns the paths written."""
+def write_policy_files(root: Path) -> list[Path]:
+    """Write the speed-1 policies into the policy root ``root`` (``root/demo/*.yaml``, what
+    ``policies/demo/`` holds); returns the paths written."""
+    directory = root / DEMO_NAMESPACE
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for file_name, text in render_policies().items():
@@ -146,6 +149,6 @@ def write_policy_files(directory: Path) -> list[Path]:
     return written
 
 
-if __name__ == "__main__":  # python -m canary_sandbox.demo.policies: regenerate policies/demo/
+if __name__ == "__main__":  # python -m canary_sandbox.demo.policies: regenerate policies/demo/demo/
     for written_path in write_policy_files(Path("policies/demo")):
         print(written_path)
