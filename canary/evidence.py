@@ -10,6 +10,12 @@ Three outcomes per measurement, never confused with each other:
 * ``no-data`` — nothing to judge yet (no requests, too few, no pods): the step cannot pass;
 * ``error`` — *we* could not ask (Prometheus down, slow, bad query): never a failed check and never
   counted towards ``onNoData``; the rollout holds and the evaluation is retried.
+
+and a fourth, treated like ``error`` by the judge:
+
+* ``invalid-value`` — Prometheus answered a number no limit can be judged on (``NaN``, ``+Inf``,
+  ``-Inf``: a division by zero, an overflowing counter, a broken exporter): never a pass, never a fail,
+  never counted as no-data; the rollout holds and the reason names the check and the value.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class EvidenceStatus(StrEnum):
     OK = "ok"
     NO_DATA = "no-data"
     ERROR = "error"
+    INVALID_VALUE = "invalid-value"  # NaN or ±Inf from Prometheus: judged like a query problem
 
 
 class ErrorClass(StrEnum):
@@ -109,6 +116,19 @@ class Measurement:
         duration: float = 0.0,
     ) -> Measurement:
         return cls(EvidenceStatus.ERROR, None, unit, None, query, duration, error_class, detail)
+
+    @classmethod
+    def invalid(
+        cls,
+        detail: str,
+        unit: Unit = Unit.NONE,
+        *,
+        samples: float | None = None,
+        query: str = "",
+        duration: float = 0.0,
+    ) -> Measurement:
+        """A value Prometheus answered that cannot be judged (NaN, ±Inf); ``detail`` names it."""
+        return cls(EvidenceStatus.INVALID_VALUE, None, unit, samples, query, duration, None, detail)
 
 
 @dataclass(frozen=True, slots=True)

@@ -421,15 +421,32 @@ def measurement_for(
         return Measurement.no_data(
             _no_data_detail(need), unit, samples=samples, query=query, duration=duration
         )
-    if math.isnan(value):
-        detail = (
-            "no requests in the window (0/0)"
-            if need.measure in _REQUEST_BASED
-            else "the query answered NaN (0/0 or an undefined value)"
+    if samples is not None and not math.isfinite(samples):
+        detail = f"Prometheus answered {_shown(samples)} for the {_samples_word(need)}" + (
+            "" if need.measure == REQUESTS else " behind the value"
         )
-        return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
+        return Measurement.invalid(detail, unit, query=query, duration=duration)
     if need.measure in _REQUEST_BASED and samples is not None and round(samples) < min_requests:
-        detail = f"{samples:g} requests in the window; a value needs at least {min_requests:g}"
+        # Before the NaN test: 0/0 from a window without requests is no data, not an invalid value.
+        counted = "no requests" if round(samples) == 0 else f"{samples:g} requests"
+        detail = f"{counted} in the window; a value needs at least {min_requests:g}"
         return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
-    # +Inf and -Inf are values: a latency beyond every bound fails a max limit, as it should.
+    if not math.isfinite(value):
+        # NaN, +Inf, -Inf: nothing a limit can be judged on (and +Inf would "fail" any max, -Inf pass
+        # it): the check holds as on a query problem, and says which value it got.
+        detail = f"Prometheus answered {_shown(value)}, which no limit can be judged on"
+        return Measurement.invalid(detail, unit, samples=samples, query=query, duration=duration)
     return Measurement.ok(value, unit, samples=samples, query=query, duration=duration)
+
+
+def _shown(value: float) -> str:
+    """A non-finite value as Prometheus writes it."""
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
+
+
+def _samples_word(need: Need) -> str:
+    if need.measure == REQUESTS or need.measure in _REQUEST_BASED:
+        return "request count"
+    return "sample count"

@@ -149,6 +149,8 @@ def _request_count(measurement: Measurement | None) -> tuple[float | None, str]:
         return 0.0, "no request count was supplied"
     if measurement.status is EvidenceStatus.ERROR:
         return None, f"request count query failed: {measurement.detail or measurement.error_class}"
+    if measurement.status is EvidenceStatus.INVALID_VALUE:  # NaN/±Inf: unknown, like a query error
+        return None, f"request count is not a number to judge: {measurement.detail}"
     if measurement.status is EvidenceStatus.NO_DATA or measurement.value is None:
         return 0.0, measurement.detail or "no requests"
     if math.isnan(measurement.value):
@@ -388,6 +390,8 @@ def _unusable(measurement: Measurement | None, whose: str) -> tuple[CheckVerdict
     if measurement.status is EvidenceStatus.ERROR:
         cause = measurement.detail or (measurement.error_class or "unknown error")
         return CheckVerdict.ERROR, f"query for {whose} failed: {cause}"
+    if measurement.status is EvidenceStatus.INVALID_VALUE:  # NaN/±Inf: held like a query problem
+        return CheckVerdict.ERROR, f"invalid value for {whose}: {measurement.detail}"
     if measurement.status is EvidenceStatus.NO_DATA or measurement.value is None:
         return CheckVerdict.NO_DATA, f"no data for {whose}" + (
             f": {measurement.detail}" if measurement.detail else ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 
 import pytest
@@ -152,10 +151,11 @@ def test_explicit_evaluation_time_sees_the_past(production: Scenario) -> None:
 @pytest.mark.parametrize(
     ("promql", "status", "value"),
     [
-        ("vector(0) / 0", EvidenceStatus.NO_DATA, None),  # NaN: nothing to judge
-        ("0 / 0", EvidenceStatus.NO_DATA, None),  # a NaN scalar
-        ("vector(1) / 0", EvidenceStatus.OK, math.inf),  # +Inf is a value and fails any max
-        ("vector(-1) / 0", EvidenceStatus.OK, -math.inf),
+        # NaN and ±Inf are invalid values: held like a query problem, never judged, never no-data
+        ("vector(0) / 0", EvidenceStatus.INVALID_VALUE, None),
+        ("0 / 0", EvidenceStatus.INVALID_VALUE, None),  # a NaN scalar
+        ("vector(1) / 0", EvidenceStatus.INVALID_VALUE, None),
+        ("vector(-1) / 0", EvidenceStatus.INVALID_VALUE, None),
         (
             'sum(kube_pod_created{namespace="{{ namespace }}", pod="nope"})',
             EvidenceStatus.NO_DATA,
@@ -175,7 +175,7 @@ def test_special_values(
     assert measurement.status is status
     assert measurement.value == value
     assert measurement.error_class is None
-    if status is EvidenceStatus.NO_DATA:
+    if status is not EvidenceStatus.OK:
         assert measurement.detail
 
 
