@@ -18,15 +18,16 @@ from rich.table import Table
 from canary import __version__
 from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import Controller, ControllerConfig, load_api_client
-from canary.kserve.store import ConfigMapStateStore
+from canary.kserve.store import STATE_KEY, ConfigMapStateStore, StoredState
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import redact_processor
 from canary.policy import load_paths
 from canary.policy.schema import policy_json_schema
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
-from canary.policy.units import Unit, format_value
-from canary.rollout.state import RolloutState, StateFormatError, describe_time
+from canary.policy.units import format_value
+from canary.rollout.records import CommandFormatError, CommandRequest
+from canary.rollout.state import CommandKind, StateFormatError, describe_time
 
 app = typer.Typer(
     name="kserve-canary",
@@ -301,6 +302,33 @@ def _store(kubeconfig: str | None) -> ConfigMapStateStore:
     return ConfigMapStateStore(load_api_client(kubeconfig))
 
 
+def _status_row(stored: StoredState) -> dict[str, str]:
+    """One rollout for ``status``; one that cannot be read says why, and the others still print."""
+    try:
+        if stored.state_json is None:
+            raise StateFormatError(f"the ConfigMap holds no {STATE_KEY}")
+        state = stored.state()
+    except StateFormatError as error:
+        return {"model": stored.key, "phase": "Unreadable", "reason": str(error)}
+    try:
+        command = stored.command()
+        pending = str(command.command) if command is not None else ""
+    except CommandFormatError:
+        pending = "unreadable"
+    last = state.history[-1] if state.history else None
+    weight = state.spec_weight.weight if state.spec_weight else None
+    return {
+        "model": stored.key,
+        "revision": state.revision or "",
+        "phase": str(state.phase),
+        "weight": "-" if weight is None else f"{weight}%",
+        "step": "-" if state.step is None else f"{state.step.index + 1} ({state.step.weight}%)",
+        "since": describe_time(state.step.started_at if state.step else state.started_at),
+        "reason": last.reason if last else "",
+        "pendingCommand": pending,
+    }
+
+
 @app.command()
 def status(
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")] = None,
@@ -308,35 +336,8 @@ def status(
     output: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.TEXT,
 ) -> None:
     """A table of rollouts, read from the controller's state ConfigMaps."""
-    rows: list[dict[str, str]] = []
-    for stored in sorted(
-        _store(kubeconfig).list_all(namespace), key=lambda s: (s.namespace, s.inference_service)
-    ):
-        try:
-            state = RolloutState.from_json(stored.data or "")
-        except StateFormatError as error:
-            rows.append(
-                {
-                    "model": f"{stored.namespace}/{stored.inference_service}",
-                    "phase": "Unreadable",
-                    "reason": str(error),
-                }
-            )
-            continue
-        last = state.history[-1] if state.history else None
-        weight = state.spec_weight.weight if state.spec_weight else None
-        rows.append(
-            {
-                "model": f"{stored.namespace}/{stored.inference_service}",
-                "revision": state.revision or "",
-                "phase": str(state.phase),
-                "weight": "-" if weight is None else f"{weight}%",
-                "step": "-" if state.step is None else f"{state.step.index + 1} ({state.step.weight}%)",
-                "since": describe_time(state.step.started_at if state.step else state.started_at),
-                "reason": last.reason if last else "",
-                "pendingCommand": str(json.loads(stored.command).get("command")) if stored.command else "",
-            }
-        )
+    stored_states = sorted(_store(kubeconfig).list_all(namespace), key=lambda s: s.key)
+    rows = [_status_row(stored) for stored in stored_states]
     if output is OutputFormat.JSON:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -358,48 +359,53 @@ def explain(
     """The latest evidence and judgement per check, with the PromQL behind each value."""
     namespace, name = _split_target(target)
     stored = _store(kubeconfig).load(namespace, name)
-    if stored.data is None:
+    if stored.state_json is None:
         typer.echo(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it", err=True)
         raise typer.Exit(1)
-    document = json.loads(stored.explain) if stored.explain else None
+    try:
+        state = stored.state()
+        document = stored.explain()
+    except StateFormatError as error:
+        typer.echo(f"{namespace}/{name}: {error}", err=True)
+        raise typer.Exit(1) from None
     if output is OutputFormat.JSON:
-        typer.echo(json.dumps({"state": json.loads(stored.data), "latestEvaluation": document}, indent=2))
+        latest = document.to_dict() if document is not None else None
+        typer.echo(json.dumps({"state": json.loads(state.to_json()), "latestEvaluation": latest}, indent=2))
         return
     console = Console(soft_wrap=True, highlight=False)
     if document is None:
         console.print(f"{namespace}/{name}: no evaluation recorded yet", markup=False)
         return
     console.print(
-        f"{namespace}/{name} revision {document['revision']} vs {document['stableRevision']} "
-        f"at {document['at']}: {document['verdict'] or 'no verdict'}, {document['requests']} requests"
-        f" — {document['action']}",
+        f"{namespace}/{name} revision {document.revision} vs {document.stable_revision} "
+        f"at {document.at.isoformat()}: {document.verdict or 'no verdict'}, {document.requests} requests"
+        f" — {document.action}",
         markup=False,
     )
-    for reason in document["reasons"]:
+    for reason in document.reasons:
         console.print(f"  {reason}", markup=False)
     table = Table("CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES", box=None)
-    for check in document["checks"]:
-        unit = Unit(check["unit"])
+    for check in document.checks:
         table.add_row(
-            check["name"],
-            check["verdict"],
-            "" if check["value"] is None else format_value(check["value"], unit),
-            check["limit"],
-            "" if check["stable"] is None else format_value(check["stable"], unit),
-            "" if check["samples"] is None else f"{check['samples']:.0f}",
+            check.name,
+            check.verdict,
+            "" if check.value is None else format_value(check.value, check.unit),
+            check.limit,
+            "" if check.stable is None else format_value(check.stable, check.unit),
+            "" if check.samples is None else f"{check.samples:.0f}",
         )
     console.print(table)
-    for check in document["checks"]:
-        if check["query"]:
-            console.print(f"[{check['name']}] {check['query']}", markup=False)
+    for check in document.checks:
+        if check.query:
+            console.print(f"[{check.name}] {check.query}", markup=False)
 
 
-def _command(kind: str, target: str, kubeconfig: str | None, reason: str | None) -> None:
+def _command(kind: CommandKind, target: str, kubeconfig: str | None, reason: str | None) -> None:
     namespace, name = _split_target(target)
     by = os.environ.get("KSERVE_CANARY_USER") or getpass.getuser()
-    document = {"command": kind, "by": by, "at": datetime.now(UTC).isoformat(), "reason": reason}
+    command = CommandRequest(kind, by=by, at=datetime.now(UTC), reason=reason)
     try:
-        _store(kubeconfig).request_command(namespace, name, json.dumps(document))
+        _store(kubeconfig).request_command(namespace, name, command)
     except LookupError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(1) from None
@@ -415,31 +421,31 @@ TargetArgument = Annotated[str, typer.Argument(help="NAMESPACE/NAME of the Infer
 @app.command()
 def pause(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
     """Stop the rollout where it is (nothing is written to the InferenceService)."""
-    _command("pause", target, kubeconfig, reason)
+    _command(CommandKind.PAUSE, target, kubeconfig, reason)
 
 
 @app.command()
 def resume(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
     """Continue a paused rollout."""
-    _command("resume", target, kubeconfig, reason)
+    _command(CommandKind.RESUME, target, kubeconfig, reason)
 
 
 @app.command()
 def approve(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
     """Let a step with `approval: manual` proceed."""
-    _command("approve", target, kubeconfig, reason)
+    _command(CommandKind.APPROVE, target, kubeconfig, reason)
 
 
 @app.command()
 def abort(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
     """Roll back now (canaryTrafficPercent: 0)."""
-    _command("abort", target, kubeconfig, reason)
+    _command(CommandKind.ABORT, target, kubeconfig, reason)
 
 
 @app.command()
 def promote(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
     """Skip the remaining steps and promote (once the canary is Ready)."""
-    _command("promote", target, kubeconfig, reason)
+    _command(CommandKind.PROMOTE, target, kubeconfig, reason)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,19 +16,18 @@ broken state, an apiserver error or a failing Prometheus ends this reconcile for
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
+from structlog.typing import FilteringBoundLogger
 
 from canary.controller.announce import Announcements, to_notification, unreadable_state_notification
 from canary.controller.observability import ControllerMetrics
-from canary.evidence import Evidence, EvidenceSource, EvidenceStatus
+from canary.evidence import Evidence, EvidenceRequest, EvidenceSource, EvidenceStatus
 from canary.kserve.client import ConflictError, InferenceServiceClient
 from canary.kserve.store import ConfigMapStateStore, StoredState
 from canary.kserve.view import observe
@@ -37,12 +36,13 @@ from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
 from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
-from canary.rollout.observed import ObservedInferenceService
+from canary.rollout.records import CommandFormatError, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
+from canary.rollout.vocabulary import Severity
 
-__all__ = ["ReconcileOutcome", "Reconciler", "explain_document"]
+__all__ = ["ReconcileOutcome", "Reconciler"]
 
-log = structlog.get_logger("kserve_canary.reconciler")
+log: FilteringBoundLogger = structlog.get_logger("kserve_canary.reconciler")
 
 
 @dataclass
@@ -67,7 +67,6 @@ class Reconciler:
         metrics: ControllerMetrics,
         clock: Callable[[], datetime],
         fence: Callable[[], None] = lambda: None,
-        destinations_for: Callable[[PromotionPolicy], list[Destination]] = lambda policy: [],
         dry_run: bool = False,
     ):
         self._isvcs = inference_services
@@ -77,16 +76,17 @@ class Reconciler:
         self._metrics = metrics
         self._clock = clock
         self._fence = fence
-        self._destinations_for = destinations_for
         self._dry_run = dry_run
         # Dry-run keeps state in memory only; live runs read the ConfigMap every time.
         self._memory: dict[str, StoredState] = {}
-        self._last_reason: dict[str, str] = {}
+        self._last_logged: dict[str, str] = {}  # the event reason last logged at info, per rollout
         self._announcements = Announcements()
 
     # -- entry points --------------------------------------------------------------------------
 
-    def reconcile(self, loaded: LoadedPolicy) -> ReconcileOutcome:
+    def reconcile(self, loaded: LoadedPolicy, destinations: Sequence[Destination] = ()) -> ReconcileOutcome:
+        """Decide and act for one policy's InferenceService; ``destinations`` are the policy's own
+        notification targets (the dispatcher adds its defaults, e.g. Kubernetes Events)."""
         policy = loaded.policy
         key = policy.key
         started = time.monotonic()
@@ -94,7 +94,7 @@ class Reconciler:
             namespace=policy.metadata.namespace, inferenceService=policy.spec.target.inference_service
         )
         try:
-            return self._reconcile(policy, key, bound)
+            return self._reconcile(policy, destinations, bound)
         except ApiException as error:
             reason = f"apiserver answered {error.status} {error.reason}"
             bound.warning("reconcile failed: kubernetes API", status=error.status, reason=error.reason)
@@ -111,17 +111,17 @@ class Reconciler:
         """A policy was removed from the directory: pause its rollout (never roll it back)."""
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         stored = self._load(policy.key, namespace, name)
-        if stored.data is None:
+        if stored.state_json is None:
             return
         try:
-            state = RolloutState.from_json(stored.data)
+            state = stored.state()
         except StateFormatError:
             return
         if not state.phase.is_rollout_active:
             return
         result = apply_command(state, CommandKind.PAUSE, self._clock(), by="kserve-canary (policy removed)")
         if result.accepted:
-            self._save(policy.key, stored, result.state, owner_uid=None)
+            self._save(policy.key, stored, result.state, owner_uid=None, explain=_readable_explain(stored))
             log.warning(
                 "policy removed: rollout paused",
                 namespace=namespace,
@@ -131,51 +131,56 @@ class Reconciler:
 
     # -- the reconcile -------------------------------------------------------------------------
 
-    def _reconcile(self, policy: PromotionPolicy, key: str, bound: Any) -> ReconcileOutcome:
+    def _reconcile(
+        self, policy: PromotionPolicy, destinations: Sequence[Destination], bound: FilteringBoundLogger
+    ) -> ReconcileOutcome:
+        key = policy.key
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         now = self._clock()
-        raw = self._isvcs.get(namespace, name)
-        observed = observe(raw) if raw is not None else ObservedInferenceService.missing(namespace, name)
-        uid = str(((raw or {}).get("metadata") or {}).get("uid") or "") or None
+        observed = observe(self._isvcs.get(namespace, name), namespace=namespace, name=name)
 
         stored = self._load(key, namespace, name)
         try:
-            state = RolloutState.from_json(stored.data) if stored.data else RolloutState()
+            state = stored.state()
         except StateFormatError as error:
             # Never overwrite what we cannot read: a person must look at it (or delete it).
             bound.error("rollout state unreadable: rollout paused until it is fixed", error=str(error))
             self._metrics.reconcile_errors.labels("state").inc()
             outcome = ReconcileOutcome(key, error=f"state unreadable: {error}")
             if self._announcements.tell_unreadable(key):
-                notification = unreadable_state_notification(policy, str(error), now, uid)
-                self._dispatcher.submit(notification, self._destinations_for(policy))
+                notification = unreadable_state_notification(policy, str(error), now, observed.uid)
+                self._dispatcher.submit(notification, destinations)
                 outcome.notifications.append(notification)
             return outcome
 
-        command_applied = False
-        if stored.command:
-            state, command_applied = self._apply_command(stored.command, state, now, bound)
+        if stored.command_json is not None:
+            state = self._apply_command(stored, state, now, bound)
 
         request = evidence_request(policy, observed, state, now)
-        evidence: Evidence | None = None
-        if request is not None:
-            evidence = self._collect(policy, request, bound)
+        evidence = self._collect(policy, request, bound) if request is not None else None
         decision = decide(policy, observed, state, evidence, now)
         outcome = ReconcileOutcome(key, decision=decision)
 
-        explain = explain_document(decision, evidence, now) if decision.judgements else stored.explain
-        if decision.new_state != state or command_applied or stored.data is None:
+        # A stored command is consumed by saving the state without it, even if nothing else changed.
+        if decision.new_state != state or stored.command_json is not None or stored.state_json is None:
+            explain = ExplainDocument.of(decision, evidence, now) if decision.judgements else None
             try:
-                self._save(key, stored, decision.new_state, owner_uid=uid, explain=explain)
+                self._save(
+                    key,
+                    stored,
+                    decision.new_state,
+                    owner_uid=observed.uid,
+                    explain=explain or _readable_explain(stored),
+                )
                 outcome.wrote_state = True
             except ConflictError:
                 bound.info("state changed while deciding (an operator command?); deciding again")
                 outcome.retry_soon = True
                 return outcome
 
-        if decision.action.writes:
+        if decision.patch is not None:
             try:
-                self._patch(namespace, name, decision)
+                self._patch(namespace, name, decision.patch)
                 outcome.patched = True
             except ConflictError:
                 bound.info(
@@ -183,25 +188,36 @@ class Reconciler:
                 )
                 outcome.retry_soon = True
 
-        self._report(policy, decision, bound, uid, outcome, now)
+        self._log(policy, decision, bound)
+        self._export(policy, decision)
+        self._announce(policy, decision, destinations, observed.uid, outcome, now)
         return outcome
 
     def _apply_command(
-        self, text: str, state: RolloutState, now: datetime, bound: Any
-    ) -> tuple[RolloutState, bool]:
+        self, stored: StoredState, state: RolloutState, now: datetime, bound: FilteringBoundLogger
+    ) -> RolloutState:
         try:
-            document = json.loads(text)
-            kind = CommandKind(document["command"])
-            by = str(document.get("by") or "an operator")
-        except (ValueError, KeyError, TypeError) as error:
+            command = stored.command()
+        except CommandFormatError as error:
             bound.warning("ignoring a malformed operator command", error=str(error))
-            return state, True
-        result = apply_command(state, kind, now, by=by)
+            return state
+        if command is None:
+            return state
+        by = command.by or "an operator"
+        result = apply_command(state, command.command, now, by=by)
         level = bound.info if result.accepted else bound.warning
-        level("operator command", command=str(kind), by=by, accepted=result.accepted, message=result.message)
-        return result.state, True
+        level(
+            "operator command",
+            command=str(command.command),
+            by=by,
+            accepted=result.accepted,
+            message=result.message,
+        )
+        return result.state
 
-    def _collect(self, policy: PromotionPolicy, request: Any, bound: Any) -> Evidence | None:
+    def _collect(
+        self, policy: PromotionPolicy, request: EvidenceRequest, bound: FilteringBoundLogger
+    ) -> Evidence | None:
         started = time.monotonic()
         try:
             evidence = self._evidence.collect(policy, request)
@@ -231,42 +247,50 @@ class Reconciler:
         state: RolloutState,
         *,
         owner_uid: str | None,
-        explain: str | None = None,
+        explain: ExplainDocument | None,
     ) -> None:
-        data = state.to_json()
         if self._dry_run:
             self._memory[key] = StoredState(
-                stored.namespace, stored.inference_service, data, "dry-run", explain=explain
+                stored.namespace,
+                stored.inference_service,
+                state.to_json(),
+                "dry-run",
+                explain_json=explain.to_json() if explain else None,
             )
             return
         self._fence()
         self._store.save(
             stored.namespace,
             stored.inference_service,
-            data,
+            state,
             resource_version=stored.resource_version,
             owner_uid=owner_uid,
-            explain=explain or stored.explain,
+            explain=explain,
         )
 
-    def _patch(self, namespace: str, name: str, decision: Decision) -> None:
-        patch = decision.patch
-        if self._dry_run or patch is None:
+    def _patch(self, namespace: str, name: str, patch: dict[str, object]) -> None:
+        if self._dry_run:
             return
         self._fence()
         self._isvcs.apply_patch(namespace, name, patch)
 
-    def _report(
-        self,
-        policy: PromotionPolicy,
-        decision: Decision,
-        bound: Any,
-        uid: str | None,
-        outcome: ReconcileOutcome,
-        now: datetime,
-    ) -> None:
-        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+    # -- telling: the log, the metrics, people ---------------------------------------------------
+
+    def _log(self, policy: PromotionPolicy, decision: Decision, bound: FilteringBoundLogger) -> None:
+        """Every evaluation and every change is logged with its numbers; a wait that repeats the
+        previous one (no evaluation, same reason) only at debug: it would flood the log every interval."""
         state = decision.new_state
+        reason = str(decision.event_reason)
+        previous = self._last_logged.get(policy.key)
+        self._last_logged[policy.key] = reason
+        repeated = decision.action.value == "wait" and decision.verdict is None and previous == reason
+        level = (
+            bound.debug
+            if repeated
+            else bound.warning
+            if decision.severity is Severity.WARNING
+            else bound.info
+        )
         checks = {
             judgement.name: {
                 "verdict": str(judgement.verdict),
@@ -277,14 +301,6 @@ class Reconciler:
             }
             for judgement in decision.judgements
         }
-        previous = self._last_reason.get(policy.key)
-        self._last_reason[policy.key] = str(decision.event_reason)
-        # Every evaluation and every change is logged with its numbers; a wait that repeats the
-        # previous one (no evaluation, same reason) would only flood the log every interval.
-        repeated = (
-            decision.action == "wait" and decision.verdict is None and previous == str(decision.event_reason)
-        )
-        level = bound.debug if repeated else bound.warning if decision.severity == "warning" else bound.info
         level(
             decision.summary,
             revision=decision.revision,
@@ -293,7 +309,7 @@ class Reconciler:
             weight=decision.weight,
             action=str(decision.action),
             phase=str(state.phase),
-            reason=str(decision.event_reason),
+            reason=reason,
             verdict=str(decision.verdict) if decision.verdict else None,
             requests=decision.requests,
             reasons=list(decision.reasons),
@@ -301,6 +317,12 @@ class Reconciler:
             dryRun=self._dry_run or None,
             decisionId=decision.id,
         )
+
+    def _export(self, policy: PromotionPolicy, decision: Decision) -> None:
+        """The decision's numbers as Prometheus metrics: phase, step, weight, each check's verdict,
+        value and limits."""
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        state = decision.new_state
         metrics = self._metrics
         metrics.decisions.labels(namespace, name, str(decision.action)).inc()
         metrics.set_phase(namespace, name, str(state.phase))
@@ -321,47 +343,27 @@ class Reconciler:
                     judgement.stable_value
                 )
 
+    def _announce(
+        self,
+        policy: PromotionPolicy,
+        decision: Decision,
+        destinations: Sequence[Destination],
+        uid: str | None,
+        outcome: ReconcileOutcome,
+        now: datetime,
+    ) -> None:
+        """Tell people, when the decision is worth it (:class:`Announcements`); never in a dry run."""
         if not self._announcements.tell(policy.key, decision) or self._dry_run:
             return
         notification = to_notification(decision, policy, now, inference_service_uid=uid)
-        self._dispatcher.submit(notification, self._destinations_for(policy))
+        self._dispatcher.submit(notification, destinations)
         outcome.notifications.append(notification)
 
 
-def explain_document(decision: Decision, evidence: Evidence | None, now: datetime) -> str:
-    """The latest evaluation, in full, for ``kserve-canary explain`` (stored beside the state)."""
-    return json.dumps(
-        {
-            "at": now.isoformat(),
-            "decisionId": decision.id,
-            "revision": decision.revision,
-            "stableRevision": decision.stable_revision,
-            "action": str(decision.action),
-            "verdict": str(decision.verdict) if decision.verdict else None,
-            "requests": decision.requests,
-            "reasons": list(decision.reasons),
-            "window": (
-                {"start": evidence.request.window_start.isoformat(), "end": evidence.request.at.isoformat()}
-                if evidence is not None
-                else None
-            ),
-            "profiles": dict(evidence.profile) if evidence is not None else {},
-            "queries": evidence.queries if evidence is not None else 0,
-            "checks": [
-                {
-                    "name": judgement.name,
-                    "verdict": str(judgement.verdict),
-                    "value": judgement.value,
-                    "unit": str(judgement.unit),
-                    "limit": judgement.limit,
-                    "stable": judgement.stable_value,
-                    "samples": judgement.samples,
-                    "critical": judgement.critical,
-                    "detail": judgement.detail,
-                    "query": judgement.query,
-                }
-                for judgement in decision.judgements
-            ],
-        },
-        separators=(",", ":"),
-    )
+def _readable_explain(stored: StoredState) -> ExplainDocument | None:
+    """The stored latest evaluation, kept when a decision evaluated nothing; one that cannot be
+    read is dropped rather than written back."""
+    try:
+        return stored.explain()
+    except StateFormatError:
+        return None

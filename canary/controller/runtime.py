@@ -157,7 +157,6 @@ class Controller:
             metrics=self.metrics,
             clock=clock,
             fence=self._elector.fence if self._elector is not None else (lambda: None),
-            destinations_for=self._policy_destinations,
             dry_run=settings.dry_run,
         )
         self._scheduler = RolloutScheduler(self._run_one, max_workers=settings.max_workers)
@@ -293,7 +292,8 @@ class Controller:
         if loaded is None:
             return
         try:
-            outcome = self.reconciler.reconcile(loaded)
+            # The policy's notification targets go down with it, as data.
+            outcome = self.reconciler.reconcile(loaded, self._policy_destinations(loaded.policy))
         except NotLeader as error:
             log.warning("write refused: not the leader", key=key, error=str(error))
             return

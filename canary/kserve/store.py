@@ -15,6 +15,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, is_not_found
+from canary.rollout.records import CommandRequest, ExplainDocument
+from canary.rollout.state import RolloutState
 
 __all__ = [
     "COMMAND_KEY",
@@ -53,12 +55,35 @@ def state_configmap_name(inference_service: str) -> str:
 
 @dataclass(frozen=True)
 class StoredState:
+    """The state ConfigMap of one InferenceService as read: its files as stored, parsed on demand.
+
+    The texts are kept so that what cannot be read is never overwritten (the reconciler refuses to
+    act on an unreadable state) and a person can be shown it; the typed records come from
+    :meth:`state`, :meth:`command` and :meth:`explain`, each raising its own format error.
+    """
+
     namespace: str
     inference_service: str
-    data: str | None  # the serialised state; None when nothing is stored yet
+    state_json: str | None  # None when nothing is stored yet
     resource_version: str | None  # precondition for the next write; None = create
-    command: str | None = None  # a pending operator command (JSON), if any
-    explain: str | None = None  # the latest evaluation, for ``explain``
+    command_json: str | None = None  # a pending operator command, if any
+    explain_json: str | None = None  # the latest evaluation, for ``explain``
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.inference_service}"
+
+    def state(self) -> RolloutState:
+        """The stored state (a fresh one when nothing is stored). Raises :class:`StateFormatError`."""
+        return RolloutState.from_json(self.state_json) if self.state_json else RolloutState()
+
+    def command(self) -> CommandRequest | None:
+        """The pending operator command. Raises :class:`CommandFormatError`."""
+        return CommandRequest.from_json(self.command_json) if self.command_json else None
+
+    def explain(self) -> ExplainDocument | None:
+        """The latest evaluation. Raises :class:`ExplainFormatError`."""
+        return ExplainDocument.from_json(self.explain_json) if self.explain_json else None
 
 
 class ConfigMapStateStore:
@@ -75,28 +100,43 @@ class ConfigMapStateStore:
             if is_not_found(error):
                 return StoredState(namespace, inference_service, None, None)
             raise
-        data = found.data or {}
-        return StoredState(
-            namespace,
-            inference_service,
-            data.get(STATE_KEY),
-            found.metadata.resource_version if found.metadata else None,
-            data.get(COMMAND_KEY),
-            data.get(EXPLAIN_KEY),
-        )
+        return _stored(found, namespace, inference_service)
 
     def save(
         self,
         namespace: str,
         inference_service: str,
-        data: str,
+        state: RolloutState,
         *,
         resource_version: str | None,
         owner_uid: str | None,
-        explain: str | None = None,
+        explain: ExplainDocument | None = None,
     ) -> str:
-        """Write the state; returns the new resourceVersion. Raises :class:`ConflictError` on 409."""
-        size = len(data.encode()) + len((explain or "").encode())
+        """Write the state (and the latest evaluation); returns the new resourceVersion.
+
+        Raises :class:`ConflictError` on 409 and :class:`StateTooLarge` beyond :data:`MAX_STATE_BYTES`.
+        Whatever else the ConfigMap held is replaced: a pending command is consumed.
+        """
+        return self.save_files(
+            namespace,
+            inference_service,
+            {STATE_KEY: state.to_json(), **({EXPLAIN_KEY: explain.to_json()} if explain else {})},
+            resource_version=resource_version,
+            owner_uid=owner_uid,
+        )
+
+    def save_files(
+        self,
+        namespace: str,
+        inference_service: str,
+        files: dict[str, str],
+        *,
+        resource_version: str | None,
+        owner_uid: str | None,
+    ) -> str:
+        """Write the ConfigMap's files as they are (:meth:`save` for the controller's own records; this
+        for tests and tools that must store something the controller would never write)."""
+        size = sum(len(text.encode()) for text in files.values())
         if size > MAX_STATE_BYTES:
             raise StateTooLarge(
                 f"state of {namespace}/{inference_service} is {size} bytes (limit {MAX_STATE_BYTES})"
@@ -124,7 +164,7 @@ class ConfigMapStateStore:
                 owner_references=owners,
                 resource_version=resource_version,
             ),
-            data={STATE_KEY: data, **({EXPLAIN_KEY: explain} if explain else {})},
+            data=files,
         )
         try:
             if resource_version is None:
@@ -143,9 +183,9 @@ class ConfigMapStateStore:
             raise
         return str(written.metadata.resource_version if written.metadata else "")
 
-    def request_command(self, namespace: str, inference_service: str, command: str) -> None:
+    def request_command(self, namespace: str, inference_service: str, command: CommandRequest) -> None:
         """Leave a command for the controller (used by the CLI, with the operator's own credentials)."""
-        body = {"data": {COMMAND_KEY: command}}
+        body = {"data": {COMMAND_KEY: command.to_json()}}
         try:
             self._core.patch_namespaced_config_map(
                 state_configmap_name(inference_service),
@@ -172,17 +212,17 @@ class ConfigMapStateStore:
             listed = self._core.list_namespaced_config_map(
                 namespace, label_selector=selector, _request_timeout=self._timeout
             )
-        states = []
-        for item in listed.items:
-            meta = item.metadata or client.V1ObjectMeta()
-            states.append(
-                StoredState(
-                    meta.namespace or "",
-                    (meta.labels or {}).get(LABEL_INFERENCE_SERVICE, ""),
-                    (item.data or {}).get(STATE_KEY),
-                    meta.resource_version,
-                    (item.data or {}).get(COMMAND_KEY),
-                    (item.data or {}).get(EXPLAIN_KEY),
-                )
-            )
-        return states
+        return [_stored(item) for item in listed.items]
+
+
+def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_service: str = "") -> StoredState:
+    meta = configmap.metadata or client.V1ObjectMeta()
+    data = configmap.data or {}
+    return StoredState(
+        meta.namespace or namespace,
+        (meta.labels or {}).get(LABEL_INFERENCE_SERVICE) or inference_service,
+        data.get(STATE_KEY),
+        meta.resource_version,
+        data.get(COMMAND_KEY),
+        data.get(EXPLAIN_KEY),
+    )

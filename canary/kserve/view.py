@@ -71,6 +71,7 @@ def observe(
         deployment_mode_reported=mode_reported,
         generation=_integer(metadata.get("generation"), "metadata.generation", problems),
         resource_version=_text(metadata.get("resourceVersion")),
+        uid=_text(metadata.get("uid")),
         predictor_fingerprint=predictor_fingerprint(predictor_spec) if predictor_spec else None,
         canary_traffic_percent=_integer(
             predictor_spec.get(_CANARY_FIELD), f"spec.predictor.{_CANARY_FIELD}", problems

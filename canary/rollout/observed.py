@@ -44,6 +44,7 @@ class ObservedInferenceService:
     deployment_mode_reported: str | None = None  # the raw value, for messages
     generation: int | None = None
     resource_version: str | None = None  # for the shell's patch precondition
+    uid: str | None = None  # metadata.uid: the state's owner reference, Events' involvedObject
     predictor_fingerprint: str | None = None  # stable hash of spec.predictor minus the percentage
     canary_traffic_percent: int | None = None  # spec.predictor.canaryTrafficPercent; None = absent
     latest_created_revision: str | None = None

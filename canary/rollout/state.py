@@ -43,6 +43,7 @@ __all__ = [
     "UnsupportedStateVersion",
     "WeightRecord",
     "describe_time",
+    "read_json_object",
 ]
 
 SCHEMA_VERSION = 1
@@ -228,12 +229,7 @@ class RolloutState:
         Raises :class:`UnsupportedStateVersion` for a state written by a newer controller and
         :class:`StateFormatError` for anything that is not a valid state.
         """
-        try:
-            document = json.loads(text)
-        except ValueError as error:
-            raise StateFormatError(f"the rollout state is not valid JSON: {error}") from None
-        if not isinstance(document, dict):
-            raise StateFormatError("the rollout state is not a JSON object")
+        document = read_json_object(text, "the rollout state", StateFormatError)
         version = document.pop("schemaVersion", None)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise StateFormatError(f"the rollout state has no valid schemaVersion (found {version!r})")
@@ -248,6 +244,8 @@ class RolloutState:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise StateFormatError(f"the rollout state is invalid at {where}: {first['msg']}") from None
+        except RecursionError:
+            raise StateFormatError("the rollout state is nested too deeply to be read") from None
         return state.bounded()
 
     def bounded(self) -> RolloutState:
@@ -293,6 +291,20 @@ class UnsupportedStateVersion(StateFormatError):
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 _ADAPTER: TypeAdapter[RolloutState] = TypeAdapter(RolloutState)
+
+
+def read_json_object(text: str | bytes, what: str, error: type[StateFormatError]) -> dict[str, Any]:
+    """The JSON object in ``text``; anything else (not JSON, too deep, not an object) raises ``error``."""
+    try:
+        document = json.loads(text)
+    except ValueError as problem:
+        raise error(f"{what} is not valid JSON: {problem}") from None
+    except RecursionError:
+        # json gives up on deep nesting ([[[[...]]]]) with RecursionError, which is no ValueError.
+        raise error(f"{what} is nested too deeply to be read") from None
+    if not isinstance(document, dict):
+        raise error(f"{what} is not a JSON object (found {type(document).__name__})")
+    return document
 
 
 def describe_time(moment: datetime | None) -> str:

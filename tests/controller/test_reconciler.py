@@ -20,11 +20,12 @@ from kubernetes import client, config
 from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Reconciler
 from canary.kserve.client import InferenceServiceClient
-from canary.kserve.store import ConfigMapStateStore
+from canary.kserve.store import COMMAND_KEY, EXPLAIN_KEY, STATE_KEY, ConfigMapStateStore
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import NotificationDispatcher
 from canary.policy import load_text
+from canary.rollout.records import ExplainFormatError
 from canary.rollout.state import Phase, RolloutState
 from tests.policy.support import valid_policy
 
@@ -70,7 +71,9 @@ def test_a_corrupt_state_is_reported_never_overwritten_and_nothing_is_written(
     world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher],
 ) -> None:
     emulator, api, reconciler, _ = world
-    ConfigMapStateStore(api).save("ml", "llama", "{not json", resource_version=None, owner_uid=None)
+    ConfigMapStateStore(api).save_files(
+        "ml", "llama", {STATE_KEY: "{not json"}, resource_version=None, owner_uid=None
+    )
     mark = len(emulator.requests.entries())
     outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
     assert outcome.error is not None
@@ -79,7 +82,7 @@ def test_a_corrupt_state_is_reported_never_overwritten_and_nothing_is_written(
     assert "kserve-canary-llama" in outcome.notifications[0].summary
     writes = [e for e in emulator.requests.entries(since=mark) if e.method in {"PUT", "PATCH", "POST"}]
     assert writes == [], "neither the state nor the InferenceService may be written"
-    assert ConfigMapStateStore(api).load("ml", "llama").data == "{not json"
+    assert ConfigMapStateStore(api).load("ml", "llama").state_json == "{not json"
     again = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
     assert again.notifications == [], "said once, not every interval"
 
@@ -88,10 +91,10 @@ def test_a_state_from_a_newer_controller_is_refused_clearly(
     world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher],
 ) -> None:
     _, api, reconciler, _ = world
-    ConfigMapStateStore(api).save(
+    ConfigMapStateStore(api).save_files(
         "ml",
         "llama",
-        json.dumps({"schemaVersion": 99, "phase": "Progressing"}),
+        {STATE_KEY: json.dumps({"schemaVersion": 99, "phase": "Progressing"})},
         resource_version=None,
         owner_uid=None,
     )
@@ -109,8 +112,8 @@ def test_a_first_look_stores_the_state_next_to_the_inference_service(
     assert outcome.wrote_state
     assert not outcome.patched
     stored = ConfigMapStateStore(api).load("ml", "llama")
-    assert stored.data is not None
-    assert RolloutState.from_json(stored.data).phase is Phase.IDLE
+    assert stored.state_json is not None
+    assert stored.state().phase is Phase.IDLE
     configmap = client.CoreV1Api(api).read_namespaced_config_map("kserve-canary-llama", "ml")
     owner = (configmap.metadata.owner_references or [])[0]
     assert (owner.kind, owner.name, owner.block_owner_deletion) == ("InferenceService", "llama", False)
@@ -123,10 +126,10 @@ def test_a_removed_policy_pauses_an_active_rollout_and_never_rolls_it_back(
     emulator, api, reconciler, _ = world
     store = ConfigMapStateStore(api)
     active = RolloutState(phase=Phase.PROGRESSING, revision="llama-predictor-00002")
-    store.save("ml", "llama", active.to_json(), resource_version=None, owner_uid=None)
+    store.save("ml", "llama", active, resource_version=None, owner_uid=None)
     mark = len(emulator.requests.entries())
     reconciler.pause_removed(policy_for_llama().policy)  # type: ignore[attr-defined]
-    state = RolloutState.from_json(store.load("ml", "llama").data or "")
+    state = store.load("ml", "llama").state()
     assert state.phase is Phase.PAUSED
     assert state.pause is not None
     assert "policy removed" in state.pause.reason
@@ -136,3 +139,66 @@ def test_a_removed_policy_pauses_an_active_rollout_and_never_rolls_it_back(
         if "/inferenceservices/" in e.path and e.method != "GET"
     ]
     assert isvc_writes == []
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # json gives up with RecursionError, not ValueError
+
+
+@pytest.mark.parametrize(
+    ("text", "says"), [(DEEP, "nested too deeply"), ("[1, 2]", "not a JSON object"), ('"x"', "found str")]
+)
+def test_a_hostile_state_json_is_a_format_error_and_nothing_is_written(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher], text: str, says: str
+) -> None:
+    emulator, api, reconciler, _ = world
+    ConfigMapStateStore(api).save_files(
+        "ml", "llama", {STATE_KEY: text}, resource_version=None, owner_uid=None
+    )
+    mark = len(emulator.requests.entries())
+    outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert outcome.error is not None
+    assert says in outcome.error
+    assert [e for e in emulator.requests.entries(since=mark) if e.method in {"PUT", "PATCH", "POST"}] == []
+
+
+@pytest.mark.parametrize("text", [DEEP, "[1, 2]", "null", '{"command": "explode"}'])
+def test_a_hostile_command_json_is_ignored_and_consumed(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher], text: str
+) -> None:
+    _, api, reconciler, _ = world
+    store = ConfigMapStateStore(api)
+    first = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert first.error is None
+    before = store.load("ml", "llama").state()
+    client.CoreV1Api(api).patch_namespaced_config_map(
+        "kserve-canary-llama",
+        "ml",
+        {"data": {COMMAND_KEY: text}},
+        _content_type="application/merge-patch+json",
+    )
+    outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert outcome.error is None
+    assert outcome.wrote_state, "saving the state consumes the command"
+    after = store.load("ml", "llama")
+    assert after.command_json is None
+    assert after.state().phase is before.phase
+
+
+@pytest.mark.parametrize("text", [DEEP, "[1, 2]", '{"at": "yesterday"}'])
+def test_a_hostile_explain_json_never_stops_a_reconcile(
+    world: tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher], text: str
+) -> None:
+    _, api, reconciler, _ = world
+    store = ConfigMapStateStore(api)
+    store.save_files(
+        "ml",
+        "llama",
+        {STATE_KEY: RolloutState().to_json(), EXPLAIN_KEY: text},
+        resource_version=None,
+        owner_uid=None,
+    )
+    outcome = reconciler.reconcile(policy_for_llama())  # type: ignore[arg-type]
+    assert outcome.error is None
+    assert outcome.decision is not None
+    with pytest.raises(ExplainFormatError, match=r"explain\.json"):
+        store.load("ml", "llama").explain()

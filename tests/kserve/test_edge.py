@@ -3,7 +3,6 @@ store and leader election — each of the guarantees the reconciler relies on.""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from canary.kserve.store import COMMAND_KEY, ConfigMapStateStore, StateTooLarge,
 from canary.kserve.view import observe
 from canary.policy import load_text
 from canary.rollout import Action, CommandKind, RolloutState, apply_command, decide
+from canary.rollout.records import CommandRequest
 from tests.policy.support import valid_policy
 
 
@@ -88,17 +88,18 @@ def test_state_store_round_trip_with_resource_version_preconditions(
     _, api = cluster
     isvc = create_isvc(api)
     store = ConfigMapStateStore(api)
-    assert store.load("ml", "llama").data is None
+    assert store.load("ml", "llama").state_json is None
     uid = str(isvc["metadata"]["uid"])  # type: ignore[index]
-    version = store.save("ml", "llama", '{"a": 1}', resource_version=None, owner_uid=uid)
+    first, second = RolloutState(revision="r1"), RolloutState(revision="r2")
+    version = store.save("ml", "llama", first, resource_version=None, owner_uid=uid)
     loaded = store.load("ml", "llama")
-    assert (loaded.data, loaded.resource_version) == ('{"a": 1}', version)
-    store.save("ml", "llama", '{"a": 2}', resource_version=version, owner_uid=uid)
+    assert (loaded.state(), loaded.resource_version) == (first, version)
+    store.save("ml", "llama", second, resource_version=version, owner_uid=uid)
     with pytest.raises(ConflictError):
-        store.save("ml", "llama", '{"a": 3}', resource_version=version, owner_uid=uid)
+        store.save("ml", "llama", RolloutState(), resource_version=version, owner_uid=uid)
     with pytest.raises(ConflictError):  # creating what exists is a conflict too
-        store.save("ml", "llama", '{"a": 3}', resource_version=None, owner_uid=uid)
-    assert store.load("ml", "llama").data == '{"a": 2}'
+        store.save("ml", "llama", RolloutState(), resource_version=None, owner_uid=uid)
+    assert store.load("ml", "llama").state() == second
     assert [(s.namespace, s.inference_service) for s in store.list_all()] == [("ml", "llama")]
 
 
@@ -106,7 +107,7 @@ def test_state_is_deleted_with_its_inference_service(cluster: tuple[Emulator, cl
     emulator, api = cluster
     isvc = create_isvc(api)
     ConfigMapStateStore(api).save(
-        "ml", "llama", "{}", resource_version=None, owner_uid=str(isvc["metadata"]["uid"])
+        "ml", "llama", RolloutState(), resource_version=None, owner_uid=str(isvc["metadata"]["uid"])
     )  # type: ignore[index]
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
         "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama"
@@ -122,14 +123,14 @@ def test_an_operator_command_written_meanwhile_makes_the_save_conflict(
 ) -> None:
     _, api = cluster
     store = ConfigMapStateStore(api)
-    version = store.save("ml", "llama", "{}", resource_version=None, owner_uid=None)
-    store.request_command("ml", "llama", json.dumps({"command": "pause", "by": "alice"}))
-    assert json.loads(store.load("ml", "llama").command or "{}")["command"] == "pause"
+    version = store.save("ml", "llama", RolloutState(), resource_version=None, owner_uid=None)
+    store.request_command("ml", "llama", CommandRequest(CommandKind.PAUSE, by="alice"))
+    assert store.load("ml", "llama").command() == CommandRequest(CommandKind.PAUSE, by="alice")
     with pytest.raises(ConflictError):  # the controller read before the command: it must re-read
-        store.save("ml", "llama", "{}", resource_version=version, owner_uid=None)
+        store.save("ml", "llama", RolloutState(), resource_version=version, owner_uid=None)
     fresh = store.load("ml", "llama")
-    store.save("ml", "llama", "{}", resource_version=fresh.resource_version, owner_uid=None)
-    assert store.load("ml", "llama").command is None, "a saved state consumes the command"
+    store.save("ml", "llama", RolloutState(), resource_version=fresh.resource_version, owner_uid=None)
+    assert store.load("ml", "llama").command() is None, "a saved state consumes the command"
     raw = client.CoreV1Api(api).read_namespaced_config_map(state_configmap_name("llama"), "ml")
     assert COMMAND_KEY not in (raw.data or {})
 
@@ -139,13 +140,15 @@ def test_a_command_for_an_unknown_rollout_is_a_clear_error(
 ) -> None:
     _, api = cluster
     with pytest.raises(LookupError, match="no rollout state for ml/ghost"):
-        ConfigMapStateStore(api).request_command("ml", "ghost", "{}")
+        ConfigMapStateStore(api).request_command("ml", "ghost", CommandRequest(CommandKind.ABORT))
 
 
 def test_state_larger_than_the_bound_is_refused(cluster: tuple[Emulator, client.ApiClient]) -> None:
     _, api = cluster
     with pytest.raises(StateTooLarge):
-        ConfigMapStateStore(api).save("ml", "llama", "x" * 600_000, resource_version=None, owner_uid=None)
+        ConfigMapStateStore(api).save(
+            "ml", "llama", RolloutState(revision="x" * 600_000), resource_version=None, owner_uid=None
+        )
 
 
 class FakeTime:

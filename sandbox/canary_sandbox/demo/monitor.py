@@ -16,7 +16,8 @@ from typing import Any
 
 from canary.kserve.store import ConfigMapStateStore
 from canary.policy import PromotionPolicy
-from canary.policy.units import Unit, format_value
+from canary.policy.units import format_value
+from canary.rollout.records import ExplainDocument
 from canary.rollout.state import RolloutState, StateFormatError
 from canary_sandbox.stack import Stack
 
@@ -93,23 +94,19 @@ def traffic_shares(predictor_status: Mapping[str, Any]) -> dict[str, float]:
     return shares
 
 
-def _checks(explain: Mapping[str, Any] | None) -> tuple[CheckReading, ...]:
+def _checks(explain: ExplainDocument | None) -> tuple[CheckReading, ...]:
     if explain is None:
         return ()
-    readings = []
-    for check in explain.get("checks", []):
-        unit = Unit(check.get("unit") or "none")
-        value, stable = check.get("value"), check.get("stable")
-        readings.append(
-            CheckReading(
-                name=str(check["name"]),
-                verdict=str(check["verdict"]),
-                value="" if value is None else format_value(float(value), unit),
-                stable="" if stable is None else format_value(float(stable), unit),
-                detail=str(check.get("detail") or ""),
-            )
+    return tuple(
+        CheckReading(
+            name=check.name,
+            verdict=check.verdict,
+            value="" if check.value is None else format_value(check.value, check.unit),
+            stable="" if check.stable is None else format_value(check.stable, check.unit),
+            detail=check.detail,
         )
-    return tuple(readings)
+        for check in explain.checks
+    )
 
 
 def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) -> ModelView:
@@ -127,14 +124,15 @@ def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) 
     assert stack.api is not None, "the stack is started"
     stored = ConfigMapStateStore(stack.api).load(namespace, name)
     state: RolloutState | None = None
-    if stored.data is not None:
+    explain: ExplainDocument | None = None
+    if stored.state_json is not None:
         try:
-            state = RolloutState.from_json(stored.data)
+            state = stored.state()
+            explain = stored.explain()
         except StateFormatError:
-            state = None
-    explain = json.loads(stored.explain) if stored.explain else None
+            pass  # the view shows what it could read; the controller reports the rest
     # The explain document is the latest *evaluation*; one of an earlier revision is not this story's.
-    if explain is not None and canary is not None and explain.get("revision") != canary:
+    if explain is not None and canary is not None and explain.revision != canary:
         explain = None
 
     step, timer, timer_kind = "", None, ""
@@ -164,8 +162,8 @@ def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) 
         timer=timer,
         timer_kind=timer_kind,
         checks=_checks(explain),
-        evaluated_requests=None if explain is None else explain.get("requests"),
-        latest=str((explain.get("reasons") or [""])[0]) if explain is not None else "",
+        evaluated_requests=None if explain is None else explain.requests,
+        latest=explain.reasons[0] if explain is not None and explain.reasons else "",
         history=history,
     )
 

@@ -1,0 +1,185 @@
+"""The other two files of the state ConfigMap, as typed records: ``command.json`` and ``explain.json``.
+
+(``state.json`` is :class:`~canary.rollout.state.RolloutState`.) Each record is written by
+``to_json`` and read by ``from_json`` and nowhere else: the store, the reconciler, the CLI and the
+demo share them. Reading never crashes on what someone put into the ConfigMap — invalid JSON, a
+document nested 100,000 deep, an array where an object belongs, a field of the wrong type: each
+becomes a :class:`StateFormatError` subclass saying which file and why.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AwareDatetime, ConfigDict, PlainSerializer, TypeAdapter, ValidationError
+from pydantic.alias_generators import to_camel
+
+from canary.evidence import Evidence
+from canary.policy.units import Unit
+from canary.rollout.decision import Decision
+from canary.rollout.state import CommandKind, StateFormatError, read_json_object
+
+__all__ = [
+    "CommandFormatError",
+    "CommandRequest",
+    "ExplainCheck",
+    "ExplainDocument",
+    "ExplainFormatError",
+    "ExplainWindow",
+]
+
+_JSON_CONFIG = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+# Written as Python's isoformat (``+00:00``), as the controller always has.
+_Time = Annotated[AwareDatetime, PlainSerializer(datetime.isoformat, return_type=str)]
+
+
+class CommandFormatError(StateFormatError):
+    """``command.json`` cannot be read."""
+
+
+class ExplainFormatError(StateFormatError):
+    """``explain.json`` cannot be read."""
+
+
+_T = TypeVar("_T")
+
+
+def _validate(
+    adapter: TypeAdapter[_T], document: dict[str, Any], what: str, error: type[StateFormatError]
+) -> _T:
+    try:
+        return adapter.validate_python(document)
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the top level"
+        raise error(f"{what} is invalid at {where}: {first['msg']}") from None
+    except RecursionError:
+        raise error(f"{what} is nested too deeply to be read") from None
+
+
+def _dump(adapter: TypeAdapter[_T], record: _T) -> str:
+    return json.dumps(adapter.dump_python(record, mode="json", by_alias=True), separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRequest:
+    """An operator's command waiting in ``command.json`` for the controller's next decision."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    command: CommandKind
+    by: str | None = None
+    at: _Time | None = None
+    reason: str | None = None
+
+    def to_json(self) -> str:
+        return _dump(_COMMAND, self)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CommandRequest:
+        """Raises :class:`CommandFormatError` for anything that is not a command."""
+        what = "the operator command (command.json)"
+        return _validate(_COMMAND, read_json_object(text, what, CommandFormatError), what, CommandFormatError)
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainWindow:
+    __pydantic_config__ = _JSON_CONFIG
+
+    start: _Time
+    end: _Time
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainCheck:
+    """One check of the latest evaluation, with its numbers and the PromQL behind them."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    name: str
+    verdict: str
+    value: float | None = None
+    unit: Unit = Unit.NONE
+    limit: str = ""
+    stable: float | None = None
+    samples: float | None = None
+    critical: bool = False
+    detail: str = ""
+    query: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainDocument:
+    """The latest evaluation in full (``explain.json``), for ``kserve-canary explain`` and the demo."""
+
+    __pydantic_config__ = _JSON_CONFIG
+
+    at: _Time
+    decision_id: str
+    revision: str | None = None
+    stable_revision: str | None = None
+    action: str = ""
+    verdict: str | None = None
+    requests: float | None = None
+    reasons: tuple[str, ...] = ()
+    window: ExplainWindow | None = None
+    profiles: dict[str, str] = field(default_factory=dict)
+    queries: int = 0
+    checks: tuple[ExplainCheck, ...] = ()
+
+    @classmethod
+    def of(cls, decision: Decision, evidence: Evidence | None, now: datetime) -> ExplainDocument:
+        """The record of ``decision``, judged on ``evidence`` at ``now``."""
+        return cls(
+            at=now,
+            decision_id=decision.id,
+            revision=decision.revision,
+            stable_revision=decision.stable_revision,
+            action=str(decision.action),
+            verdict=str(decision.verdict) if decision.verdict else None,
+            requests=decision.requests,
+            reasons=decision.reasons,
+            window=(
+                ExplainWindow(evidence.request.window_start, evidence.request.at)
+                if evidence is not None
+                else None
+            ),
+            profiles=dict(evidence.profile) if evidence is not None else {},
+            queries=evidence.queries if evidence is not None else 0,
+            checks=tuple(
+                ExplainCheck(
+                    name=judgement.name,
+                    verdict=str(judgement.verdict),
+                    value=judgement.value,
+                    unit=judgement.unit,
+                    limit=judgement.limit,
+                    stable=judgement.stable_value,
+                    samples=judgement.samples,
+                    critical=judgement.critical,
+                    detail=judgement.detail,
+                    query=judgement.query,
+                )
+                for judgement in decision.judgements
+            ),
+        )
+
+    def to_json(self) -> str:
+        return _dump(_EXPLAIN, self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form as Python values (``kserve-canary explain --format json``)."""
+        document: dict[str, Any] = _EXPLAIN.dump_python(self, mode="json", by_alias=True)
+        return document
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ExplainDocument:
+        """Raises :class:`ExplainFormatError` for anything that is not an evaluation record."""
+        what = "the latest evaluation (explain.json)"
+        return _validate(_EXPLAIN, read_json_object(text, what, ExplainFormatError), what, ExplainFormatError)
+
+
+_COMMAND: TypeAdapter[CommandRequest] = TypeAdapter(CommandRequest)
+_EXPLAIN: TypeAdapter[ExplainDocument] = TypeAdapter(ExplainDocument)

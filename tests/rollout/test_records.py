@@ -1,0 +1,95 @@
+"""The state ConfigMap's files as typed records: written by to_json, read by from_json, never a crash."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from canary.rollout.records import (
+    CommandFormatError,
+    CommandRequest,
+    ExplainDocument,
+    ExplainFormatError,
+)
+from canary.rollout.state import CommandKind, RolloutState, StateFormatError
+from canary.rollout.vocabulary import Action
+
+from .helpers import T0, progressing
+
+# Nested far beyond the interpreter's recursion limit: json raises RecursionError (not ValueError).
+DEEP_ARRAY = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
+HOSTILE = [DEEP_ARRAY, DEEP_OBJECT, "[1, 2]", "null", '"text"', "42", "{not json", ""]
+READERS: list[tuple[str, Callable[[str], object], type[StateFormatError]]] = [
+    ("state.json", RolloutState.from_json, StateFormatError),
+    ("command.json", CommandRequest.from_json, CommandFormatError),
+    ("explain.json", ExplainDocument.from_json, ExplainFormatError),
+]
+
+
+@pytest.mark.parametrize(("file", "read", "error"), READERS, ids=[r[0] for r in READERS])
+@pytest.mark.parametrize(
+    "text", HOSTILE, ids=["deep-array", "deep-object", "array", "null", "string", "number", "broken", "empty"]
+)
+def test_hostile_content_is_a_format_error_for_every_file(
+    file: str, read: Callable[[str], object], error: type[StateFormatError], text: str
+) -> None:
+    with pytest.raises(error) as raised:
+        read(text)
+    message = str(raised.value)
+    assert any(phrase in message for phrase in ("nested too deeply", "not a JSON object", "not valid JSON"))
+
+
+def test_a_deep_document_inside_a_valid_object_is_a_format_error_too() -> None:
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(StateFormatError, match="nested too deeply"):
+        RolloutState.from_json('{"schemaVersion": 1, "history": ' + nested + "}")
+    with pytest.raises(CommandFormatError, match="nested too deeply"):
+        CommandRequest.from_json('{"command": "pause", "by": ' + nested + "}")
+    with pytest.raises(ExplainFormatError, match="nested too deeply"):
+        ExplainDocument.from_json(
+            '{"at": "2026-01-01T00:00:00Z", "decisionId": "d", "checks": ' + nested + "}"
+        )
+
+
+def test_a_field_of_the_wrong_kind_names_the_file_and_the_field() -> None:
+    with pytest.raises(CommandFormatError, match=r"command\.json.*command"):
+        CommandRequest.from_json('{"command": "explode"}')
+    with pytest.raises(ExplainFormatError, match=r"explain\.json.*at"):
+        ExplainDocument.from_json('{"at": "yesterday", "decisionId": "d"}')
+
+
+def test_a_command_round_trips_in_the_json_the_cli_always_wrote() -> None:
+    command = CommandRequest(CommandKind.ABORT, by="alice", at=T0, reason="p99 looks wrong")
+    document = json.loads(command.to_json())
+    assert document == {"command": "abort", "by": "alice", "at": T0.isoformat(), "reason": "p99 looks wrong"}
+    assert CommandRequest.from_json(command.to_json()) == command
+    # What older CLIs wrote (only command and by) still reads.
+    assert CommandRequest.from_json('{"command": "pause", "by": "bob"}') == CommandRequest(
+        CommandKind.PAUSE, "bob"
+    )
+
+
+def test_the_explain_record_of_a_decision_keeps_every_number_and_round_trips() -> None:
+    harness = progressing()
+    decision = harness.run(lambda d: d.action is Action.ADVANCE)
+    record = ExplainDocument.of(decision, None, harness.now)
+    assert record.decision_id == decision.id
+    assert [check.name for check in record.checks] == [judgement.name for judgement in decision.judgements]
+    p99 = next(check for check in record.checks if check.name == "p99")
+    judged = next(judgement for judgement in decision.judgements if judgement.name == "p99")
+    assert (p99.value, p99.stable, p99.limit, p99.unit) == (
+        judged.value,
+        judged.stable_value,
+        judged.limit,
+        judged.unit,
+    )
+    assert ExplainDocument.from_json(record.to_json()) == record
+    document = json.loads(record.to_json())
+    assert document["at"] == harness.now.isoformat()
+    assert set(document) == {
+        "at", "decisionId", "revision", "stableRevision", "action", "verdict", "requests", "reasons",
+        "window", "profiles", "queries", "checks",
+    }  # fmt: skip
