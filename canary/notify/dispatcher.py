@@ -14,7 +14,10 @@ network happens on worker threads. The shape, and why:
   blocked and never waits behind progress chatter.
 * **retries with exponential backoff and jitter** — for what can succeed later (connection errors,
   timeouts, 408/425/429, 5xx), a bounded number of attempts; 429/503 ``Retry-After`` is honoured
-  (up to ``max_retry_after``). Other answers (400, 403, 404, a missing secret) fail at once.
+  (up to ``max_retry_after``). Other answers (400, 403, 404, a missing secret) fail at once. The
+  loop is :func:`canary.retrying.retrying`, the same idiom and :class:`RetryPolicy` shape as the
+  Prometheus client's; the budget (attempts, backoff, a total pause ``budget``) is the ``retry``
+  parameter, :data:`~canary.retrying.NOTIFICATION_RETRY` by default.
 * **de-duplication per (decision id, destination)** over a bounded memory: re-submitting a decision
   (every evaluation tick re-deriving it, a restart) posts it once — the Flagger complaint #1515.
 * **severity filter** per destination (``minSeverity`` in the policy).
@@ -45,6 +48,7 @@ from canary.notify.delivery import DeliveryError, Sender, TargetKind
 from canary.notify.message import Notification, NotificationAction, Severity
 from canary.notify.metrics import DeliveryRecorder, Outcome, default_recorder
 from canary.notify.secrets import DEFAULT_REDACTOR, Redactor, SecretUnavailable
+from canary.retrying import NOTIFICATION_RETRY, RetryPolicy, retrying
 
 __all__ = ["Destination", "NotificationDispatcher", "RetryPolicy", "Submission"]
 
@@ -63,33 +67,6 @@ class Destination:
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_attempts: int = 5
-    initial_delay: float = 1.0  # seconds before the 2nd attempt; doubles each time
-    max_delay: float = 30.0
-    max_retry_after: float = 120.0  # a longer Retry-After is shortened to this
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if self.initial_delay < 0 or self.max_delay < self.initial_delay:
-            raise ValueError("need 0 <= initial_delay <= max_delay")
-
-    def delay(self, failed_attempts: int, rng: random.Random, retry_after: float | None = None) -> float:
-        """Seconds to wait after ``failed_attempts`` failures.
-
-        "Equal jitter": half the exponential delay fixed, half random — never zero, and replicas
-        retrying a shared receiver after one outage do not come back in lockstep.
-        """
-        ceiling = min(self.max_delay, self.initial_delay * 2.0 ** (failed_attempts - 1))
-        jittered: float = ceiling / 2 + rng.uniform(0, ceiling / 2)
-        if retry_after is not None:
-            # The receiver said when: at least that long (bounded so a bogus header cannot park a lane).
-            return max(jittered, min(retry_after, self.max_retry_after))
-        return jittered
-
-
-@dataclass(frozen=True, slots=True)
 class Submission:
     """What :meth:`NotificationDispatcher.submit` did with a notification, per destination key."""
 
@@ -97,6 +74,17 @@ class Submission:
     duplicates: tuple[str, ...] = ()
     filtered: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()  # refused: dispatcher closed, too many lanes, or its lane was full
+
+
+@dataclass(frozen=True, slots=True)
+class _Try:
+    """What one delivery attempt came to."""
+
+    delivered: bool = False
+    retryable: bool = False
+    retry_after: float | None = None
+    message: str = ""
+    abandoned: bool = False  # the dispatcher gave up on its queue (close timed out): not attempted
 
 
 @dataclass(slots=True)
@@ -159,7 +147,8 @@ class NotificationDispatcher:
         if queue_capacity < 1:
             raise ValueError("queue_capacity must be at least 1")
         self._defaults = tuple(default_destinations)
-        self._retry = retry or RetryPolicy()
+        # The retry budget (attempts, backoff, total pause budget) is the caller's: canary.retrying.
+        self._retry = retry or NOTIFICATION_RETRY
         self._queue_capacity = queue_capacity
         self._dedup_capacity = dedup_capacity
         self._max_lanes = max_lanes
@@ -275,52 +264,64 @@ class NotificationDispatcher:
 
     def _deliver(self, item: _Item) -> None:
         kind = item.destination.kind
-        message = ""
-        attempt = 0
-        for attempt in range(1, self._retry.max_attempts + 1):
-            if self._abandon.is_set():
-                self._recorder.outcome(kind, Outcome.DROPPED)
-                self._log.warning(
-                    "notification dropped: shutdown", **self._fields(item), attempts=attempt - 1
-                )
-                return
-            retry_after: float | None = None
-            try:
-                item.destination.sender.send(item.notification)
-            except DeliveryError as error:
-                message = self._redactor.scrub(str(error))
-                retryable, retry_after = error.retryable, error.retry_after
-            except SecretUnavailable as error:
-                # A missing or unreadable secret is configuration; the message names the reference.
-                message = self._redactor.scrub(str(error))
-                retryable = False
-            except Exception as error:  # a bug in a sender must not kill the lane
-                message = self._redactor.scrub(f"{type(error).__name__}: {error}")
-                retryable = False
-                self._log.error(
-                    "notification sender raised unexpectedly",
-                    **self._fields(item),
-                    traceback=self._redactor.scrub("".join(traceback.format_exception(error))),
-                )
-            else:
-                self._recorder.outcome(kind, Outcome.DELIVERED)
-                self._log.info("notification delivered", **self._fields(item), attempts=attempt)
-                return
-            if not retryable or attempt == self._retry.max_attempts:
-                break
-            delay = self._retry.delay(attempt, self._rng, retry_after)
+
+        def before_pause(tried: _Try, attempt: int, delay: float) -> None:
             self._recorder.retry(kind)
             self._log.warning(
                 "notification delivery failed; retrying",
                 **self._fields(item),
                 attempt=attempt,
                 retry_in_seconds=round(delay, 3),
-                error=message,
+                error=tried.message,
             )
-            self._sleep(delay)
+
+        # One idiom for every retry (canary.retrying): backoff with jitter, Retry-After honoured.
+        tried, attempts = retrying(
+            self._retry,
+            lambda _: self._try_once(item),
+            again=lambda tried: tried.retryable,
+            retry_after=lambda tried: tried.retry_after,
+            before_pause=before_pause,
+            sleep=self._sleep,
+            rng=self._rng,
+        )
+        if tried.abandoned:
+            self._recorder.outcome(kind, Outcome.DROPPED)
+            self._log.warning("notification dropped: shutdown", **self._fields(item), attempts=attempts - 1)
+            return
+        if tried.delivered:
+            self._recorder.outcome(kind, Outcome.DELIVERED)
+            self._log.info("notification delivered", **self._fields(item), attempts=attempts)
+            return
         self._recorder.outcome(kind, Outcome.FAILED)
-        self._log.error("notification delivery failed", **self._fields(item), attempts=attempt, error=message)
-        self._report_failure(item, message, attempt)
+        self._log.error(
+            "notification delivery failed", **self._fields(item), attempts=attempts, error=tried.message
+        )
+        self._report_failure(item, tried.message, attempts)
+
+    def _try_once(self, item: _Item) -> _Try:
+        """One delivery attempt; what it says about trying again. Never raises."""
+        if self._abandon.is_set():
+            return _Try(abandoned=True)
+        try:
+            item.destination.sender.send(item.notification)
+        except DeliveryError as error:
+            return _Try(
+                message=self._redactor.scrub(str(error)),
+                retryable=error.retryable,
+                retry_after=error.retry_after,
+            )
+        except SecretUnavailable as error:
+            # A missing or unreadable secret is configuration; the message names the reference.
+            return _Try(message=self._redactor.scrub(str(error)))
+        except Exception as error:  # a bug in a sender must not kill the lane
+            self._log.error(
+                "notification sender raised unexpectedly",
+                **self._fields(item),
+                traceback=self._redactor.scrub("".join(traceback.format_exception(error))),
+            )
+            return _Try(message=self._redactor.scrub(f"{type(error).__name__}: {error}"))
+        return _Try(delivered=True)
 
     def _report_failure(self, item: _Item, message: str, attempts: int) -> None:
         """Tell the InferenceService's Events that its people were not told (without the secret)."""

@@ -5,12 +5,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
+from canary.metrics.client import PrometheusConfig
 from canary.notify.delivery import TargetKind
 from canary.notify.destinations import destination_for, events_destination
 from canary.notify.dispatcher import Destination, NotificationDispatcher, RetryPolicy
@@ -18,6 +20,7 @@ from canary.notify.message import Notification, NotificationAction, Severity
 from canary.notify.metrics import PrometheusDeliveryRecorder
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.policy.model import NotifyTarget, SecretRef, SlackTarget, WebhookTarget
+from canary.retrying import NOTIFICATION_RETRY, PROMETHEUS_RETRY
 from canary.rollout.vocabulary import decision_id
 from tests.notify.support import (
     WAIT,
@@ -161,13 +164,32 @@ def test_429_retry_after_is_honoured(harness: Harness, receiver: Receiver) -> No
 def test_attempts_are_bounded_and_delays_capped(harness: Harness, receiver: Receiver) -> None:
     receiver.reply(*[Reply(502, b"bad gateway")] * 6)
     slack = harness.slack(receiver)
-    dispatcher = harness.start(retry=RetryPolicy(max_attempts=6, initial_delay=1.0, max_delay=4.0))
+    dispatcher = harness.start(retry=replace(NOTIFICATION_RETRY, attempts=6, backoff=1.0, max_backoff=4.0))
     dispatcher.submit(make_notification(), [slack])
     assert dispatcher.close(timeout=WAIT)
     assert len(receiver.requests) == 6
     assert len(harness.sleeps) == 5
     assert all(delay <= 4.0 for delay in harness.sleeps)
     assert harness.sleeps[-1] >= 2.0  # capped ceiling 4s, at least half of it
+    assert harness.count(TargetKind.SLACK, "failed") == 1
+
+
+def test_one_retry_policy_shape_for_notifications_and_prometheus() -> None:
+    assert RetryPolicy is type(PrometheusConfig(url="http://p:9090").retry)
+    assert PrometheusConfig(url="http://p:9090").retry == PROMETHEUS_RETRY
+    assert (NOTIFICATION_RETRY.attempts, NOTIFICATION_RETRY.jitter) == (5, True)
+
+
+def test_the_retry_budget_bounds_the_total_backoff(harness: Harness, receiver: Receiver) -> None:
+    receiver.reply(*[Reply(503, b"unavailable")] * 10)
+    slack = harness.slack(receiver)
+    budget = replace(NOTIFICATION_RETRY, attempts=10, backoff=1.0, max_backoff=4.0, budget=6.0)
+    dispatcher = harness.start(retry=budget)
+    dispatcher.submit(make_notification(), [slack])
+    assert dispatcher.close(timeout=WAIT)
+    assert sum(harness.sleeps) <= 6.0
+    assert 2 <= len(receiver.requests) < 10  # the budget, not the attempts, ended it
+    assert len(receiver.requests) == len(harness.sleeps) + 1
     assert harness.count(TargetKind.SLACK, "failed") == 1
 
 
@@ -369,7 +391,7 @@ def test_secrets_never_reach_logs_or_events_even_when_errors_quote_the_url(
     hook = harness.webhook(receiver)
     events = events_destination(apiserver.api_client(), resolver=harness.resolver)
     with structlog.testing.capture_logs() as logs:
-        dispatcher = harness.start((events,), retry=RetryPolicy(max_attempts=3))
+        dispatcher = harness.start((events,), retry=replace(NOTIFICATION_RETRY, attempts=3))
         dispatcher.submit(make_notification(), [slack, hook])
         # the decision's own event + one NotificationFailed event per failed destination
         _wait_until(lambda: len(apiserver.events) == 3)
