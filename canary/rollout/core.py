@@ -28,11 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from canary.evidence import Evidence, EvidenceRequest
 from canary.policy.model import Check, NoDataAction, PromotionPolicy, Step
 from canary.policy.units import format_duration
+from canary.rollout.bookkeeping import (
+    EvaluationMode,
+    is_conclusive,
+    is_due,
+    no_data_clock_from,
+    record_evaluation,
+    step_passed,
+)
 from canary.rollout.decision import Decision
 from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
 from canary.rollout.memo import IdentityMemo
@@ -42,7 +49,6 @@ from canary.rollout.state import (
     MAX_REASON_CHARS,
     MAX_ROLLED_BACK,
     CommandKind,
-    EvaluationRecord,
     EvaluationVerdict,
     HistoryEntry,
     Pause,
@@ -86,15 +92,6 @@ def evidence_request(
     tick = _Tick(policy, observed, state, None, now, probing=True)
     tick.run()
     return tick.requested
-
-
-class _EvaluationMode(StrEnum):
-    """What an evaluation is for: holding a step (all checks, relative to stable) or watching a
-    canary that is not serving a step (pending, baking: absolute limits only)."""
-
-    STEP = "step"
-    PENDING = "pending"
-    BAKE = "bake"
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +623,7 @@ class _Tick:
                 )
             self.state = replace(state, phase=Phase.PROGRESSING)
             return self.progressing(awaiting_approval=False)
-        rolled_back = self.evaluate(_EvaluationMode.PENDING, state.started_at, None)
+        rolled_back = self.evaluate(EvaluationMode.PENDING, state.started_at, None)
         if rolled_back is not None:
             return rolled_back
         failure = f" Knative reports: {observed.revision_failure}" if observed.revision_failure else ""
@@ -682,7 +679,7 @@ class _Tick:
                 EventReason.CANARY_WAITING,
                 awaiting=awaiting_approval,
             )
-        decided = self.evaluate(_EvaluationMode.STEP, step.started_at, state.stable_revision)
+        decided = self.evaluate(EvaluationMode.STEP, step.started_at, state.stable_revision)
         if decided is not None:
             return decided
         step = self.state.step
@@ -720,7 +717,7 @@ class _Tick:
         )
         if step.started_at is not None:
             # Keep judging: the restarts or OOM kills that made it un-Ready are evidence.
-            decided = self.evaluate(_EvaluationMode.STEP, step.started_at, state.stable_revision)
+            decided = self.evaluate(EvaluationMode.STEP, step.started_at, state.stable_revision)
             if decided is not None:
                 return decided
             # A step never passes while its canary is un-Ready.
@@ -809,7 +806,7 @@ class _Tick:
         state = self.state
         bake_start = state.bake_started_at
         assert bake_start is not None
-        decided = self.evaluate(_EvaluationMode.BAKE, bake_start, None)
+        decided = self.evaluate(EvaluationMode.BAKE, bake_start, None)
         if decided is not None:
             return decided
         state = self.state
@@ -865,9 +862,9 @@ class _Tick:
     # ------------------------------------------------------------------------------------------
     # Evaluations
 
-    def evaluate(self, mode: _EvaluationMode, window_start: datetime, stable: str | None) -> Decision | None:
+    def evaluate(self, mode: EvaluationMode, window_start: datetime, stable: str | None) -> Decision | None:
         """Judge the evidence if it is the evaluation due now; may decide a rollback or a pause."""
-        compare = mode is _EvaluationMode.STEP
+        compare = mode is EvaluationMode.STEP
         checks = self.plan.checks if compare else self.plan.absolute_checks
         if not checks:
             return None
@@ -893,28 +890,17 @@ class _Tick:
             return None
         return self.record_evaluation(mode, checks, evidence, window_start)
 
-    def window_end(self, mode: _EvaluationMode, window_start: datetime) -> datetime | None:
-        if mode is _EvaluationMode.STEP:
+    def window_end(self, mode: EvaluationMode, window_start: datetime) -> datetime | None:
+        if mode is EvaluationMode.STEP:
             step = self.state.step
             assert step is not None
             return window_start + self.plan.windows[step.index]
-        if mode is _EvaluationMode.BAKE:
+        if mode is EvaluationMode.BAKE:
             return window_start + self.plan.bake
         return None
 
     def due(self, at: datetime, window_start: datetime, window_end: datetime | None) -> bool:
-        """An evaluation is due every ``interval``, and once more when the window ends between two."""
-        if at <= window_start:
-            return False
-        interval = self.plan.interval
-        last = self.state.evaluation.at
-        if last is None or last < window_start:
-            return at - window_start >= interval
-        if at <= last:
-            return False
-        if at - last >= interval:
-            return True
-        return window_end is not None and last < window_end <= at
+        return is_due(at, window_start, window_end, self.state.evaluation.at, self.plan.interval)
 
     def request(
         self, checks: tuple[Check, ...], window_start: datetime, stable: str | None, compare: bool
@@ -933,61 +919,39 @@ class _Tick:
 
     def record_evaluation(
         self,
-        mode: _EvaluationMode,
+        mode: EvaluationMode,
         checks: tuple[Check, ...],
         evidence: Evidence,
         window_start: datetime,
     ) -> Decision | None:
         at = evidence.request.at
-        compare = mode is _EvaluationMode.STEP
+        compare = mode is EvaluationMode.STEP
         evaluation = judge_evidence(checks, evidence.canary, evidence.stable, compare_with_stable=compare)
         self.evaluation, self.evaluated_at = evaluation, at
         state = self.state
-        previous = state.evaluation
         verdict = evaluation.verdict
         has_error = evaluation.has_error
         failed = evaluation.failures
         step = state.step
         min_requests = self.plan.min_requests[step.index] if compare and step else 0
         enough_requests = evaluation.requests is not None and evaluation.requests >= min_requests
-        if mode is _EvaluationMode.STEP:
-            conclusive = verdict is EvaluationVerdict.FAIL or (
-                verdict is EvaluationVerdict.PASS and enough_requests
-            )
-        else:
-            conclusive = verdict is not EvaluationVerdict.INCONCLUSIVE
-        streak = previous.failure_streak
-        if verdict is EvaluationVerdict.FAIL:
-            streak += 1
-        elif verdict is EvaluationVerdict.PASS:
-            streak = 0
-        record = EvaluationRecord(
-            at=at,
-            verdict=verdict,
-            requests=evaluation.requests,
-            failed_checks=tuple(judgement.name for judgement in failed),
-            failure_streak=streak,
-            query_error=has_error,
-            last_conclusive_at=at if conclusive else previous.last_conclusive_at,
-            no_data_clock_from=at if has_error else previous.no_data_clock_from,
-        )
-        if mode is _EvaluationMode.STEP:
+        conclusive = is_conclusive(mode, verdict, enough_requests)
+        record = record_evaluation(state.evaluation, evaluation, at, conclusive=conclusive)
+        streak = record.failure_streak
+        if mode is EvaluationMode.STEP:
             assert step is not None
             assert step.started_at is not None
-            held = at - step.started_at
-            passed = (
-                verdict is EvaluationVerdict.PASS
-                and enough_requests
-                and held >= self.plan.windows[step.index]
+            passed = step_passed(
+                verdict, enough_requests, at - step.started_at, self.plan.windows[step.index]
             )
             step = StepProgress(step.index, step.weight, step.started_at, at if passed else None)
         self.state = state = replace(state, evaluation=record, step=step)
-        if mode is _EvaluationMode.STEP:
+        if mode is EvaluationMode.STEP:
             what = f"step {step.weight}%" if step else "step"
         else:
             what = (
                 "while not Ready, absolute limits"
-                if mode is _EvaluationMode.PENDING
+                if mode is EvaluationMode.PENDING
                 else "bake, absolute limits"
             )
         self.reasons.append(
@@ -1021,7 +985,7 @@ class _Tick:
                 "Prometheus queries failed: the rollout holds and retries; query errors never count as "
                 "failures and never trigger onNoData."
             )
-        if mode is not _EvaluationMode.STEP or conclusive or has_error:
+        if mode is not EvaluationMode.STEP or conclusive or has_error:
             return None
         assert step is not None
         return self.no_data(at, step)
@@ -1030,12 +994,7 @@ class _Tick:
         """``onNoData``: counted from the last conclusive evaluation, the step's start, or the last
         query error or resume, whichever is latest."""
         assert step.started_at is not None
-        record = self.state.evaluation
-        clock_from = max(
-            moment
-            for moment in (step.started_at, record.last_conclusive_at, record.no_data_clock_from)
-            if moment is not None
-        )
+        clock_from = no_data_clock_from(step.started_at, self.state.evaluation)
         silent = at - clock_from
         after = self.spec.on_no_data.after
         action = self.spec.on_no_data.action
