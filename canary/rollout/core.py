@@ -41,6 +41,14 @@ from canary.rollout.bookkeeping import (
     step_passed,
 )
 from canary.rollout.decision import Decision
+from canary.rollout.intent import (
+    controller_weights,
+    found_in_spec,
+    heading_for,
+    reconcile_spec_weight,
+    record_write,
+    reissued_action,
+)
 from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
@@ -315,17 +323,25 @@ class _Tick:
     # Starting a rollout (docs/design.md §2.2)
 
     def start(self, canary: str) -> Decision:
-        observed = self.observed
+        """A new revision: a fresh rollout, begun according to the percentage the spec came with."""
         previous = self.state
         first = self.steps[0].weight
-        spec_weight = observed.canary_traffic_percent
-        ready = observed.canary_ready
+        spec_weight = self.observed.canary_traffic_percent
+        ours = controller_weights(previous)
+        self.begin_rollout(canary, previous)
+        if spec_weight == first:
+            return self.start_at_first_step(canary, first, ours)
+        if spec_weight == 0:
+            return self.start_dark_launch(canary, first)
+        leftover = spec_weight is not None and spec_weight in ours
+        if spec_weight is None or leftover:
+            return self.start_by_writing(canary, first, spec_weight, leftover=leftover)
+        return self.pause_on_start_value(canary, first, spec_weight)
+
+    def begin_rollout(self, canary: str, previous: RolloutState) -> None:
+        """The state of a rollout of ``canary`` at its first step, and why it begins."""
+        observed = self.observed
         stable = observed.stable_for(canary)
-        ours = {
-            record.weight
-            for record in (previous.spec_weight, previous.intent)
-            if record and record.by_controller
-        }
         if previous.rollout_active and previous.revision is not None:
             at = _weight_text(previous.spec_weight.weight) if previous.spec_weight else "an unknown weight"
             self.reasons.append(
@@ -343,81 +359,91 @@ class _Tick:
                 "still tracks it as rolled out after a post-promotion rollback)."
             )
         self.state = RolloutState(
-            phase=Phase.PROGRESSING if ready else Phase.PENDING,
+            phase=Phase.PROGRESSING if observed.canary_ready else Phase.PENDING,
             revision=canary,
             fingerprint=observed.predictor_fingerprint,
             stable_revision=stable,
             started_at=self.now,
-            step=StepProgress(0, first),
+            step=StepProgress(0, self.steps[0].weight),
             spec_weight=self.observed_weight_record(),
             rolled_back=previous.rolled_back,
             history=previous.history,
         )
-        if spec_weight == first:
-            origin = "left from the previous rollout" if first in ours else "set with the spec"
-            self.reasons.append(f"canaryTrafficPercent is already the first step {first}% ({origin}).")
-            if ready and observed.weight_of(canary) == first:
-                # Its clock starts now, as it would on the next tick: decide() is idempotent.
-                self.state = replace(self.state, step=StepProgress(0, first, started_at=self.now))
-            return self.wait(
-                f"Rollout of {canary} started at the first step {first}% ({origin}); "
-                + (
-                    "evaluating once status traffic shows it." if ready else "waiting for it to become Ready."
-                ),
-                EventReason.CANARY_STARTED,
-            )
-        if spec_weight == 0:
-            if ready:
-                return self.write(
-                    Action.START,
-                    first,
-                    f"Dark-launched revision {canary} is Ready: starting its rollout at the first step "
-                    f"{first}%.",
-                    EventReason.CANARY_STARTED,
-                    phase=Phase.PROGRESSING,
-                )
-            return self.wait(
-                f"Rollout of {canary} started as a dark launch (canaryTrafficPercent 0): it moves to the "
-                f"first step {first}% once Ready.",
-                EventReason.CANARY_STARTED,
-            )
-        leftover = spec_weight is not None and spec_weight in ours
-        if spec_weight is None or leftover:
-            if spec_weight is None and not self.spec.auto_start:
-                self.state = replace(
-                    self.state, phase=Phase.IDLE, step=None, stable_revision=None, started_at=None
-                )
-                return self.wait(
-                    f"New revision {canary} has no canaryTrafficPercent and autoStart is off: KServe sends "
-                    "it 100% once Ready, unguarded. Put the first step in the spec, or enable autoStart.",
-                    EventReason.UNGUARDED_ROLLOUT,
-                    Severity.WARNING,
-                )
-            exposed = observed.weight_of(canary)
-            unguarded = ready and (spec_weight is None or exposed > first)
-            event = EventReason.CANARY_STARTED
-            if unguarded:
-                self.severity = Severity.WARNING
-                event = EventReason.UNGUARDED_ROLLOUT
-                self.state = replace(self.state, unguarded=True)
-                self.reasons.append(
-                    f"Unguarded rollout: {canary} was already Ready with "
-                    f"{_weight_text(spec_weight) if spec_weight is not None else '100% (no field)'} before "
-                    f"the controller acted (status shows {exposed}%); the first step pins {100 - first}% "
-                    f"back to {stable or 'the previous revision'} while its pods are still there."
-                )
-            elif leftover:
-                self.reasons.append(
-                    f"canaryTrafficPercent {spec_weight} is the controller's own value from the previous "
-                    "rollout, not a value set with the spec."
-                )
+
+    def start_at_first_step(self, canary: str, first: int, ours: set[int | None]) -> Decision:
+        """The spec already has the first step: nothing to write."""
+        ready = self.observed.canary_ready
+        origin = "left from the previous rollout" if first in ours else "set with the spec"
+        self.reasons.append(f"canaryTrafficPercent is already the first step {first}% ({origin}).")
+        if ready and self.observed.weight_of(canary) == first:
+            # Its clock starts now, as it would on the next tick: decide() is idempotent.
+            self.state = replace(self.state, step=StepProgress(0, first, started_at=self.now))
+        return self.wait(
+            f"Rollout of {canary} started at the first step {first}% ({origin}); "
+            + ("evaluating once status traffic shows it." if ready else "waiting for it to become Ready."),
+            EventReason.CANARY_STARTED,
+        )
+
+    def start_dark_launch(self, canary: str, first: int) -> Decision:
+        """``canaryTrafficPercent: 0``: the first step once the canary is Ready."""
+        if self.observed.canary_ready:
             return self.write(
                 Action.START,
                 first,
-                f"Starting the rollout of {canary}: writing the first step {first}%"
-                + ("." if ready else " before it becomes Ready."),
-                event,
+                f"Dark-launched revision {canary} is Ready: starting its rollout at the first step {first}%.",
+                EventReason.CANARY_STARTED,
+                phase=Phase.PROGRESSING,
             )
+        return self.wait(
+            f"Rollout of {canary} started as a dark launch (canaryTrafficPercent 0): it moves to the "
+            f"first step {first}% once Ready.",
+            EventReason.CANARY_STARTED,
+        )
+
+    def start_by_writing(
+        self, canary: str, first: int, spec_weight: int | None, *, leftover: bool
+    ) -> Decision:
+        """No percentage (autoStart), or our own from the previous rollout: write the first step."""
+        observed = self.observed
+        ready = observed.canary_ready
+        if spec_weight is None and not self.spec.auto_start:
+            self.state = replace(
+                self.state, phase=Phase.IDLE, step=None, stable_revision=None, started_at=None
+            )
+            return self.wait(
+                f"New revision {canary} has no canaryTrafficPercent and autoStart is off: KServe sends "
+                "it 100% once Ready, unguarded. Put the first step in the spec, or enable autoStart.",
+                EventReason.UNGUARDED_ROLLOUT,
+                Severity.WARNING,
+            )
+        exposed = observed.weight_of(canary)
+        event = EventReason.CANARY_STARTED
+        if ready and (spec_weight is None or exposed > first):
+            self.severity = Severity.WARNING
+            event = EventReason.UNGUARDED_ROLLOUT
+            self.state = replace(self.state, unguarded=True)
+            self.reasons.append(
+                f"Unguarded rollout: {canary} was already Ready with "
+                f"{_weight_text(spec_weight) if spec_weight is not None else '100% (no field)'} before "
+                f"the controller acted (status shows {exposed}%); the first step pins {100 - first}% "
+                f"back to {self.state.stable_revision or 'the previous revision'} while its pods are still "
+                "there."
+            )
+        elif leftover:
+            self.reasons.append(
+                f"canaryTrafficPercent {spec_weight} is the controller's own value from the previous "
+                "rollout, not a value set with the spec."
+            )
+        return self.write(
+            Action.START,
+            first,
+            f"Starting the rollout of {canary}: writing the first step {first}%"
+            + ("." if ready else " before it becomes Ready."),
+            event,
+        )
+
+    def pause_on_start_value(self, canary: str, first: int, spec_weight: int) -> Decision:
+        """A percentage that is neither the first step nor 0: a person must say what was meant."""
         reason = (
             f"New revision {canary} came with canaryTrafficPercent {spec_weight}, which is neither the "
             f"policy's first step ({first}) nor 0 (dark launch). Paused without writing: set it to {first} "
@@ -429,26 +455,14 @@ class _Tick:
     # Who wrote the percentage (docs/design.md §2.4)
 
     def observed_weight_record(self) -> WeightRecord:
-        return WeightRecord(
-            self.observed.canary_traffic_percent,
-            self.observed.latest_created_revision,
-            self.now,
-            by_controller=False,
-        )
+        return found_in_spec(self.observed, self.now)
 
     def reconcile_spec_weight(self) -> Decision | None:
-        state = self.state
-        observed_weight = self.observed.canary_traffic_percent
-        if state.intent is not None and observed_weight == state.intent.weight:
-            # Our write landed (perhaps before a crash): it is now the known value.
-            self.state = replace(state, spec_weight=state.intent, intent=None)
-            return None
-        if state.spec_weight is None:
-            self.state = replace(state, spec_weight=self.observed_weight_record())
-            return None
-        if observed_weight == state.spec_weight.weight:
-            return None
-        return self.external_change(observed_weight)
+        reconciled = reconcile_spec_weight(self.state, self.observed, self.now)
+        if reconciled is None:
+            return self.external_change(self.observed.canary_traffic_percent)
+        self.state = reconciled
+        return None
 
     def external_change(self, observed_weight: int | None) -> Decision:
         state = self.state
@@ -513,13 +527,7 @@ class _Tick:
         self.state = state
 
     def with_intent(self, state: RolloutState, weight: int | None) -> RolloutState:
-        """``state`` heading for ``weight``: an intent unless the spec already has it."""
-        step = state.step
-        if step is not None:
-            step = replace(step, started_at=None, passed_at=None)
-        if weight == self.observed.canary_traffic_percent:
-            return replace(state, step=step, intent=None)
-        return replace(state, step=step, intent=WeightRecord(weight, state.revision, self.now))
+        return heading_for(state, weight, self.observed, self.now)
 
     def promote_by_command(self) -> Decision | None:
         state = self.state
@@ -578,14 +586,7 @@ class _Tick:
         state = self.state
         intent = state.intent
         assert intent is not None
-        if intent.weight is None:
-            action, event = Action.PROMOTE, EventReason.CANARY_PROMOTED
-        elif intent.weight == 0:
-            action, event = Action.ROLLBACK, EventReason.CANARY_ROLLED_BACK
-        elif state.step is not None and state.step.index == 0:
-            action, event = Action.START, EventReason.CANARY_STARTED
-        else:
-            action, event = Action.ADVANCE, EventReason.CANARY_ADVANCED
+        action, event = reissued_action(intent, state.step)
         severity = Severity.WARNING if action is Action.ROLLBACK else Severity.INFO
         return self.finish(
             action,
@@ -1059,22 +1060,8 @@ class _Tick:
         *,
         phase: Phase | None = None,
     ) -> Decision:
-        state = self.state
-        observed_weight = self.observed.canary_traffic_percent
-        if state.spec_weight is None or state.spec_weight.weight != observed_weight:
-            # The value being overwritten becomes the known one: our own earlier write that has
-            # landed, or (for abort/promote commands, which override anything) whatever is there.
-            landed = state.intent is not None and state.intent.weight == observed_weight
-            state = replace(state, spec_weight=state.intent if landed else self.observed_weight_record())
-        record = WeightRecord(weight, state.revision, self.now)
-        if weight == observed_weight:
-            # Already in the spec (a rollback of a dark launch): nothing to confirm later. The
-            # decision still writes it, a harmless no-op patch, so the shell acts uniformly.
-            self.state = replace(
-                state, phase=phase or state.phase, spec_weight=record, intent=None, pause=None
-            )
-        else:
-            self.state = replace(state, phase=phase or state.phase, intent=record, pause=None)
+        state = record_write(self.state, weight, self.observed, self.now)
+        self.state = replace(state, phase=phase or state.phase, pause=None)
         return self.finish(action, event, headline, weight=weight)
 
     def promote(self, headline: str) -> Decision:
