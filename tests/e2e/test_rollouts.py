@@ -8,6 +8,7 @@ model's rollback is never delayed by another model's rollout.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -240,6 +241,33 @@ def test_a_broken_policy_dropped_in_at_runtime_is_reported_and_the_others_keep_r
     assert wait_until(lambda: "broken.yaml:7: spec.window" in controller.log(), 20), controller.log()[-2000:]
     assert controller.alive
     assert_outcome(stack, "gitstep", "Succeeded")
+
+
+def test_hostile_policy_files_dropped_in_at_runtime_do_not_stop_the_controller(
+    stack: Stack, controller: ControllerProcess
+) -> None:
+    """Issue 17: 6 KB of nested brackets raised RecursionError out of the reload loop (the process
+    exited, for every team); a FIFO named *.yaml blocked the reload forever; a policy written for another
+    team's namespace governed that team's model. Each is now an error of its file, nothing more."""
+    stack.write_policy(f"{NS}/nested.yaml", "[" * 3000 + "]" * 3000)
+    os.mkfifo(stack.policy_dir / NS / "pipe.yaml")
+    stack.write_policy(
+        f"{NS}/takeover.yaml", policy("takeover").replace(f"namespace: {NS}", "namespace: team-b")
+    )
+    expected = (
+        "nested.yaml:1: YAML nested deeper than 64 levels",
+        "pipe.yaml: not a regular file",
+        "takeover.yaml:3: metadata.namespace: is 'team-b'",
+    )
+    assert wait_until(lambda: all(text in controller.log() for text in expected), 20), controller.log()[
+        -3000:
+    ]
+    assert controller.alive and controller.ready()
+    # The reload loop still runs: a later file is still read and reported.
+    stack.write_policy(f"{NS}/later.yaml", policy("later").replace("window: 4s", "window: soon"))
+    assert wait_until(lambda: "later.yaml:7: spec.window" in controller.log(), 20), controller.log()[-2000:]
+    assert controller.alive
+    assert_outcome(stack, "oom", "RolledBack")
 
 
 def test_the_controller_never_touches_metadata_of_an_inference_service(
