@@ -72,7 +72,7 @@ from typing import Any
 
 from canary import __version__
 from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, HttpPoster, utc_now
-from canary.notify.message import CheckLine, Notification
+from canary.notify.message import NOTIFICATION_KIND, CheckLine, Notification
 from canary.notify.secrets import SecretResolver, describe_ref
 from canary.policy.model import SecretRef
 
@@ -129,7 +129,7 @@ def webhook_payload(notification: Notification) -> dict[str, Any]:
     """The documented, versioned JSON document (see the module docstring)."""
     return {
         "apiVersion": notification.schema_version,
-        "kind": "RolloutNotification",
+        "kind": NOTIFICATION_KIND,
         "id": notification.id,
         "time": _rfc3339(notification),
         "severity": notification.severity.value,

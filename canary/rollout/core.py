@@ -963,7 +963,7 @@ class _Tick:
             if judgement.verdict is not CheckVerdict.PASS:
                 self.reasons.append(judgement.describe())
 
-        critical = [judgement for judgement in failed if judgement.critical]
+        critical = evaluation.critical_failures
         if critical:
             return self.rollback(
                 "Critical check failed: " + "; ".join(f"{j.name}: {j.detail}" for j in critical) + "."
