@@ -443,12 +443,12 @@ class SecretRef(_Model):
     env: str | None = Field(
         default=None,
         description="Environment variable holding the value; only names the operator allowed for the "
-        "policy's namespace (--secret-env-allow NAMESPACE=GLOB).",
+        "policy's namespace (`--secret-env-allow NAMESPACE=GLOB`).",
     )
     file: str | None = Field(
         default=None,
         description="File holding the value, relative to the namespace's secret directory "
-        "(<--secret-file-root>/<namespace>/); regular files of at most 64 KiB.",
+        "(`<secret file root>/<namespace>/`); regular files of at most 64 KiB.",
     )
 
     @model_validator(mode="after")
@@ -522,9 +522,9 @@ class Metadata(_Model):
     name: str = Field(description="The policy's name (a Kubernetes object name).")
     namespace: str = Field(
         description=(
-            "The InferenceService's namespace. Taken from the policy's directory (DIR/<namespace>/) "
+            "The InferenceService's namespace. Taken from the policy's directory (`DIR/<namespace>/`) "
             "when omitted; if given, it must equal that directory. Required only when the controller "
-            "runs with --policy-namespaces metadata."
+            "runs with `--policy-namespaces metadata`."
         )
     )
     labels: dict[str, str] = Field(default_factory=dict)

@@ -24,8 +24,20 @@ TARGET = Path(__file__).resolve().parents[1] / "policy-reference.md"
 
 # Sections in reading order: (schema $defs name or "", path shown, introduction).
 SECTIONS = [
-    ("", "", "The file: one policy per model, in YAML (several documents per file are allowed)."),
-    ("Metadata", "metadata", "Which policy this is. The namespace is the InferenceService's."),
+    (
+        "",
+        "",
+        "The file: one policy per model, in YAML (several documents per file are allowed; a file with "
+        "any invalid document is rejected whole). It lives in its namespace's directory, "
+        "`<policy dir>/<namespace>/**/*.yaml`: the directory decides which namespace it may govern "
+        "(see [notifications.md](notifications.md#secrets-and-namespaces)).",
+    ),
+    (
+        "Metadata",
+        "metadata",
+        "Which policy this is. The namespace is the InferenceService's, and the policy directory's: "
+        "omit it, or write the same.",
+    ),
     ("PolicySpec", "spec", "How rollouts of the target's new revisions proceed."),
     ("Target", "spec.target", "The InferenceService this policy governs (at most one policy each)."),
     (
@@ -51,7 +63,10 @@ SECTIONS = [
     (
         "SecretRef",
         "SecretRef",
-        "`webhookUrlFrom`, `urlFrom`, `secretFrom`: a secret by reference, exactly one of `env` or `file`.",
+        "`webhookUrlFrom`, `urlFrom`, `secretFrom`: a secret by reference, exactly one of `env` or `file`. "
+        "Scoped to the policy's namespace: `file` is relative to `<secret file root>/<namespace>/`, "
+        "`env` must be allowed for the namespace with `--secret-env-allow NAMESPACE=GLOB`; anything else "
+        "is refused (see [notifications.md](notifications.md#secrets-and-namespaces)).",
     ),
 ]
 ANCHORS = {name: path for name, path, _ in SECTIONS if name}

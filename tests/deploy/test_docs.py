@@ -300,9 +300,12 @@ def test_the_own_overlay_example_renders(tmp_path: Path) -> None:
     overlay = yaml.safe_load(example)
     overlay["resources"] = [os.path.relpath(DEPLOY / "overlays" / "cluster-wide", tmp_path)]
     (tmp_path / "policies").mkdir()
-    shutil.copy(ROOT / "policies" / "examples" / "llm-vllm.yaml", tmp_path / "policies" / "llama-chat.yaml")
     shutil.copy(
-        ROOT / "policies" / "examples" / "sklearn-fraud.yaml", tmp_path / "policies" / "fraud-xgb.yaml"
+        ROOT / "policies" / "examples" / "ml" / "llm-vllm.yaml", tmp_path / "policies" / "llama-chat.yaml"
+    )
+    shutil.copy(
+        ROOT / "policies" / "examples" / "payments" / "sklearn-fraud.yaml",
+        tmp_path / "policies" / "fraud-xgb.yaml",
     )
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     manifests = kustomize(tmp_path)
