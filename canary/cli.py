@@ -18,6 +18,7 @@ from rich.table import Table
 from canary import __version__
 from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import Controller, ControllerConfig, load_api_client
+from canary.controller.startup import preflight_or_exit
 from canary.kserve.store import STATE_KEY, ConfigMapStateStore, StoredState
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
@@ -247,6 +248,13 @@ def run(
 ) -> None:
     """Run the controller until SIGTERM."""
     configure_logging(log_format.value, extra_processors=[redact_processor])
+    # A wrong input is one line on stderr and exit code 2, not a traceback (canary.controller.startup).
+    api_client = preflight_or_exit(
+        kubeconfig=kubeconfig,
+        prometheus_url=prometheus_url,
+        metrics_port=metrics_port,
+        metrics_host=metrics_bind_address or default_bind_address(),
+    )
     source = PrometheusEvidenceSource(
         PrometheusConfig(
             url=prometheus_url,
@@ -276,7 +284,7 @@ def run(
             secrets=_secret_scope(secret_file_root, secret_env_allow),
             notify_allow_hosts=notify_allow_host,
         ),
-        api_client=load_api_client(kubeconfig),
+        api_client=api_client,
         evidence=source,
     )
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
