@@ -205,10 +205,7 @@ class KubernetesEventSender:
             # 409: this decision's event exists already (an earlier attempt reached the apiserver,
             # or this is a re-send after a restart). It is recorded: success, not a duplicate.
         except urllib3.exceptions.HTTPError as error:
-            raise DeliveryError(
-                f"{self.description}: apiserver unreachable: {self._redactor.scrub(str(error))}",
-                retryable=True,
-            ) from None
+            raise self._unreachable(error) from None
         self._remember(key, _Recorded(name=name, namespace=notification.namespace, count=1, last_seen=now))
 
     def _bump(self, recorded: _Recorded, now: datetime) -> bool:
@@ -228,10 +225,7 @@ class KubernetesEventSender:
                 return False  # expired (events live an hour by default): create a new one
             raise self._delivery_error("patch", recorded.namespace, error) from None
         except urllib3.exceptions.HTTPError as error:
-            raise DeliveryError(
-                f"{self.description}: apiserver unreachable: {self._redactor.scrub(str(error))}",
-                retryable=True,
-            ) from None
+            raise self._unreachable(error) from None
         recorded.count += 1
         recorded.last_seen = now
         return True
@@ -242,6 +236,11 @@ class KubernetesEventSender:
             self._recent.move_to_end(key)
             while len(self._recent) > self._cache_size:
                 self._recent.popitem(last=False)
+
+    def _unreachable(self, error: urllib3.exceptions.HTTPError) -> DeliveryError:
+        return DeliveryError(
+            f"{self.description}: apiserver unreachable: {self._redactor.scrub(str(error))}", retryable=True
+        )
 
     def _delivery_error(self, verb: str, namespace: str, error: ApiException) -> DeliveryError:
         status = int(error.status or 0)

@@ -387,18 +387,19 @@ class _Tick:
     def start_dark_launch(self, canary: str, first: int) -> Decision:
         """``canaryTrafficPercent: 0``: the first step once the canary is Ready."""
         if self.observed.canary_ready:
-            return self.write(
-                Action.START,
+            return self.end_dark_launch(
                 first,
                 f"Dark-launched revision {canary} is Ready: starting its rollout at the first step {first}%.",
-                EventReason.CANARY_STARTED,
-                phase=Phase.PROGRESSING,
             )
         return self.wait(
             f"Rollout of {canary} started as a dark launch (canaryTrafficPercent 0): it moves to the "
             f"first step {first}% once Ready.",
             EventReason.CANARY_STARTED,
         )
+
+    def end_dark_launch(self, first: int, headline: str) -> Decision:
+        """A dark-launched canary (``canaryTrafficPercent: 0``) is Ready: write the first step."""
+        return self.write(Action.START, first, headline, EventReason.CANARY_STARTED, phase=Phase.PROGRESSING)
 
     def start_by_writing(
         self, canary: str, first: int, spec_weight: int | None, *, leftover: bool
@@ -614,13 +615,10 @@ class _Tick:
                 f"{state.revision} became Ready {_duration(waited)} after its rollout started."
             )
             if state.spec_weight is not None and state.spec_weight.weight == 0:
-                return self.write(
-                    Action.START,
+                return self.end_dark_launch(
                     state.step.weight,
                     f"Dark-launched revision {state.revision} is Ready: moving it to the first step "
                     f"{state.step.weight}%.",
-                    EventReason.CANARY_STARTED,
-                    phase=Phase.PROGRESSING,
                 )
             self.state = replace(state, phase=Phase.PROGRESSING)
             return self.progressing(awaiting_approval=False)

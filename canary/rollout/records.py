@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AwareDatetime, ConfigDict, PlainSerializer, TypeAdapter, ValidationError
-from pydantic.alias_generators import to_camel
+from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationError
 
 from canary.evidence import Evidence
 from canary.policy.units import Unit
 from canary.rollout.decision import Decision
-from canary.rollout.state import CommandKind, StateFormatError, read_json_object
+from canary.rollout.state import JSON_CONFIG, CommandKind, StateFormatError, read_json_object
 
 __all__ = [
     "CommandFormatError",
@@ -31,7 +30,6 @@ __all__ = [
     "ExplainWindow",
 ]
 
-_JSON_CONFIG = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 # Written as Python's isoformat (``+00:00``), as the controller always has.
 _Time = Annotated[AwareDatetime, PlainSerializer(datetime.isoformat, return_type=str)]
 
@@ -68,7 +66,7 @@ def _dump(adapter: TypeAdapter[_T], record: _T) -> str:
 class CommandRequest:
     """An operator's command waiting in ``command.json`` for the controller's next decision."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     command: CommandKind
     by: str | None = None
@@ -87,7 +85,7 @@ class CommandRequest:
 
 @dataclass(frozen=True, slots=True)
 class ExplainWindow:
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     start: _Time
     end: _Time
@@ -97,7 +95,7 @@ class ExplainWindow:
 class ExplainCheck:
     """One check of the latest evaluation, with its numbers and the PromQL behind them."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     name: str
     verdict: str
@@ -115,7 +113,7 @@ class ExplainCheck:
 class ExplainDocument:
     """The latest evaluation in full (``explain.json``), for ``kserve-canary explain`` and the demo."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     at: _Time
     decision_id: str

@@ -24,6 +24,7 @@ from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "JSON_CONFIG",
     "MAX_HISTORY",
     "MAX_REASON_CHARS",
     "MAX_ROLLED_BACK",
@@ -52,7 +53,9 @@ MAX_HISTORY = 100
 MAX_ROLLED_BACK = 32
 MAX_REASON_CHARS = 200
 
-_JSON_CONFIG = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+# The JSON form of every record in the state ConfigMap: camelCase, unknown fields ignored (a newer
+# controller may have added some).
+JSON_CONFIG = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
 class Phase(StrEnum):
@@ -103,7 +106,7 @@ class CommandKind(StrEnum):
 class WeightRecord:
     """A value of ``spec.predictor.canaryTrafficPercent``; ``weight`` None is the field being absent."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     weight: int | None
     revision: str | None
@@ -115,7 +118,7 @@ class WeightRecord:
 class StepProgress:
     """Where the rollout is: the step, when status first showed its weight, when it passed."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     index: int
     weight: int
@@ -127,7 +130,7 @@ class StepProgress:
 class EvaluationRecord:
     """The latest evaluation and the counters the step semantics need."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     at: AwareDatetime | None = None
     verdict: EvaluationVerdict | None = None
@@ -143,7 +146,7 @@ class EvaluationRecord:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     kind: PauseKind
     reason: str
@@ -156,7 +159,7 @@ class Pause:
 class PendingCommand:
     """An operator command the next decision carries out (abort, promote, resume need the full picture)."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     kind: CommandKind
     at: AwareDatetime
@@ -165,7 +168,7 @@ class PendingCommand:
 
 @dataclass(frozen=True, slots=True)
 class RolledBackRevision:
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     revision: str
     at: AwareDatetime
@@ -175,7 +178,7 @@ class RolledBackRevision:
 class HistoryEntry:
     """One decision, small: the full reasons go to events, logs and notifications."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     at: AwareDatetime
     action: str
@@ -190,7 +193,7 @@ class HistoryEntry:
 class RolloutState:
     """Everything the core remembers about one InferenceService's rollouts."""
 
-    __pydantic_config__ = _JSON_CONFIG
+    __pydantic_config__ = JSON_CONFIG
 
     phase: Phase = Phase.IDLE
     # The revision under management (the canary during a rollout, the last known one otherwise)

@@ -96,30 +96,38 @@ def _judge_promoted(outcome: Outcome) -> list[str]:
     return problems
 
 
-def _judge_regression(outcome: Outcome) -> list[str]:
+def _judge_rolled_back(outcome: Outcome, why: Callable[[Mapping[str, Any]], str | None]) -> list[str]:
+    """Rolled back, announced, and for the reason ``why`` checks in the rollback's notification."""
     problems = []
     if outcome.phase != Phase.ROLLED_BACK:
         problems.append(f"expected RolledBack, ended {outcome.phase}")
     rollback = outcome.rollback()
     if rollback is None:
         return [*problems, "no rolled-back notification was received"]
+    problem = why(rollback)
+    return [*problems, problem] if problem else problems
+
+
+def _failed_on_p99(rollback: Mapping[str, Any]) -> str | None:
     failed = [c["name"] for c in rollback.get("checks", []) if c.get("verdict") == "fail"]
-    if "p99" not in failed:
-        problems.append(f"expected the p99 check to fail, the rollback's failing checks were {failed}")
-    return problems
+    if "p99" in failed:
+        return None
+    return f"expected the p99 check to fail, the rollback's failing checks were {failed}"
+
+
+def _at_the_deadline(rollback: Mapping[str, Any]) -> str | None:
+    text = " ".join([str(rollback.get("summary", "")), *map(str, rollback.get("reasons", []))])
+    if "progressDeadline" in text:
+        return None
+    return f"expected a rollback at the progress deadline, the reason was: {text}"
+
+
+def _judge_regression(outcome: Outcome) -> list[str]:
+    return _judge_rolled_back(outcome, _failed_on_p99)
 
 
 def _judge_deadline(outcome: Outcome) -> list[str]:
-    problems = []
-    if outcome.phase != Phase.ROLLED_BACK:
-        problems.append(f"expected RolledBack, ended {outcome.phase}")
-    rollback = outcome.rollback()
-    if rollback is None:
-        return [*problems, "no rolled-back notification was received"]
-    text = " ".join([str(rollback.get("summary", "")), *map(str, rollback.get("reasons", []))])
-    if "progressDeadline" not in text:
-        problems.append(f"expected a rollback at the progress deadline, the reason was: {text}")
-    return problems
+    return _judge_rolled_back(outcome, _at_the_deadline)
 
 
 def stories(timing: DemoTiming) -> list[ModelStory]:
