@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, HttpPoster, utc_now
+from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
 from canary.notify.message import CheckLine, Notification, NotificationAction, Verdict
-from canary.notify.secrets import SecretResolver, describe_ref
+from canary.notify.posting import SecretUrlSender
+from canary.notify.secrets import SecretResolver
 from canary.policy.model import SecretRef
 
 __all__ = ["ACTION_EMOJI", "VERDICT_EMOJI", "SlackSender", "check_text", "slack_message"]
@@ -154,7 +155,7 @@ def slack_message(notification: Notification, channel: str | None = None) -> dic
     return message
 
 
-class SlackSender:
+class SlackSender(SecretUrlSender):
     """Posts :func:`slack_message` to the incoming-webhook URL read from ``webhook_url_from``."""
 
     def __init__(
@@ -166,23 +167,10 @@ class SlackSender:
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Clock = utc_now,
     ) -> None:
-        self._url_from = webhook_url_from
-        self._resolver = resolver
+        super().__init__("slack webhook", webhook_url_from, resolver=resolver, timeout=timeout, clock=clock)
         self._channel = channel
-        self.description = f"slack webhook ({describe_ref(webhook_url_from)})"
-        self._poster = HttpPoster(
-            describe=self.description,
-            redactor=resolver.redactor,
-            timeout=timeout,
-            clock=clock,
-            guard=resolver.url_guard,  # the URL is checked before each POST (https, no private hosts)
-        )
 
     def send(self, notification: Notification) -> None:
-        url = self._resolver.resolve(self._url_from)  # at send time: rotated secrets apply at once
+        url = self._url()
         body = json.dumps(slack_message(notification, self._channel), ensure_ascii=False).encode()
-        self._poster.post(
-            url,
-            body,
-            {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT},
-        )
+        self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})

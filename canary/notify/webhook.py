@@ -71,9 +71,10 @@ import time
 from typing import Any
 
 from canary import __version__
-from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, HttpPoster, utc_now
+from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
 from canary.notify.message import NOTIFICATION_KIND, CheckLine, Notification
-from canary.notify.secrets import SecretResolver, describe_ref
+from canary.notify.posting import SecretUrlSender
+from canary.notify.secrets import SecretResolver
 from canary.policy.model import SecretRef
 
 __all__ = [
@@ -192,7 +193,7 @@ def verify_signature(
     return hmac.compare_digest(sign(body, timestamp, secret), signature.strip())
 
 
-class WebhookSender:
+class WebhookSender(SecretUrlSender):
     """POSTs :func:`webhook_payload` to the URL read from ``url_from``, signed if ``secret_from`` is set."""
 
     def __init__(
@@ -204,21 +205,11 @@ class WebhookSender:
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Clock = utc_now,
     ) -> None:
-        self._url_from = url_from
+        super().__init__("webhook", url_from, resolver=resolver, timeout=timeout, clock=clock)
         self._secret_from = secret_from
-        self._resolver = resolver
-        self._clock = clock
-        self.description = f"webhook ({describe_ref(url_from)})"
-        self._poster = HttpPoster(
-            describe=self.description,
-            redactor=resolver.redactor,
-            timeout=timeout,
-            clock=clock,
-            guard=resolver.url_guard,  # the URL is checked before each POST (https, no private hosts)
-        )
 
     def send(self, notification: Notification) -> None:
-        url = self._resolver.resolve(self._url_from)
+        url = self._url()
         body = encode_payload(notification)
         headers = {
             "Content-Type": "application/json",
@@ -230,4 +221,4 @@ class WebhookSender:
             timestamp = str(int(self._clock().timestamp()))
             headers[TIMESTAMP_HEADER] = timestamp
             headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)
-        self._poster.post(url, body, headers)
+        self._post(url, body, headers)
