@@ -13,9 +13,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from canary.policy import MetricKind, PromotionPolicy
+from canary.policy import Check, MetricKind, PromotionPolicy
 from canary.report.charts import (
     CANARY_COLOUR,
     LIMIT_COLOUR,
@@ -80,7 +79,7 @@ def _revision_series(
     return series
 
 
-def _check(policy: PromotionPolicy, metric: MetricKind) -> Any:
+def _check(policy: PromotionPolicy, metric: MetricKind) -> Check | None:
     return next((check for check in policy.spec.checks if check.metric == metric), None)
 
 

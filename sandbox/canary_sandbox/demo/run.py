@@ -15,7 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 import requests
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -175,7 +175,7 @@ class _Story:
         window, deadline = self.timing.window, self.timing.progress_deadline
         return 4 * (3 * window + deadline) + 60
 
-    def outcomes(self, payloads: list[Any]) -> dict[str, Outcome]:
+    def outcomes(self, payloads: Sequence[Mapping[str, Any]]) -> dict[str, Outcome]:
         return {
             name: Outcome(
                 name=name,
@@ -356,7 +356,7 @@ def _watch(story: _Story, stack: Stack, console: Console) -> bool:
     plain = PlainLog(console, story.origin)
     finished_at: float | None = None
 
-    def frame() -> Any:
+    def frame() -> RenderableType | None:
         payloads = [request.json() for request in stack.receiver.requests]
         views = story.observe(stack)
         if not story.options.ui:

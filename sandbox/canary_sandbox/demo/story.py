@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from canary.rollout.state import Phase
+from canary.rollout.vocabulary import NotificationAction
 from canary_sandbox.demo.policies import DEMO_NAMESPACE, DemoTiming
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
 from canary_sandbox.fleet.world import ModelTraffic
@@ -39,6 +40,18 @@ def storage_uri(name: str, version: str) -> str:
     return f"s3://models/{name}/{version}"
 
 
+# What happened, in the webhook's words: the decisions that move traffic, and those that end a rollout.
+TRAFFIC_MOVES = frozenset(
+    {
+        NotificationAction.STARTED,
+        NotificationAction.ADVANCED,
+        NotificationAction.PROMOTED,
+        NotificationAction.ROLLED_BACK,
+    }
+)
+_FINAL = frozenset({NotificationAction.PROMOTED, NotificationAction.ROLLED_BACK})
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one model, as the controller recorded and announced it."""
@@ -50,17 +63,17 @@ class Outcome:
     first_step_before_ready: bool  # the demo saw the first step in the spec while v2 was not Ready
 
     def rollback(self) -> Mapping[str, Any] | None:
-        return next((n for n in self.notifications if n.get("action") == "rolled-back"), None)
+        rolled_back = NotificationAction.ROLLED_BACK
+        return next((n for n in self.notifications if n.get("action") == rolled_back), None)
 
     def traffic_moves(self) -> list[int | None]:
         """``traffic.to`` of every decision that moved traffic (None: promoted, the field removed)."""
-        moving = {"started", "advanced", "promoted", "rolled-back"}
-        return [n["traffic"]["to"] for n in self.notifications if n.get("action") in moving]
+        return [n["traffic"]["to"] for n in self.notifications if n.get("action") in TRAFFIC_MOVES]
 
     def decisive_reason(self) -> str:
         """The sentence behind the final decision, for the summary table."""
         final = next(
-            (n for n in reversed(self.notifications) if n.get("action") in {"promoted", "rolled-back"}),
+            (n for n in reversed(self.notifications) if n.get("action") in _FINAL),
             None,
         )
         if final is None:

@@ -20,7 +20,7 @@ from canary.policy import Check, PromotionPolicy
 from canary.report.charts import since
 from canary.rollout.limits import limit_parts
 from canary_sandbox.demo.monitor import CheckReading, ModelView
-from canary_sandbox.demo.story import ModelStory
+from canary_sandbox.demo.story import TRAFFIC_MOVES, ModelStory
 
 __all__ = ["PlainLog", "limit_label", "live_view", "notification_line", "weight_bar"]
 
@@ -90,7 +90,7 @@ def notification_line(payload: Mapping[str, Any], origin: float, *, with_checks:
         emoji = "•"
     traffic = payload.get("traffic") or {}
     move = ""
-    if action in {"started", "advanced", "promoted", "rolled-back"}:
+    if action in TRAFFIC_MOVES:
         before = "—" if traffic.get("from") is None else f"{traffic['from']}%"
         after = "100% (promoted)" if traffic.get("to") is None else f"{traffic['to']}%"
         move = f" {before} → {after}"
