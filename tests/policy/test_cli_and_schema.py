@@ -106,3 +106,17 @@ def test_schema_rejects_a_misspelt_field() -> None:
     document = yaml.safe_load(valid_policy().replace("maxIncrease", "maxIncrase"))
     with pytest.raises(jsonschema.ValidationError, match="maxIncrase"):
         jsonschema.validate(document, schema)
+
+
+def test_validate_reads_the_scope_from_the_controller_s_environment_variables() -> None:
+    """The Deployment sets SECRET_ENV_ALLOW (comma-separated) and SECRET_FILE_ROOT; CI can reuse them."""
+    env = {
+        "SECRET_ENV_ALLOW": "ml=SLACK_WEBHOOK_URL,ml=DEPLOY_HOOK_URL,payments=DEPLOY_HOOK_URL,"
+        "vision=SLACK_WEBHOOK_URL,demo=DEMO_*",
+        "SECRET_FILE_ROOT": "/var/run/secrets/kserve-canary",
+    }
+    result = CliRunner().invoke(app, ["validate", *ROOTS], env=env)
+    assert result.exit_code == 0, result.output
+    bad = CliRunner().invoke(app, ["validate", "--secret-env-allow", "ML_*", *ROOTS])
+    assert bad.exit_code == 2
+    assert "expected NAMESPACE=GLOB" in bad.output
