@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from canary.kserve.store import state_configmap_name
-from canary.notify import CheckLine, Notification, Verdict
+from canary.notify import CheckLine, Notification
 from canary.policy import PromotionPolicy
 from canary.policy.units import format_value
 from canary.rollout.decision import Decision
@@ -106,7 +106,7 @@ def to_notification(
     checks = tuple(
         CheckLine(
             name=judgement.name,
-            verdict=Verdict(str(judgement.verdict)),
+            verdict=judgement.verdict,
             value="" if judgement.value is None else format_value(judgement.value, judgement.unit),
             limit=judgement.limit,
             stable=""

@@ -10,7 +10,7 @@ from canary.notify.delivery import DeliveryError, Sender, TargetKind
 from canary.notify.destinations import destination_for, destinations_for, events_destination
 from canary.notify.dispatcher import Destination, NotificationDispatcher, RetryPolicy, Submission
 from canary.notify.events import KubernetesEventSender, event_message
-from canary.notify.message import NOTIFICATION_API_VERSION, CheckLine, Notification, Verdict
+from canary.notify.message import NOTIFICATION_API_VERSION, CheckLine, CheckVerdict, Notification
 from canary.notify.metrics import DeliveryRecorder, Outcome, PrometheusDeliveryRecorder
 from canary.notify.secrets import (
     DEFAULT_REDACTOR,
@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_REDACTOR",
     "NOTIFICATION_API_VERSION",
     "CheckLine",
+    "CheckVerdict",
     "DeliveryError",
     "DeliveryRecorder",
     "Destination",
@@ -46,7 +47,6 @@ __all__ = [
     "SlackSender",
     "Submission",
     "TargetKind",
-    "Verdict",
     "WebhookSender",
     "destination_for",
     "destinations_for",

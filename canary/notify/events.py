@@ -45,7 +45,7 @@ from canary.notify.delivery import (
     parse_retry_after,
     utc_now,
 )
-from canary.notify.message import Notification, Severity, Verdict
+from canary.notify.message import CheckVerdict, Notification, Severity
 from canary.notify.secrets import DEFAULT_REDACTOR, Redactor
 
 __all__ = [
@@ -74,7 +74,7 @@ def event_name(notification: Notification) -> str:
 
 def _check_phrase(notification: Notification) -> str:
     # Failing checks first: in a truncated message they are the numbers that matter.
-    order = {Verdict.FAIL: 0, Verdict.ERROR: 1, Verdict.NO_DATA: 2, Verdict.PASS: 3}
+    order = {CheckVerdict.FAIL: 0, CheckVerdict.ERROR: 1, CheckVerdict.NO_DATA: 2, CheckVerdict.PASS: 3}
     checks = sorted(notification.checks, key=lambda check: order[check.verdict])
     return "; ".join(f"{check.name} {check.describe()} [{check.verdict.value}]" for check in checks)
 

@@ -19,20 +19,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 
 from canary.policy.units import Unit
-from canary.rollout.vocabulary import DEFAULT_REASONS, NotificationAction, Severity
+from canary.rollout.vocabulary import DEFAULT_REASONS, CheckVerdict, NotificationAction, Severity
 
 __all__ = [
     "ACTION_TITLES",
     "NOTIFICATION_API_VERSION",
     "NOTIFICATION_KIND",
     "CheckLine",
+    "CheckVerdict",
     "Notification",
     "NotificationAction",
     "Severity",
-    "Verdict",
     "traffic_text",
     "weight_text",
 ]
@@ -65,15 +64,6 @@ ACTION_TITLES: dict[NotificationAction, str] = {
 }
 
 
-class Verdict(StrEnum):
-    """A check's outcome in one evaluation (see docs/design.md §4: four outcomes, never confused)."""
-
-    PASS = "pass"  # noqa: S105 - a verdict, not a password
-    FAIL = "fail"
-    NO_DATA = "no-data"
-    ERROR = "error"  # the query failed: the controller's problem, never the canary's
-
-
 @dataclass(frozen=True, slots=True)
 class CheckLine:
     """One check as it was judged, with the numbers, ready to be shown.
@@ -83,7 +73,7 @@ class CheckLine:
     """
 
     name: str
-    verdict: Verdict
+    verdict: CheckVerdict
     value: str = ""  # the canary's value, formatted ("612ms"); empty without a value
     limit: str = ""  # the condition, comparator first
     stable: str = ""  # the stable revision's value, formatted; empty when not compared
@@ -98,7 +88,7 @@ class CheckLine:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a check line needs a name")
-        object.__setattr__(self, "verdict", Verdict(self.verdict))
+        object.__setattr__(self, "verdict", CheckVerdict(self.verdict))
         if self.unit is not None:
             object.__setattr__(self, "unit", Unit(self.unit))
 
@@ -110,11 +100,11 @@ class CheckLine:
         """
         stable = f" (stable {self.stable})" if self.stable else ""
         limit = self.limit or "no limit"
-        if self.verdict is Verdict.PASS:
+        if self.verdict is CheckVerdict.PASS:
             text = f"{self.value or '?'} {limit}{stable}"
-        elif self.verdict is Verdict.FAIL:
+        elif self.verdict is CheckVerdict.FAIL:
             text = f"{self.value or '?'}, not {limit}{stable}"
-        elif self.verdict is Verdict.NO_DATA:
+        elif self.verdict is CheckVerdict.NO_DATA:
             text = f"no data{': ' + self.detail if self.detail else ''} (limit {limit}){stable}"
         else:
             text = f"query failed{': ' + self.detail if self.detail else ''} (limit {limit})"

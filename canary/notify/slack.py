@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
-from canary.notify.message import CheckLine, Notification, NotificationAction, Verdict
+from canary.notify.message import CheckLine, CheckVerdict, Notification, NotificationAction
 from canary.notify.posting import SecretUrlSender
 from canary.notify.secrets import SecretResolver
 from canary.policy.model import SecretRef
@@ -43,11 +43,11 @@ ACTION_EMOJI: dict[NotificationAction, str] = {
     NotificationAction.NOTIFICATION_FAILED: "📭",
 }
 
-VERDICT_EMOJI: dict[Verdict, str] = {
-    Verdict.PASS: "✅",
-    Verdict.FAIL: "❌",
-    Verdict.NO_DATA: "⚪",
-    Verdict.ERROR: "⚠️",
+VERDICT_EMOJI: dict[CheckVerdict, str] = {
+    CheckVerdict.PASS: "✅",
+    CheckVerdict.FAIL: "❌",
+    CheckVerdict.NO_DATA: "⚪",
+    CheckVerdict.ERROR: "⚠️",
 }
 
 # Block Kit limits; exceeding them makes Slack reject the whole message with invalid_blocks.
@@ -124,7 +124,7 @@ def slack_message(notification: Notification, channel: str | None = None) -> dic
         blocks.append({"type": "section", "fields": [_check_field(check) for check in chunk]})
     if len(checks) > len(shown):
         rest = checks[len(shown) :]
-        failing = sum(1 for check in rest if check.verdict is not Verdict.PASS)
+        failing = sum(1 for check in rest if check.verdict is not CheckVerdict.PASS)
         blocks.append(
             {
                 "type": "section",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import NamedTuple
 
 from canary.evidence import REQUESTS, EvidenceStatus, Measurement, fraction_key
@@ -33,6 +32,7 @@ from canary.policy.units import Unit, format_value
 from canary.rollout.limits import limit_text, percent, relative_bound_text
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.state import EvaluationVerdict
+from canary.rollout.vocabulary import CheckVerdict
 
 __all__ = [
     "CheckVerdict",
@@ -43,13 +43,6 @@ __all__ = [
     "judge_check",
     "judge_evidence",
 ]
-
-
-class CheckVerdict(StrEnum):
-    PASS = "pass"  # noqa: S105 - a verdict, not a password
-    FAIL = "fail"
-    NO_DATA = "no-data"
-    ERROR = "error"
 
 
 class Judgement(NamedTuple):

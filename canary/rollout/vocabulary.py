@@ -11,6 +11,7 @@ evidence while everything else may import the core.
 * :class:`EventReason` — the Kubernetes Event reason (UpperCamelCase), also the notification's
   ``reason``.
 * :class:`Severity` — ``info`` or ``warning``.
+* :class:`CheckVerdict` — one check's outcome in one evaluation (docs/design.md §4: four outcomes).
 
 :func:`notification_action` is the one table from a decision to what happened; :func:`decision_id`
 the one way to name a decision.
@@ -24,6 +25,7 @@ from enum import StrEnum
 __all__ = [
     "DEFAULT_REASONS",
     "Action",
+    "CheckVerdict",
     "EventReason",
     "NotificationAction",
     "Severity",
@@ -62,6 +64,15 @@ class Severity(StrEnum):
 
     def at_least(self, minimum: Severity) -> bool:
         return self.rank >= minimum.rank
+
+
+class CheckVerdict(StrEnum):
+    """A check's outcome in one evaluation: four outcomes, never confused with each other."""
+
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    FAIL = "fail"
+    NO_DATA = "no-data"
+    ERROR = "error"  # the query failed: the controller's problem, never the canary's
 
 
 class EventReason(StrEnum):

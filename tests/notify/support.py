@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient, Configuration
 
-from canary.notify.message import CheckLine, Notification, NotificationAction, Severity, Verdict
+from canary.notify.message import CheckLine, CheckVerdict, Notification, NotificationAction, Severity
 from canary.policy.units import Unit
 from canary.rollout.vocabulary import decision_id
 
@@ -267,7 +267,7 @@ def make_notification(**overrides: Any) -> Notification:
         "checks": (
             CheckLine(
                 "p99",
-                Verdict.PASS,
+                CheckVerdict.PASS,
                 value="612ms",
                 limit="≤ 800ms and ≤ +20% vs stable",
                 stable="540ms",
@@ -278,7 +278,7 @@ def make_notification(**overrides: Any) -> Notification:
             ),
             CheckLine(
                 "errors",
-                Verdict.PASS,
+                CheckVerdict.PASS,
                 value="0.11%",
                 limit="≤ 1%",
                 stable="0.09%",
@@ -288,7 +288,13 @@ def make_notification(**overrides: Any) -> Notification:
                 unit=Unit.RATIO,
             ),
             CheckLine(
-                "oom", Verdict.PASS, value="0", limit="≤ 0", critical=True, value_number=0, unit=Unit.COUNT
+                "oom",
+                CheckVerdict.PASS,
+                value="0",
+                limit="≤ 0",
+                critical=True,
+                value_number=0,
+                unit=Unit.COUNT,
             ),
         ),
         "inference_service_uid": "6f1c2a1e-0d7b-4d0e-9d38-1b0c7a1f2e3d",
@@ -309,10 +315,16 @@ def rollback_notification(**overrides: Any) -> Notification:
         "reasons": ("oom: 2 OOMKilled restarts of the canary, limit ≤ 0 (critical).",),
         "checks": (
             CheckLine(
-                "oom", Verdict.FAIL, value="2", limit="≤ 0", critical=True, value_number=2, unit=Unit.COUNT
+                "oom",
+                CheckVerdict.FAIL,
+                value="2",
+                limit="≤ 0",
+                critical=True,
+                value_number=2,
+                unit=Unit.COUNT,
             ),
-            CheckLine("p99", Verdict.NO_DATA, limit="≤ 800ms", detail="12 requests < minRequests 100"),
-            CheckLine("kv-cache", Verdict.ERROR, limit="≤ 95%", detail="Prometheus timed out"),
+            CheckLine("p99", CheckVerdict.NO_DATA, limit="≤ 800ms", detail="12 requests < minRequests 100"),
+            CheckLine("kv-cache", CheckVerdict.ERROR, limit="≤ 95%", detail="Prometheus timed out"),
         ),
     }
     values.update(overrides)

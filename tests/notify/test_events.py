@@ -9,7 +9,7 @@ import pytest
 
 from canary.notify.delivery import DeliveryError
 from canary.notify.events import MESSAGE_LIMIT, KubernetesEventSender, event_message, event_name
-from canary.notify.message import CheckLine, Notification, NotificationAction, Severity, Verdict
+from canary.notify.message import CheckLine, CheckVerdict, Notification, NotificationAction, Severity
 from canary.notify.secrets import Redactor
 from tests.notify.support import DECISION_TIME, EventApiServer, make_notification, rollback_notification
 
@@ -153,7 +153,7 @@ def test_unreachable_apiserver_is_retryable() -> None:
 def test_message_is_bounded_and_scrubbed() -> None:
     redactor = Redactor()
     redactor.add("https://hooks.example.com/hook/leaked-token-99")
-    checks = tuple(CheckLine(f"check-{i}", Verdict.PASS, "1ms", "≤ 2ms", "1ms") for i in range(60))
+    checks = tuple(CheckLine(f"check-{i}", CheckVerdict.PASS, "1ms", "≤ 2ms", "1ms") for i in range(60))
     message = event_message(
         make_notification(
             summary="Posting to https://hooks.example.com/hook/leaked-token-99 failed.", checks=checks

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from canary.notify.message import CheckLine, NotificationAction, Severity, Verdict, traffic_text
+from canary.notify.message import CheckLine, CheckVerdict, NotificationAction, Severity, traffic_text
 from canary.rollout.vocabulary import DEFAULT_REASONS, EventReason, decision_id
 from tests.notify.support import make_notification
 
@@ -46,7 +46,7 @@ def test_weights_outside_0_to_100_are_refused(weight: int) -> None:
 
 def test_lists_are_stored_as_tuples_so_the_value_stays_immutable() -> None:
     notification = make_notification(
-        reasons=["a reason"], checks=[CheckLine("p99", Verdict.PASS, "1s", "≤ 2s")]
+        reasons=["a reason"], checks=[CheckLine("p99", CheckVerdict.PASS, "1s", "≤ 2s")]
     )
     assert notification.reasons == ("a reason",)
     assert isinstance(notification.checks, tuple)
@@ -55,17 +55,20 @@ def test_lists_are_stored_as_tuples_so_the_value_stays_immutable() -> None:
 @pytest.mark.parametrize(
     ("line", "text"),
     [
-        (CheckLine("p99", Verdict.PASS, "612ms", "≤ 800ms", "540ms"), "612ms ≤ 800ms (stable 540ms)"),
-        (CheckLine("p99", Verdict.FAIL, "950ms", "≤ 800ms", "540ms"), "950ms, not ≤ 800ms (stable 540ms)"),
+        (CheckLine("p99", CheckVerdict.PASS, "612ms", "≤ 800ms", "540ms"), "612ms ≤ 800ms (stable 540ms)"),
         (
-            CheckLine("p99", Verdict.NO_DATA, limit="≤ 800ms", detail="12 requests < minRequests 100"),
+            CheckLine("p99", CheckVerdict.FAIL, "950ms", "≤ 800ms", "540ms"),
+            "950ms, not ≤ 800ms (stable 540ms)",
+        ),
+        (
+            CheckLine("p99", CheckVerdict.NO_DATA, limit="≤ 800ms", detail="12 requests < minRequests 100"),
             "no data: 12 requests < minRequests 100 (limit ≤ 800ms)",
         ),
         (
-            CheckLine("p99", Verdict.ERROR, limit="≤ 800ms", detail="HTTP 422"),
+            CheckLine("p99", CheckVerdict.ERROR, limit="≤ 800ms", detail="HTTP 422"),
             "query failed: HTTP 422 (limit ≤ 800ms)",
         ),
-        (CheckLine("oom", Verdict.PASS, "0", "≤ 0", samples="4 pods"), "0 ≤ 0, 4 pods"),
+        (CheckLine("oom", CheckVerdict.PASS, "0", "≤ 0", samples="4 pods"), "0 ≤ 0, 4 pods"),
     ],
 )
 def test_a_check_line_reads_true_for_its_verdict(line: CheckLine, text: str) -> None:

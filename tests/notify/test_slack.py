@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from canary.notify.delivery import USER_AGENT, DeliveryError
-from canary.notify.message import CheckLine, NotificationAction, Verdict
+from canary.notify.message import CheckLine, CheckVerdict, NotificationAction
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.notify.slack import SlackSender, check_text, slack_message
 from canary.policy.model import SecretRef
@@ -82,7 +82,9 @@ def test_promotion_reads_as_field_removed() -> None:
 
 
 def test_many_checks_respect_block_kit_limits() -> None:
-    checks = tuple(CheckLine(f"c{i}", Verdict.PASS if i % 2 else Verdict.FAIL, "1", "≤ 2") for i in range(57))
+    checks = tuple(
+        CheckLine(f"c{i}", CheckVerdict.PASS if i % 2 else CheckVerdict.FAIL, "1", "≤ 2") for i in range(57)
+    )
     message = slack_message(make_notification(checks=checks, summary="x" * 5000))
     blocks = message["blocks"]
     assert len(blocks) <= 50
@@ -111,7 +113,7 @@ def test_user_text_is_escaped_for_mrkdwn() -> None:
 
 
 def test_check_text_one_liner() -> None:
-    line = CheckLine("p99", Verdict.PASS, "612ms", "≤ 800ms", "540ms")
+    line = CheckLine("p99", CheckVerdict.PASS, "612ms", "≤ 800ms", "540ms")
     assert check_text(line) == "p99: 612ms ≤ 800ms (stable 540ms) ✅"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from canary import __version__
 from canary.notify.delivery import USER_AGENT
-from canary.notify.message import CheckLine, NotificationAction, Verdict
+from canary.notify.message import CheckLine, CheckVerdict, NotificationAction
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.notify.webhook import (
     IDEMPOTENCY_HEADER,
@@ -133,7 +133,7 @@ def test_every_action_and_promotion_validate_against_the_schema() -> None:
 def test_non_finite_numbers_become_null_so_the_body_stays_json() -> None:
     check = CheckLine(
         "p99",
-        Verdict.FAIL,
+        CheckVerdict.FAIL,
         "+Inf",
         "≤ 800ms",
         value_number=math.inf,
