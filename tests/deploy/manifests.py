@@ -66,7 +66,14 @@ CHART_VARIANTS: dict[str, dict[str, Any]] = {
         },
     },
     "service-account-token": {
-        "prometheus": {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+        "prometheus": {
+            "url": "https://prometheus.monitoring.svc:9091",
+            "serviceAccountToken": {"enabled": True, "audience": "prometheus.monitoring.svc"},
+        },
+    },
+    "without-admission-and-network-policies": {
+        "admissionPolicies": {"enabled": False},
+        "networkPolicy": {"enabled": False},
     },
     "notifications-and-policies": {
         "notifications": {"env": {"SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/XXXX"}},

@@ -124,8 +124,9 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
     emulator.create_namespace(NAMESPACE)
     emulator.create_namespace(CONTROLLER_NAMESPACE)
     policy_dir = workdir / "policies"
-    policy_dir.mkdir(parents=True)
-    (policy_dir / f"{MODEL}.yaml").write_text(POLICY)
+    # <policy root>/<namespace>/*.yaml: the directory decides which namespace a policy governs.
+    (policy_dir / NAMESPACE).mkdir(parents=True)
+    (policy_dir / NAMESPACE / f"{MODEL}.yaml").write_text(POLICY)
     # Short bookmarks: the emulator notices a watch whose client went away (and logs it) quickly.
     with EmulatorServer(emulator, bookmark_interval=0.5) as server:
         kubeconfig = server.write_kubeconfig(workdir / "kubeconfig.yaml")

@@ -124,8 +124,34 @@ def test_prometheus_auth_values_become_flags_and_a_mounted_secret() -> None:
     assert volumes["prometheus-auth"]["secret"]["secretName"] == "kserve-canary-prometheus"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["prometheus-auth"]["readOnly"] is True
-    own_token = controller_container(render_chart(CHART_VARIANTS["service-account-token"]))["args"]
-    assert "--prometheus-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token" in own_token
+    # A token of the service account made for Prometheus alone (its audience), never the API token.
+    audience = render_chart(CHART_VARIANTS["service-account-token"])
+    container = controller_container(audience)
+    assert (
+        "--prometheus-token-file=/var/run/secrets/kserve-canary/prometheus-token/token" in container["args"]
+    )
+    assert not [a for a in container["args"] if "kubernetes.io/serviceaccount" in a]
+    volumes = {v["name"]: v for v in one(audience, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    (source,) = volumes["prometheus-token"]["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == "prometheus.monitoring.svc"
+    assert {"name": "prometheus-token", "mountPath": "/var/run/secrets/kserve-canary/prometheus-token",
+            "readOnly": True} in container["volumeMounts"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "prometheus",
+    [
+        {"serviceAccountToken": {"enabled": True}},
+        {"tokenFile": "/var/run/secrets/token"},
+        {"auth": {"existingSecret": "prometheus-token"}},
+    ],
+)
+def test_a_token_never_goes_to_plain_http(prometheus: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmError, match="only to an https:// prometheus.url"):
+        render_chart_text({"prometheus": {"url": "http://prometheus.monitoring.svc:9090", **prometheus}})
+    render_chart_text({"prometheus": {"url": "https://prometheus.monitoring.svc:9091", **prometheus}})
+    allowed = {"url": "http://localhost:9090", "allowTokenOverHttp": True, **prometheus}
+    render_chart_text({"prometheus": allowed})
 
 
 def test_notification_secret_and_policy_files() -> None:
