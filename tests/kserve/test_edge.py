@@ -40,9 +40,10 @@ def create_isvc(api: client.ApiClient, name: str = "llama") -> dict[str, object]
     return created
 
 
-def test_set_canary_percent_writes_only_that_field(cluster: tuple[Emulator, client.ApiClient]) -> None:
-    emulator, api = cluster
+def test_set_canary_percent_writes_only_that_field(manual_cluster: tuple[Emulator, client.ApiClient]) -> None:
+    emulator, api = manual_cluster
     create_isvc(api)
+    emulator.settle()  # KServe's status is written now; with time stopped nothing changes it meanwhile
     isvcs = InferenceServiceClient(api)
     current = isvcs.get("ml", "llama")
     assert current is not None
@@ -55,9 +56,12 @@ def test_set_canary_percent_writes_only_that_field(cluster: tuple[Emulator, clie
     assert "canaryTrafficPercent" not in promoted["spec"]["predictor"]
 
 
-def test_a_stale_read_gets_a_conflict_not_an_overwrite(cluster: tuple[Emulator, client.ApiClient]) -> None:
-    _, api = cluster
+def test_a_stale_read_gets_a_conflict_not_an_overwrite(
+    manual_cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    emulator, api = manual_cluster
     create_isvc(api)
+    emulator.settle()  # only the test's own writes change the object from here on
     isvcs = InferenceServiceClient(api)
     stale = isvcs.get("ml", "llama")
     assert stale is not None
