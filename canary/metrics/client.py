@@ -341,15 +341,20 @@ class PrometheusClient:
             failure = QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}")
             return _Attempt(failure=failure, retryable=never_sent)
         except (PrometheusApiClientException, requests.exceptions.InvalidJSONError, ValueError, LookupError,
-                TypeError):  # fmt: skip
+                TypeError) as error:  # fmt: skip
             # prometheus-api-client could not read the answer (a non-200, a body that is not JSON, a 200
             # whose envelope has no "data"): the captured response below says what it really was.
-            pass
+            unread: BaseException | None = error
         except requests.exceptions.RequestException as error:
             return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}"))
+        else:
+            unread = None
         response = getattr(self._captured, "response", None)
         if response is None:
-            return _Attempt(failure=QueryFailure(ErrorClass.SERVER, f"{origin}: no HTTP response was seen"))
+            seen = f": {type(unread).__name__}: {_reason(unread)}" if unread is not None else ""
+            return _Attempt(
+                failure=QueryFailure(ErrorClass.SERVER, f"{origin}: no HTTP response was seen{seen}")
+            )
         return _classify(response, self._secrets(response))
 
     def _read_timeout_detail(self, origin: str) -> str:
