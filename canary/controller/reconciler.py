@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import structlog
 from kubernetes.client.exceptions import ApiException
@@ -38,7 +39,7 @@ from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
 from canary.rollout.records import CommandFormatError, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
-from canary.rollout.vocabulary import Severity
+from canary.rollout.vocabulary import Action, Severity
 
 __all__ = ["ReconcileOutcome", "Reconciler"]
 
@@ -268,7 +269,7 @@ class Reconciler:
             explain=explain,
         )
 
-    def _patch(self, namespace: str, name: str, patch: dict[str, object]) -> None:
+    def _patch(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         if self._dry_run:
             return
         self._fence()
@@ -283,7 +284,7 @@ class Reconciler:
         reason = str(decision.event_reason)
         previous = self._last_logged.get(policy.key)
         self._last_logged[policy.key] = reason
-        repeated = decision.action.value == "wait" and decision.verdict is None and previous == reason
+        repeated = decision.action is Action.WAIT and decision.verdict is None and previous == reason
         level = (
             bound.debug
             if repeated
