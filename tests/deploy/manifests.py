@@ -79,13 +79,17 @@ CHART_VARIANTS: dict[str, dict[str, Any]] = {
         "notifications": {"env": {"SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/XXXX"}},
         "policies": {
             "files": {
-                "sklearn-iris.yaml": (DEPLOY / "base" / "policies" / "sklearn-iris.yaml").read_text(),
+                "models": {
+                    "sklearn-iris.yaml": (
+                        DEPLOY / "base" / "policies" / "models" / "sklearn-iris.yaml"
+                    ).read_text(),
+                },
             }
         },
     },
     "existing-secrets-and-configmap": {
         "notifications": {"existingSecret": "team-notifications"},
-        "policies": {"existingConfigMap": "team-policies"},
+        "policies": {"existingConfigMaps": {"models": "team-policies"}},
     },
     "no-monitoring-operator": {
         "serviceMonitor": {"enabled": False},

@@ -53,7 +53,10 @@ def test_chart_variants_render_and_validate(variant: str) -> None:
         ({"replicas": 3}, "additional properties 'replicas' not allowed"),
         ({"watchNamespaces": ["Models"]}, "does not match pattern"),
         ({"gitSync": {"enabled": True}}, "gitSync.repo is required"),
-        ({"policies": {"files": {"model.json": "{}"}}}, "does not match pattern"),
+        ({"policies": {"files": {"models": {"model.json": "{}"}}}}, "does not match pattern"),
+        # The old shape (file name -> policy) names no namespace: refused, not silently mounted.
+        ({"policies": {"files": {"model.yaml": "{}"}}}, "does not match pattern"),
+        ({"policies": {"existingConfigMap": "team-policies"}}, "additional properties 'existingConfigMap'"),
         ({"gitSync": {"period": "1 minute"}}, "does not match pattern"),
     ],
 )
@@ -163,23 +166,32 @@ def test_notification_secret_and_policy_files() -> None:
     # The secret's value never appears anywhere but in the Secret.
     others = yaml.safe_dump([m for m in manifests if m["kind"] != "Secret"])
     assert "hooks.slack.com" not in others
-    policies = one(manifests, "ConfigMap", "kserve-canary-policies")
+    policies = one(manifests, "ConfigMap", "kserve-canary-policies-models")
     assert set(policies["data"]) == {"sklearn-iris.yaml"}
+    assert policies["metadata"]["labels"]["kserve-canary.dev/policy-namespace"] == "models"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/etc/kserve-canary/policies/models"] == "policies-models"
 
     existing = render_chart(CHART_VARIANTS["existing-secrets-and-configmap"])
     assert not of_kind(existing, "Secret")
     assert controller_container(existing)["envFrom"] == [{"secretRef": {"name": "team-notifications"}}]
     volumes = one(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "policies", "configMap": {"name": "team-policies"}} in volumes
-    assert "kserve-canary-policies" not in {m["metadata"]["name"] for m in of_kind(existing, "ConfigMap")}
+    assert {"name": "policies-models", "configMap": {"name": "team-policies"}} in volumes
+    assert not [m for m in of_kind(existing, "ConfigMap") if "-policies" in m["metadata"]["name"]]
 
 
 def test_policy_files_in_values_load_as_policies(tmp_path: Any) -> None:
     manifests = render_chart(CHART_VARIANTS["notifications-and-policies"])
-    for name, text in one(manifests, "ConfigMap", "kserve-canary-policies")["data"].items():
-        (tmp_path / name).write_text(text)
+    # As mounted: <policy root>/<namespace>/<file>.
+    for mount in controller_container(manifests)["volumeMounts"]:
+        if mount["mountPath"].startswith("/etc/kserve-canary/policies/"):
+            namespace = mount["mountPath"].rsplit("/", 1)[1]
+            configmap = one(manifests, "ConfigMap", f"kserve-canary-policies-{namespace}")
+            (tmp_path / namespace).mkdir()
+            for name, text in configmap["data"].items():
+                (tmp_path / namespace / name).write_text(text)
     result = load_paths([tmp_path])
-    assert result.ok and len(result.policies) == 1
+    assert result.ok and len(result.policies) == 1, [str(e) for e in result.errors]
 
 
 @pytest.mark.parametrize("variant", ["git-sync-https", "git-sync-ssh"])
@@ -201,7 +213,7 @@ def test_git_sync_feeds_the_policy_directory(variant: str) -> None:
     expected = "/git/current" + (f"/{path}" if path else "")
     assert f"--policies={expected}" in controller["args"]
     assert {"name": "git", "mountPath": "/git", "readOnly": True} in controller["volumeMounts"]
-    assert "policies" not in {v["name"] for v in pod["volumes"]}
+    assert not [v for v in pod["volumes"] if v["name"].startswith("polic")]
     assert not [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"].endswith("-policies")]
     if values["gitSync"]["auth"].get("type") == "ssh":
         assert "--ssh-key-file=/etc/git-secret/ssh" in sidecar["args"]
@@ -248,9 +260,12 @@ def test_monitoring_can_be_switched_off() -> None:
 
 
 def test_notes_tell_where_policies_come_from() -> None:
-    assert "ConfigMap kserve-canary-policies" in render_notes()
+    assert "no policies yet" in render_notes()
+    assert "namespace models: ConfigMap kserve-canary-policies-models" in render_notes(
+        CHART_VARIANTS["notifications-and-policies"]
+    )
     notes = render_notes(CHART_VARIANTS["git-sync-https"])
-    assert "https://github.com/acme/ml-rollouts (main, policies/prod)" in notes
+    assert "https://github.com/acme/ml-rollouts (main, policies/prod/<namespace>/)" in notes
     assert "every namespace" in render_notes() and "models, vision" in render_notes(
         CHART_VARIANTS["namespaced"]
     )

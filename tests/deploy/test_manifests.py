@@ -200,7 +200,7 @@ def test_deployment_runs_restricted_and_read_only(name: str) -> None:
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     # The read-only root has a writable /tmp (kubeconfig certificates, library temp files).
     mounts = {m["mountPath"]: m for m in controller_container(manifests)["volumeMounts"]}
-    assert "/tmp" in mounts and mounts["/etc/kserve-canary/policies"]["readOnly"] is True
+    assert "/tmp" in mounts and mounts["/etc/kserve-canary/policies/models"]["readOnly"] is True
 
 
 def run_flags() -> dict[str, Any]:
@@ -253,40 +253,63 @@ def test_probes_use_the_ports_and_paths_the_controller_serves() -> None:
     # test_rbac.py runs the controller and asks these very paths on the very port.
 
 
-def policy_files() -> list[Path]:
-    return sorted(p for p in (DEPLOY / "base" / "policies").iterdir() if p.is_file())
+POLICY_ROOT = DEPLOY / "base" / "policies"
+POLICY_MOUNT = "/etc/kserve-canary/policies"
 
 
-def test_policies_configmap_is_generated_from_every_file_of_the_directory() -> None:
-    configmap = one(kustomize(KUSTOMIZATIONS["cluster-wide"]), "ConfigMap", "kserve-canary-policies")
-    files = policy_files()
-    assert files, "the example policy directory is empty"
-    assert sorted(configmap["data"]) == [p.name for p in files], (
-        "list every policy file in policies/kustomization.yaml"
+def policy_namespaces() -> list[str]:
+    return sorted(p.name for p in POLICY_ROOT.iterdir() if p.is_dir())
+
+
+def policy_files(namespace: str | None = None) -> list[Path]:
+    """The example policies: POLICY_ROOT/<namespace>/*.yaml (no file directly under the root)."""
+    assert not [p for p in POLICY_ROOT.iterdir() if p.is_file()], (
+        "a policy file lives in its namespace's directory"
     )
-    for path in files:
-        assert configmap["data"][path.name] == path.read_text()
-    # The controller mounts this ConfigMap where it reads its policies.
-    deployment = one(kustomize(KUSTOMIZATIONS["cluster-wide"]), "Deployment")
-    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["policies"]["configMap"]["name"] == "kserve-canary-policies"
+    found = [namespace] if namespace else policy_namespaces()
+    return sorted(p for ns in found for p in (POLICY_ROOT / ns).iterdir() if p.is_file())
+
+
+def test_one_policies_configmap_per_namespace_mounted_in_its_directory() -> None:
+    manifests = kustomize(KUSTOMIZATIONS["cluster-wide"])
+    assert policy_namespaces() == ["models"]
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in controller_container(manifests)["volumeMounts"]}
+    assert f"--policies={POLICY_MOUNT}" in controller_container(manifests)["args"]
+    assert "emptyDir" in volumes[mounts[POLICY_MOUNT]["name"]] and mounts[POLICY_MOUNT]["readOnly"] is True
+    for namespace in policy_namespaces():
+        configmap = one(manifests, "ConfigMap", f"kserve-canary-policies-{namespace}")
+        files = policy_files(namespace)
+        assert files, f"the example policy directory of {namespace} is empty"
+        assert sorted(configmap["data"]) == [p.name for p in files], (
+            "list every policy file of the namespace in base/kustomization.yaml"
+        )
+        for path in files:
+            assert configmap["data"][path.name] == path.read_text()
+        assert configmap["metadata"]["labels"]["kserve-canary.dev/policy-namespace"] == namespace
+        # The controller mounts it where the directory names the namespace.
+        mount = mounts[f"{POLICY_MOUNT}/{namespace}"]
+        assert mount["readOnly"] is True
+        assert volumes[mount["name"]]["configMap"]["name"] == configmap["metadata"]["name"]
 
 
 def test_example_policies_are_valid() -> None:
-    result = load_paths(policy_files())
+    result = load_paths([POLICY_ROOT])  # a root: each directory decides its policies' namespace
     assert result.ok, [str(e) for e in result.errors]
     assert len(result.policies) == len(policy_files())
+    assert {loaded.policy.metadata.namespace for loaded in result.policies} == set(policy_namespaces())
 
 
 def test_kubectl_generates_the_same_configmap_from_the_directory() -> None:
     """The docs' way for a directory of many files: `kubectl create configmap --from-file=DIR`."""
     completed = subprocess.run(
-        [KUBECTL, "create", "configmap", "kserve-canary-policies", "-n", "kserve-canary",
-         f"--from-file={DEPLOY / 'base' / 'policies'}", "--dry-run=client", "-o", "yaml"],
+        [KUBECTL, "create", "configmap", "kserve-canary-policies-models", "-n", "kserve-canary",
+         f"--from-file={POLICY_ROOT / 'models'}", "--dry-run=client", "-o", "yaml"],
         capture_output=True, text=True, timeout=60, check=True, env={"KUBECONFIG": "/nonexistent", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     generated = yaml.safe_load(completed.stdout)
-    kustomized = one(kustomize(KUSTOMIZATIONS["cluster-wide"]), "ConfigMap", "kserve-canary-policies")
+    kustomized = one(kustomize(KUSTOMIZATIONS["cluster-wide"]), "ConfigMap", "kserve-canary-policies-models")
     assert generated["data"] == kustomized["data"]
 
 

@@ -40,8 +40,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{- define "kserve-canary.policiesConfigMap" -}}
-{{- default (printf "%s-policies" (include "kserve-canary.fullname" .)) .Values.policies.existingConfigMap -}}
+{{/* namespace -> ConfigMap name of its policies, as JSON (the chart's own and existing ones). */}}
+{{- define "kserve-canary.policyConfigMaps" -}}
+{{- $found := dict -}}
+{{- range $namespace, $files := .Values.policies.files -}}
+{{- $_ := set $found $namespace (printf "%s-policies-%s" (include "kserve-canary.fullname" $) $namespace | trunc 253) -}}
+{{- end -}}
+{{- range $namespace, $name := .Values.policies.existingConfigMaps -}}
+{{- $_ := set $found $namespace $name -}}
+{{- end -}}
+{{- toJson $found -}}
 {{- end -}}
 
 {{- define "kserve-canary.notificationsSecret" -}}
