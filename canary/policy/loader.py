@@ -566,7 +566,8 @@ def _origin(
             None,
             f"a policy file lives in its namespace's directory: move it to "
             f"{os.path.join(root_shown, '<namespace>', name)} (the directory decides the namespace a "
-            "policy may govern; --policy-namespaces metadata trusts metadata.namespace instead)",
+            "policy may govern; give the policy root, the parent of the namespace directories; "
+            "--policy-namespaces metadata trusts metadata.namespace instead)",
         )
     namespace = parts[0]
     if len(namespace) > 63 or not _NAMESPACE_DIR.match(namespace):
