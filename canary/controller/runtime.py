@@ -263,8 +263,8 @@ class Controller:
             if key not in self._destinations or self._destinations[key][0] != loaded.policy:
                 self._destinations[key] = (loaded.policy, [])
         self.metrics.policies.labels("loaded").set(len(active))
-        self.metrics.policies.labels("invalid-files").set(
-            len({error.path for error in self._registry.errors})
+        self.metrics.policies.labels("invalid-files").set(  # a conflict's winner is not an invalid file
+            len({error.path for error in self._registry.errors if not error.conflict})
         )
         self._scheduler.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
         self._loaded_once = True
