@@ -581,6 +581,21 @@ def _origin(
     return _Origin(namespace, root_shown), None
 
 
+def _escapes(path: Path, directory: Path, shown: str) -> PolicyError | None:
+    """A symlink out of the file's namespace directory (or the root): not read.
+
+    A team committing ``x.yaml -> /var/run/secrets/...`` to a synced repository would otherwise have
+    the controller parse a file it may read, and quote parts of it in errors.
+    """
+    inside = os.path.realpath(directory)
+    target = os.path.realpath(path)
+    if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
+        return None
+    return PolicyError(
+        shown, None, None, f"a symlink leading out of {directory}: policy files are read only inside it"
+    )
+
+
 def load_paths(
     paths: Sequence[str | os.PathLike[str]],
     *,
@@ -614,6 +629,8 @@ def load_paths(
             origin: _Origin | None = _Origin()
             if directory:
                 origin, misplaced = _origin(parts, shown, path_shown, namespaces)
+                if misplaced is None:
+                    misplaced = _escapes(path, root / parts[0] if parts else root, path_shown)
                 if misplaced is not None:
                     result.errors.append(misplaced)
                     continue

@@ -396,3 +396,20 @@ def test_a_namespace_directory_must_be_a_namespace_name(policy_dir: Path) -> Non
     (policy_dir.parent / "Not_A_Namespace").mkdir()
     (policy_dir.parent / "Not_A_Namespace" / "x.yaml").write_text(valid_policy("x"))
     assert "is not a namespace name" in str(single_error(policy_dir, "x.yaml")["message"])
+
+
+def test_a_symlink_out_of_the_namespace_directory_is_not_read(policy_dir: Path, tmp_path: Path) -> None:
+    # A team syncing its Git directory could point x.yaml at a file only the controller may read; its
+    # parts would come back in the errors (``(got 'the-secret-value')``).
+    outside = tmp_path / "controller-secret.yaml"
+    outside.write_text("kind: the-secret-value\n")
+    (policy_dir / "x.yaml").symlink_to(outside)
+    (policy_dir.parent / "team-b").mkdir()
+    (policy_dir.parent / "team-b" / "own.yaml").write_text(valid_policy("own").replace("namespace: ml", ""))
+    (policy_dir / "borrowed.yaml").symlink_to(policy_dir.parent / "team-b" / "own.yaml")
+    code, errors, loaded = validate(policy_dir)
+    assert code == 1 and sorted(loaded) == ["good", "own"]
+    messages = {Path(str(e["path"])).name: str(e["message"]) for e in errors}
+    assert sorted(messages) == ["borrowed.yaml", "x.yaml"]
+    assert all("a symlink leading out of" in message for message in messages.values())
+    assert "the-secret-value" not in json.dumps(errors)
