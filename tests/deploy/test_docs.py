@@ -27,12 +27,28 @@ import pytest
 import yaml
 
 from canary.metrics.catalog import REQUESTS_PROFILES
-from tests.deploy.manifests import CHART, DEPLOY, KUSTOMIZATIONS, ROOT, kustomize, one, parse
+from tests.deploy.manifests import (
+    CHART,
+    DEPLOY,
+    KUSTOMIZATIONS,
+    ROOT,
+    controller_container,
+    kustomize,
+    one,
+    parse,
+)
 from tests.deploy.test_manifests import run_flags
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-OWN_DOCS = ["install.md", "policy-reference.md", "metric-profiles.md", "gitops.md", "troubleshooting.md"]
+OWN_DOCS = [
+    "install.md",
+    "policy-reference.md",
+    "metric-profiles.md",
+    "gitops.md",
+    "troubleshooting.md",
+    "security.md",
+]
 MARKERS = ("# needs a cluster", "# needs a container engine")
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
 
@@ -299,18 +315,22 @@ def test_the_own_overlay_example_renders(tmp_path: Path) -> None:
     )
     overlay = yaml.safe_load(example)
     overlay["resources"] = [os.path.relpath(DEPLOY / "overlays" / "cluster-wide", tmp_path)]
-    (tmp_path / "policies").mkdir()
-    shutil.copy(
-        ROOT / "policies" / "examples" / "ml" / "llm-vllm.yaml", tmp_path / "policies" / "llama-chat.yaml"
-    )
-    shutil.copy(
-        ROOT / "policies" / "examples" / "payments" / "sklearn-fraud.yaml",
-        tmp_path / "policies" / "fraud-xgb.yaml",
-    )
+    # policies/<namespace>/<file>: the examples' own namespaces.
+    for source, target in (
+        ("ml/llm-vllm.yaml", "ml/llama-chat.yaml"),
+        ("payments/sklearn-fraud.yaml", "payments/fraud-xgb.yaml"),
+    ):
+        (tmp_path / "policies" / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "policies" / "examples" / source, tmp_path / "policies" / target)
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     manifests = kustomize(tmp_path)
-    policies = one(manifests, "ConfigMap", "kserve-canary-policies")
-    assert sorted(policies["data"]) == ["fraud-xgb.yaml", "llama-chat.yaml"]
+    mounts = {m["mountPath"]: m["name"] for m in controller_container(manifests)["volumeMounts"]}
+    volumes = {v["name"]: v for v in one(manifests, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    for namespace, file in (("ml", "llama-chat.yaml"), ("payments", "fraud-xgb.yaml")):
+        policies = one(manifests, "ConfigMap", f"kserve-canary-policies-{namespace}")
+        assert sorted(policies["data"]) == [file]
+        volume = volumes[mounts[f"/etc/kserve-canary/policies/{namespace}"]]
+        assert volume["configMap"]["name"] == policies["metadata"]["name"]
     container = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "ghcr.io/your-org/kserve-canary:0.1.0"
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -318,10 +338,48 @@ def test_the_own_overlay_example_renders(tmp_path: Path) -> None:
     # The patch addresses env/2 by position: the base keeps PROMETHEUS_URL there.
     base = one(kustomize(KUSTOMIZATIONS["base"]), "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert base["env"][2]["name"] == "PROMETHEUS_URL"
+    # Validated as the controller reads them: with the secret scope its arguments grant.
+    scope = [a for a in container["args"] if a.startswith(("--secret-env-allow=", "--secret-file-root="))]
+    assert scope, "the example shows how to grant secrets per namespace"
     completed = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", str(tmp_path / "policies")],
+        [sys.executable, "-m", "canary", "validate", *scope, str(tmp_path / "policies")],
         capture_output=True,
         text=True,
         check=False,
     )
     assert completed.returncode == 0, completed.stdout
+
+
+def security_doc_tests() -> list[tuple[str, str]]:
+    """(test file, test function) named in docs/security.md; ``::name`` continues the last file."""
+    text = (DOCS / "security.md").read_text()
+    found, current = [], ""
+    for match in re.finditer(r"`(tests/[\w/]+\.py)?::(\w+)`|`(tests/[\w/]+\.py)`", text):
+        file, name, bare = match.groups()
+        if bare:
+            current = bare
+            continue
+        current = file or current
+        assert current, f"::{name} before any test file"
+        found.append((current, name))
+    return found
+
+
+def test_the_security_doc_names_tests_that_exist() -> None:
+    """Every threat in docs/security.md points at the test that shows it: those tests must exist."""
+    named = security_doc_tests()
+    assert len(named) > 40
+    missing = []
+    for file, name in named:
+        path = ROOT / file
+        if not path.exists() or not re.search(rf"^def {name}\(", path.read_text(), flags=re.MULTILINE):
+            missing.append(f"{file}::{name}")
+    assert missing == []
+    for person in (
+        "A policy author",
+        "A namespace editor",
+        "controller's service-account token",
+        "A network neighbour",
+    ):
+        assert person in (DOCS / "security.md").read_text()
+    assert "Not yet closed" in (DOCS / "security.md").read_text()
