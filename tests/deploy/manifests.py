@@ -87,6 +87,26 @@ CHART_VARIANTS: dict[str, dict[str, Any]] = {
             }
         },
     },
+    "secret-scope": {
+        "notifications": {
+            "existingSecret": "team-notifications",
+            "allowEnv": {"ml": ["SLACK_WEBHOOK_URL", "DEPLOY_HOOK_URL"], "payments": ["DEPLOY_HOOK_URL"]},
+            "fileSecrets": {"ml": "kserve-canary-policy-secrets-ml"},
+            "allowHosts": ["hooks.internal.example"],
+        },
+        "policies": {
+            "files": {
+                "ml": {
+                    "llama-chat.yaml": (ROOT / "policies" / "examples" / "ml" / "llm-vllm.yaml").read_text()
+                },
+                "payments": {
+                    "fraud-xgb.yaml": (
+                        ROOT / "policies" / "examples" / "payments" / "sklearn-fraud.yaml"
+                    ).read_text()
+                },
+            }
+        },
+    },
     "existing-secrets-and-configmap": {
         "notifications": {"existingSecret": "team-notifications"},
         "policies": {"existingConfigMaps": {"models": "team-policies"}},

@@ -3,6 +3,8 @@ values variant validated against Kubernetes' schemas, and the same install as th
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import helm_python as helm
@@ -269,3 +271,39 @@ def test_notes_tell_where_policies_come_from() -> None:
     assert "every namespace" in render_notes() and "models, vision" in render_notes(
         CHART_VARIANTS["namespaced"]
     )
+
+
+def test_secret_scope_values_become_flags_and_per_namespace_mounts(tmp_path: Any) -> None:
+    """Which secrets each namespace's policies may name; the shipped examples load under it."""
+    manifests = render_chart(CHART_VARIANTS["secret-scope"])
+    container = controller_container(manifests)
+    args = container["args"]
+    assert [a for a in args if a.startswith("--secret-env-allow=")] == [
+        "--secret-env-allow=ml=SLACK_WEBHOOK_URL",
+        "--secret-env-allow=ml=DEPLOY_HOOK_URL",
+        "--secret-env-allow=payments=DEPLOY_HOOK_URL",
+    ]
+    assert "--secret-file-root=/var/run/secrets/kserve-canary/policy-secrets" in args
+    assert "--notify-allow-host=hooks.internal.example" in args
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    mount = mounts["/var/run/secrets/kserve-canary/policy-secrets/ml"]
+    volumes = {v["name"]: v for v in one(manifests, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert mount["readOnly"] is True
+    assert volumes[mount["name"]]["secret"]["secretName"] == "kserve-canary-policy-secrets-ml"
+    # The policies as mounted, validated with the scope the controller gets.
+    for namespace in ("ml", "payments"):
+        configmap = one(manifests, "ConfigMap", f"kserve-canary-policies-{namespace}")
+        (tmp_path / namespace).mkdir()
+        for name, text in configmap["data"].items():
+            (tmp_path / namespace / name).write_text(text)
+    scope = [a for a in args if a.startswith(("--secret-env-allow=", "--secret-file-root="))]
+    completed = subprocess.run(
+        [sys.executable, "-m", "canary", "validate", *scope, str(tmp_path)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout
+    without = subprocess.run(
+        [sys.executable, "-m", "canary", "validate", str(tmp_path)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert without.returncode == 1, "without the scope the same policies are refused"
