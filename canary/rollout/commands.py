@@ -51,8 +51,8 @@ def apply_command(
         if phase is Phase.PAUSED and pending is not None and pending.kind is CommandKind.RESUME:
             return _accept(replace(state, command=None), kind, now, who, "the pending resume was cancelled")
         if phase is Phase.PAUSED:
-            assert state.pause is not None
-            return _refuse(state, f"already paused: {state.pause.reason}")
+            # A stored state may say Paused without saying why (someone edited the ConfigMap).
+            return _refuse(state, "already paused" + (f": {state.pause.reason}" if state.pause else ""))
         if not state.rollout_active:
             return _refuse(state, f"no rollout in progress (phase {state.underlying_phase})")
         paused = replace(
