@@ -28,6 +28,7 @@ from tests.deploy.manifests import (
     parse,
     render_chart,
 )
+from tests.deploy.scenario import ScenarioResult
 
 CONTROLLER = "system:serviceaccount:kserve-canary:kserve-canary"
 SOMEONE_ELSE = "system:serviceaccount:ml-team:argo-cd"
@@ -330,3 +331,46 @@ def test_helm_admission_policies_follow_the_cluster_version(capfd: pytest.Captur
         CHART, {"admissionPolicies": {"enabled": True}}, namespace="kserve-canary", kube_version="v1.30.0"
     )
     assert "needs Kubernetes >= 1.30" not in capfd.readouterr().err
+
+
+# -- the controller's real writes -----------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the apiserver applies the controller's patches."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def test_every_write_the_controller_really_makes_is_admitted(cluster_wide_run: ScenarioResult) -> None:
+    """The controller as deployed, against the emulator (tests/deploy/scenario.py): each of its
+    InferenceService patches and ConfigMap writes passes the shipped policies, so they deny only
+    what the controller never does."""
+    manifests = kustomize(KUSTOMIZATIONS["cluster-wide"])
+    traffic, configmaps = policy(manifests, "-traffic-only"), policy(manifests, "-state-configmaps")
+    writes = [e for e in cluster_wide_run.controller if e.method in {"POST", "PUT", "PATCH", "DELETE"}]
+    patches = [e for e in writes if "/inferenceservices/" in e.path]
+    state_writes = [e for e in writes if "/configmaps" in e.path]
+    assert patches and state_writes, "the run wrote the first step and its state"
+    for entry in patches:
+        assert entry.method == "PATCH" and isinstance(entry.body, dict), entry
+        for old in (isvc(), isvc(canaryTrafficPercent=10)):
+            new = merge_patch(old, entry.body)
+            assert admit(traffic, update(new, old)).admitted, entry.body
+        # What the emulator saw change in the stored object: the weight alone.
+        assert {p for p in entry.changed_paths if not p.startswith("metadata.")} <= {
+            "spec.predictor.canaryTrafficPercent"
+        }, entry.changed_paths
+    for entry in state_writes:
+        body = entry.body
+        assert isinstance(body, dict), entry
+        operation = {"POST": "CREATE", "PUT": "UPDATE"}[entry.method]
+        verdict = admit(configmaps, cm(operation, body, body if operation == "UPDATE" else None))
+        assert verdict.applies and verdict.admitted, (entry.method, entry.path, verdict)
