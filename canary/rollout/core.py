@@ -50,6 +50,7 @@ from canary.rollout.intent import (
     reissued_action,
 )
 from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
+from canary.rollout.ledger import RollbackLedger
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
 from canary.rollout.state import (
@@ -79,25 +80,34 @@ def decide(
     state: RolloutState,
     evidence: Evidence | None,
     now: datetime,
+    *,
+    ledger: RollbackLedger | None = None,
 ) -> Decision:
     """Decide what to do with one InferenceService now. Pure: same inputs, same decision.
 
     ``evidence`` is the answer to :func:`evidence_request` (or None); evidence for another revision,
     another window, or an evaluation that is not due is ignored, never judged. ``now`` must be
-    timezone-aware.
+    timezone-aware. ``ledger`` is the rollback ledger (kept apart from the state, so losing the
+    state cannot undo a rollback): a revision in it is never started, advanced or promoted again;
+    a ledger of another InferenceService object (uid) is ignored.
     """
-    return _Tick(policy, observed, state, evidence, now, probing=False).run()
+    return _Tick(policy, observed, state, evidence, now, probing=False, ledger=ledger).run()
 
 
 def evidence_request(
-    policy: PromotionPolicy, observed: ObservedInferenceService, state: RolloutState, now: datetime
+    policy: PromotionPolicy,
+    observed: ObservedInferenceService,
+    state: RolloutState,
+    now: datetime,
+    *,
+    ledger: RollbackLedger | None = None,
 ) -> EvidenceRequest | None:
     """What :func:`decide` would judge now: revisions, window ``[start, now]`` and checks — or None.
 
     It runs the same rules as :func:`decide` (so a step whose start is observed in this very tick
     is accounted for) and reports the evaluation that is due, if any.
     """
-    tick = _Tick(policy, observed, state, None, now, probing=True)
+    tick = _Tick(policy, observed, state, None, now, probing=True, ledger=ledger)
     tick.run()
     return tick.requested
 
@@ -151,6 +161,7 @@ class _Tick:
         now: datetime,
         *,
         probing: bool,
+        ledger: RollbackLedger | None = None,
     ) -> None:
         if now.tzinfo is None or now.utcoffset() is None:
             raise ValueError("decide() needs a timezone-aware 'now'")
@@ -164,6 +175,7 @@ class _Tick:
         self.evidence = evidence
         self.now = now
         self.probing = probing
+        self.ledger = (ledger or RollbackLedger()).for_inference_service(observed.uid)
         self.requested: EvidenceRequest | None = None
         self.reasons: list[str] = []
         self.severity = Severity.INFO
@@ -185,6 +197,7 @@ class _Tick:
                 EventReason.INFERENCE_SERVICE_NOT_FOUND,
                 Severity.WARNING,
             )
+        self.bind_to_object()
         if observed.deployment_mode is not DeploymentMode.KNATIVE:
             return self.unsupported_mode()
         canary = observed.latest_created_revision
@@ -213,6 +226,15 @@ class _Tick:
                 )
             self.reasons.append(f"The abort requested at {describe_time(command.at)} no longer applies.")
             self.state = state = replace(state, command=None)
+
+        recorded = self.ledger.entry(canary)
+        if same_revision and state.rollout_active and recorded is not None:
+            # The state lost the rollback (restored from a copy, a write that did not land): the
+            # ledger, written before the rollback's patch, has the last word.
+            return self.rollback(
+                f"the rollback ledger records {canary} as rolled back at {describe_time(recorded.at)}, "
+                f"which the state did not remember; a rolled-back revision is never rolled out again."
+            )
 
         if state.revision is None:
             return self.first_sight(canary)
@@ -253,9 +275,26 @@ class _Tick:
     # ------------------------------------------------------------------------------------------
     # Identity: which revision, which spec
 
+    def bind_to_object(self) -> None:
+        """The state describes this InferenceService object (its uid), or it is not used at all."""
+        state, uid = self.state, self.observed.uid
+        if uid is None or state.inference_service_uid == uid:
+            return
+        if state.inference_service_uid is not None:
+            # A model deleted and re-created under the same name: its revision names start again
+            # at 00001, so nothing of the old object's state may be taken for the new one's.
+            self.reasons.append(
+                f"The stored state describes another InferenceService object (uid "
+                f"{state.inference_service_uid}; this one is {uid}): it is not used."
+            )
+            state = RolloutState()
+        self.state = replace(state, inference_service_uid=uid)
+
     def first_sight(self, canary: str) -> Decision:
         """No state yet: adopt a steady InferenceService, or start on a canary already under way."""
         observed = self.observed
+        if self.ledger.has(canary):
+            return self.not_retried(canary)
         if observed.latest_rolledout_revision is None:
             return self.first_deployment(canary)
         if canary == observed.latest_rolledout_revision:
@@ -271,7 +310,7 @@ class _Tick:
                 "revision will start a rollout.",
                 EventReason.CANARY_IDLE,
             )
-        return self.start(canary)
+        return self.start(canary, first_sight=True)
 
     def first_deployment(self, canary: str) -> Decision:
         return self.wait(
@@ -280,21 +319,37 @@ class _Tick:
             EventReason.FIRST_DEPLOYMENT,
         )
 
-    def new_revision(self, canary: str) -> Decision:
+    def rolled_back_before(self, revision: str) -> bool:
+        """In the state's memory of rollbacks or in the ledger's (which survives losing the state)."""
+        return self.state.was_rolled_back(revision) or self.ledger.has(revision)
+
+    def not_retried(self, canary: str) -> Decision:
         state = self.state
-        if state.was_rolled_back(canary):
-            self.state = RolloutState(
-                phase=Phase.ROLLED_BACK,
-                revision=canary,
-                fingerprint=self.observed.predictor_fingerprint,
-                spec_weight=self.observed_weight_record(),
-                rolled_back=state.rolled_back,
-                history=state.history,
+        rolled_back = state.rolled_back
+        recorded = self.ledger.entry(canary)
+        if recorded is not None and not state.was_rolled_back(canary):
+            rolled_back = (*rolled_back, RolledBackRevision(canary, recorded.at))[-MAX_ROLLED_BACK:]
+            self.reasons.append(
+                f"The rollback ledger records {canary} as rolled back at {describe_time(recorded.at)} "
+                "(the rollout state did not remember it)."
             )
-            return self.wait(
-                f"{canary} was rolled back before and is never retried; push a new spec to try again.",
-                EventReason.REVISION_NOT_RETRIED,
-            )
+        self.state = RolloutState(
+            phase=Phase.ROLLED_BACK,
+            inference_service_uid=state.inference_service_uid,
+            revision=canary,
+            fingerprint=self.observed.predictor_fingerprint,
+            spec_weight=self.observed_weight_record(),
+            rolled_back=rolled_back,
+            history=state.history,
+        )
+        return self.wait(
+            f"{canary} was rolled back before and is never retried; push a new spec to try again.",
+            EventReason.REVISION_NOT_RETRIED,
+        )
+
+    def new_revision(self, canary: str) -> Decision:
+        if self.rolled_back_before(canary):
+            return self.not_retried(canary)
         if self.observed.latest_rolledout_revision is None:
             return self.first_deployment(canary)
         return self.start(canary)
@@ -322,8 +377,13 @@ class _Tick:
     # ------------------------------------------------------------------------------------------
     # Starting a rollout (docs/design.md §2.2)
 
-    def start(self, canary: str) -> Decision:
-        """A new revision: a fresh rollout, begun according to the percentage the spec came with."""
+    def start(self, canary: str, *, first_sight: bool = False) -> Decision:
+        """A new revision: a fresh rollout, begun according to the percentage the spec came with.
+
+        On first sight (no state: never seen, or the state was lost) a percentage is not taken for
+        a plan: a Ready revision at 0 may be one rolled back before the state was lost, and any
+        other value may be a step of a rollout whose analysis is gone. Both pause, saying so.
+        """
         previous = self.state
         first = self.steps[0].weight
         spec_weight = self.observed.canary_traffic_percent
@@ -332,11 +392,37 @@ class _Tick:
         if spec_weight == first:
             return self.start_at_first_step(canary, first, ours)
         if spec_weight == 0:
+            if first_sight and self.observed.canary_ready:
+                return self.pause_unexplained_zero(canary)
             return self.start_dark_launch(canary, first)
         leftover = spec_weight is not None and spec_weight in ours
         if spec_weight is None or leftover:
             return self.start_by_writing(canary, first, spec_weight, leftover=leftover)
+        if first_sight:
+            return self.pause_on_first_sight_value(canary, first, spec_weight)
         return self.pause_on_start_value(canary, first, spec_weight)
+
+    def pause_unexplained_zero(self, canary: str) -> Decision:
+        """No state, no ledger entry, and a Ready revision at 0 that KServe has not rolled out."""
+        rolled_out = self.observed.latest_rolledout_revision
+        reason = (
+            f"{canary} is Ready at 0 % (canaryTrafficPercent 0) and is not the rolled-out revision "
+            f"({rolled_out}); no rollout state or rollback ledger was found that says why (a rollback "
+            f"whose state was lost, or a dark launch): paused without writing. Run `kserve-canary "
+            f"resume` to start its rollout at {self.steps[0].weight}% or `abort` to keep it at 0 %."
+        )
+        return self.pause(PauseKind.UNEXPECTED_START_VALUE, reason, resume_phase=self.state.phase)
+
+    def pause_on_first_sight_value(self, canary: str, first: int, spec_weight: int) -> Decision:
+        """No state, and a percentage the spec was not given by this policy's first step."""
+        rolled_out = self.observed.latest_rolledout_revision
+        reason = (
+            f"No rollout state was found for {self.policy.key}, and canaryTrafficPercent is "
+            f"{spec_weight} for revision {canary} (the rolled-out revision is {rolled_out}): a rollout "
+            f"whose state was lost, or a value set by hand. Paused without writing: `kserve-canary "
+            f"resume` starts its rollout from the first step {first}%, `abort` rolls it back."
+        )
+        return self.pause(PauseKind.UNEXPECTED_START_VALUE, reason, resume_phase=self.state.phase)
 
     def begin_rollout(self, canary: str, previous: RolloutState) -> None:
         """The state of a rollout of ``canary`` at its first step, and why it begins."""
@@ -352,7 +438,7 @@ class _Tick:
             f"New revision {canary} (predictor spec {observed.predictor_fingerprint}); stable revision "
             f"{stable or 'unknown'}."
         )
-        if stable is not None and previous.was_rolled_back(stable):
+        if stable is not None and self.rolled_back_before(stable):
             self.severity = Severity.WARNING
             self.reasons.append(
                 f"KServe routes the remaining traffic to {stable}, which was rolled back earlier (KServe "
@@ -360,6 +446,7 @@ class _Tick:
             )
         self.state = RolloutState(
             phase=Phase.PROGRESSING if observed.canary_ready else Phase.PENDING,
+            inference_service_uid=previous.inference_service_uid,
             revision=canary,
             fingerprint=observed.predictor_fingerprint,
             stable_revision=stable,

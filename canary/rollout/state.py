@@ -47,7 +47,7 @@ __all__ = [
     "read_json_object",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Bounds that keep the serialised state small (well under 64 KiB even with 63-character names).
 MAX_HISTORY = 100
 MAX_ROLLED_BACK = 32
@@ -196,6 +196,10 @@ class RolloutState:
     __pydantic_config__ = JSON_CONFIG
 
     phase: Phase = Phase.IDLE
+    # metadata.uid of the InferenceService object this state describes. A model deleted and
+    # re-created under the same name is another object (Knative numbers its revisions from 00001
+    # again): a state of another uid is stale and never used (see :meth:`bound_to`).
+    inference_service_uid: str | None = None
     # The revision under management (the canary during a rollout, the last known one otherwise)
     # and the fingerprint of the predictor spec that produced it.
     revision: str | None = None
@@ -274,6 +278,19 @@ class RolloutState:
     def was_rolled_back(self, revision: str) -> bool:
         return any(entry.revision == revision for entry in self.rolled_back)
 
+    def bound_to(self, uid: str | None, *, owner_uid: str | None) -> RolloutState | None:
+        """This state for the InferenceService object ``uid`` — None when it describes another object.
+
+        A state records its object's uid. One that does not (schemaVersion 1, or never saved) is
+        adopted only if its ConfigMap's owner reference names ``uid`` (``owner_uid``), or if it is
+        empty; anything else is stale. With ``uid`` unknown (no object) the state is kept as it is.
+        """
+        if uid is None or self.inference_service_uid == uid:
+            return self
+        if self.inference_service_uid is None and (owner_uid == uid or self == RolloutState()):
+            return replace(self, inference_service_uid=uid)
+        return None
+
 
 class StateFormatError(ValueError):
     """The stored rollout state cannot be read."""
@@ -289,9 +306,16 @@ class UnsupportedStateVersion(StateFormatError):
         self.version = version
 
 
-# schemaVersion N -> N+1. Empty while only version 1 exists; a change to the state's shape adds a
-# function here and bumps SCHEMA_VERSION, and tests keep a document of every old version.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _from_version_1(document: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 did not record the InferenceService's uid: it stays unknown (None), and the shell
+    adopts the state only if its ConfigMap's owner reference names the current object
+    (:meth:`RolloutState.bound_to`)."""
+    return {key: value for key, value in document.items() if key != "inferenceServiceUid"}
+
+
+# schemaVersion N -> N+1. A change to the state's shape adds a function here and bumps
+# SCHEMA_VERSION, and tests keep a document of every old version.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_version_1}
 
 _ADAPTER: TypeAdapter[RolloutState] = TypeAdapter(RolloutState)
 

@@ -103,7 +103,9 @@ def test_fields_unknown_to_this_version_are_ignored() -> None:
 def test_a_future_schema_version_is_refused_clearly() -> None:
     document = json.loads(busy_state().to_json())
     document["schemaVersion"] = SCHEMA_VERSION + 1
-    with pytest.raises(UnsupportedStateVersion, match=r"newer kserve-canary \(schemaVersion 2\)") as raised:
+    with pytest.raises(
+        UnsupportedStateVersion, match=rf"newer kserve-canary \(schemaVersion {SCHEMA_VERSION + 1}\)"
+    ) as raised:
         RolloutState.from_json(json.dumps(document))
     assert raised.value.version == SCHEMA_VERSION + 1
 

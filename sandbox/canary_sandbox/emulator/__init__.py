@@ -23,7 +23,9 @@ Admin API (JSON; ``/emulator/v1`` prefix; not recorded in the request log):
 
 - ``GET healthz``; ``GET clock``; ``POST clock/advance {"seconds": 5}`` (manual clock only, else 409)
 - ``GET config``; ``PATCH config {"reconcileDelaySeconds", "knativeDelaySeconds",
-  "revisionReadyDelaySeconds", "podsPerRevision", "scaleDownGraceSeconds"}``
+  "revisionReadyDelaySeconds", "podsPerRevision", "scaleDownGraceSeconds",
+  "garbageCollectionDelaySeconds"}`` (the last: how long the garbage collector takes to remove the
+  dependents of a deleted owner; 0 by default)
 - ``GET revisions`` (all); ``GET namespaces/{ns}/inferenceservices/{name}/revisions`` ->
   ``{"revisionCount", "items": [{"name", "number", "createdAt", "state", "podsReady", "scaledToZero",
   "trafficPercent", "pods", "behaviour"}]}``

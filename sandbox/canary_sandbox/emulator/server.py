@@ -585,6 +585,7 @@ class _Admin:
             "podsPerRevision": config.pods_per_revision,
             "scaleDownGraceSeconds": config.scale_down_grace,
             "ingressDomain": config.ingress_domain,
+            "garbageCollectionDelaySeconds": self.emulator.store.garbage_collection_delay,
         }
 
     def patch_config(self, body: JsonObject, **_: Any) -> JsonObject:
@@ -595,13 +596,17 @@ class _Admin:
             "podsPerRevision": "pods_per_revision",
             "scaleDownGraceSeconds": "scale_down_grace",
         }
-        unknown = set(body) - set(fields)
+        collector = "garbageCollectionDelaySeconds"
+        unknown = set(body) - set(fields) - {collector}
         if unknown:
             raise ApiError.bad_request(f"unknown configuration fields: {sorted(unknown)}")
         with self.emulator.lock:
             for key, value in body.items():
                 if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                     raise ApiError.bad_request(f"{key} must be a non-negative number")
+                if key == collector:
+                    self.emulator.store.garbage_collection_delay = float(value)
+                    continue
                 setattr(
                     self.emulator.config,
                     fields[key],

@@ -164,6 +164,10 @@ class ObjectStore:
         self.lock = lock
         self.scheduler = scheduler
         self.registry = registry
+        # The garbage collector's lag (seconds): a real cluster removes the dependents of a deleted
+        # owner some time later, so a model deleted and re-created at once (`kubectl replace --force`)
+        # can meet its predecessor's dependents. 0: at once.
+        self.garbage_collection_delay = 0.0
         self._objects: dict[str, dict[tuple[str, str], JsonObject]] = {}
         self._resource_version = 0
         self._history: deque[_HistoryEvent] = deque(maxlen=max(1, history_size))
@@ -524,7 +528,7 @@ class ObjectStore:
             "orphanDependents"
         ) is True
         uid = old["metadata"]["uid"]
-        self.scheduler.schedule(0, lambda: self._collect_dependents(uid, orphan))
+        self.scheduler.schedule(self.garbage_collection_delay, lambda: self._collect_dependents(uid, orphan))
         return deleted
 
     def _remove(
@@ -571,7 +575,7 @@ class ObjectStore:
                 # Every owner is gone (or the uid never matched): the garbage collector deletes it.
                 self.delete(resource, namespace, name, actor="emulator")
 
-        self.scheduler.schedule(0, check)
+        self.scheduler.schedule(self.garbage_collection_delay, check)
 
     def _collect_dependents(self, owner_uid: str, orphan: bool) -> None:
         for resource in self._storage_resources():
