@@ -47,6 +47,9 @@ class Unit(StrEnum):
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_FACTORS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DURATION_HELP = 'a duration such as "90s", "10m", "1h30m" or "250ms"'
+# A longer duration is a typo, and one past the calendar (1e300 seconds) would overflow the core's
+# datetime arithmetic (OverflowError) instead of being reported where it is written.
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 
 
 def _finite_number(value: object) -> float | None:
@@ -66,7 +69,7 @@ def parse_duration(value: object) -> float:
     if number is not None:
         if number < 0:
             raise ValueError(f"must not be negative (got {value!r}); expected {DURATION_HELP}")
-        return number
+        return _at_most_a_century(number, value)
     if not isinstance(value, str):
         raise ValueError(f"expected {DURATION_HELP}, got {type(value).__name__}")
     text = value.strip()
@@ -83,7 +86,13 @@ def parse_duration(value: object) -> float:
         position = match.end()
     if position == 0 or position != len(text):
         raise ValueError(f"{value!r} is not {DURATION_HELP}")
-    return total
+    return _at_most_a_century(total, value)
+
+
+def _at_most_a_century(seconds: float, value: object) -> float:
+    if not seconds <= MAX_DURATION_SECONDS:  # also "999...9s", more digits than a float holds: inf
+        raise ValueError(f"{value!r} is too long: a duration is at most 100 years")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
@@ -160,7 +169,10 @@ def parse_size(value: object) -> float:
     match = _SIZE_PATTERN.match(value.strip())
     if not match:
         raise ValueError(f"{value!r} is not {_SIZE_HELP}")
-    return float(match.group(1)) * _SIZE_FACTORS[match.group(2)]
+    size = float(match.group(1)) * _SIZE_FACTORS[match.group(2)]
+    if not math.isfinite(size):  # "999...9Gi": more digits than a float holds
+        raise ValueError(f"{value!r} is too large: must be a finite size")
+    return size
 
 
 def _parse_plain(value: object) -> float:

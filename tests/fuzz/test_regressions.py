@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
+from canary.policy.loader import load_text
 from canary.rollout.commands import apply_command
 from canary.rollout.state import Phase, RolloutState
 
@@ -22,3 +25,43 @@ def test_pause_of_a_stored_paused_state_without_its_pause_is_refused_not_an_asse
     assert not result.accepted
     assert result.state == state
     assert result.message == "already paused"
+
+
+# -- policies ------------------------------------------------------------------------------------
+
+NINES = "9" * 400  # more digits than a float holds: float() gives inf
+
+
+def _policy(spec_line: str, check: str = "{name: p99, metric: latency, max: 800ms}") -> str:
+    return (
+        "apiVersion: kserve-canary.dev/v1alpha1\nkind: PromotionPolicy\n"
+        "metadata: {name: fuzz, namespace: ml}\n"
+        f"spec:\n  target: {{inferenceService: fuzz}}\n  {spec_line}\n  checks:\n    - {check}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec_line", "field"),
+    [
+        # Was accepted as an infinite window; dumping the policy then raised OverflowError.
+        (f"window: {NINES}s", "spec.window"),
+        # Was "cannot read this file as YAML (OverflowError)": no field, no line.
+        (f"interval: {NINES}s", "spec.interval"),
+        # Was accepted; the core's timedelta(seconds=1e300) overflows.
+        ("window: 1.0e+300", "spec.window"),
+        ("bake: 1.0e+300", "spec.bake"),
+    ],
+)
+def test_a_duration_too_long_for_the_calendar_is_an_error_at_its_field(spec_line: str, field: str) -> None:
+    result = load_text(_policy(spec_line), "ml/fuzz.yaml")
+    assert not result.policies
+    assert [(error.path, error.line, error.field) for error in result.errors] == [("ml/fuzz.yaml", 6, field)]
+    assert "too long" in result.errors[0].message
+
+
+def test_a_size_too_large_for_a_float_is_an_error_at_its_field() -> None:
+    # Was accepted as an infinite gpu-memory-peak limit (which dumps as null: the round trip lost it).
+    text = _policy("window: 10m", f"{{name: mem, metric: gpu-memory-peak, max: {NINES}Gi}}")
+    result = load_text(text, "ml/fuzz.yaml")
+    assert not result.policies
+    assert [(error.line, error.field) for error in result.errors] == [(8, "spec.checks[0].max")]
