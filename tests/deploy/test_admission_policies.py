@@ -91,7 +91,18 @@ def test_the_controller_writes_its_state_configmaps(manifests: list[Manifest]) -
     configmaps = policy(manifests, "-state-configmaps")
     written = copy.deepcopy(state())
     written["data"]["explain.json"] = "{}"
-    for request in (cm("CREATE", state(), None), cm("UPDATE", written, state()), cm("DELETE", None, state())):
+    # Its notification outbox, beside the state: the same labels, its own name.
+    outbox = state() | {"metadata": {**state()["metadata"], "name": f"{MODEL}-kserve-canary-outbox"}}
+    # Its rollback ledger: a state ConfigMap of its own ("<model>.ledger").
+    ledger = state(f"{MODEL}.ledger")
+    for request in (
+        cm("CREATE", state(), None),
+        cm("UPDATE", written, state()),
+        cm("DELETE", None, state()),
+        cm("CREATE", outbox, None),
+        cm("UPDATE", outbox, outbox),
+        cm("CREATE", ledger, None),
+    ):
         verdict = admit(configmaps, request)
         assert verdict.applies and verdict.admitted, (request.operation, verdict)
 
@@ -113,6 +124,7 @@ def test_the_controller_writes_its_state_configmaps(manifests: list[Manifest]) -
         # A label that does not match the name: no state ConfigMap of another name.
         ("name and label disagree", cm("CREATE", state() | {"metadata": {**state()["metadata"], "name": "coredns"}}, None)),
         ("labels, but not ours", cm("CREATE", configmap("kserve-canary-iris", "models", {"app": "x"}), None)),
+        ("an outbox of another model", cm("CREATE", state() | {"metadata": {**state()["metadata"], "name": "x-kserve-canary-outbox"}}, None)),
     ],
 )  # fmt: skip
 def test_the_controller_cannot_touch_other_configmaps(
