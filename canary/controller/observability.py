@@ -31,7 +31,8 @@ from canary.policy.model import Check
 __all__ = ["ControllerMetrics", "HealthServer", "configure_logging", "default_bind_address"]
 
 LIMIT_BOUNDS = ("max", "min", "max-vs-stable")
-PHASES = ("Idle", "Pending", "Progressing", "Baking", "Succeeded", "RolledBack", "Paused")
+# The dashboard encodes a phase as its index here: a new phase is appended, never inserted.
+PHASES = ("Idle", "Pending", "Progressing", "Baking", "Succeeded", "RolledBack", "Paused", "Promoting")
 
 
 class ControllerMetrics:

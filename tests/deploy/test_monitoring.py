@@ -182,7 +182,7 @@ def series(name: str, labels: str, values: str) -> dict[str, str]:
 
 
 def rollout(instance: str, model: str, phase: str, minutes: int) -> list[dict[str, str]]:
-    """The seven phase series of one model as the controller sets them (one at 1)."""
+    """The phase series of one model as the controller sets them (one at 1)."""
     return [
         series(
             "kserve_canary_rollout_phase",
@@ -246,6 +246,27 @@ ALERT_TESTS: list[dict[str, Any]] = [
                 "eval_time": "35m",
                 "alertname": "KServeCanaryQueryErrors",
                 "exp_alerts": [expect("KServeCanaryQueryErrors", {"error_class": "bad-query"})],
+            },
+        ],
+    },
+    {  # a 503 from Prometheus or its proxy, and answers that are not Prometheus', page as unreachable does
+        "interval": "1m",
+        "input_series": [
+            series(
+                "kserve_canary_prometheus_query_errors_total",
+                f'{LEADER_A}, error_class="{error_class}"',
+                "0+3x30",
+            )
+            for error_class in ("unavailable", "malformed-response")
+        ],
+        "alert_rule_test": [
+            {
+                "eval_time": "15m",
+                "alertname": "KServeCanaryPrometheusUnreachable",
+                "exp_alerts": [
+                    expect("KServeCanaryPrometheusUnreachable", {"error_class": "unavailable"}),
+                    expect("KServeCanaryPrometheusUnreachable", {"error_class": "malformed-response"}),
+                ],
             },
         ],
     },
@@ -488,3 +509,10 @@ def test_limits_exported_for_the_dashboard() -> None:
     assert ("p99", "max-vs-stable") not in limits()
     metrics.forget("ml", "m", ["p99", "errors", "kv"])
     assert limits() == {}
+
+
+def test_every_phase_of_the_core_is_exported_and_on_the_dashboard() -> None:
+    """A phase the controller can be in but the metric leaves out reads as no phase at all."""
+    from canary.rollout.state import Phase
+
+    assert set(PHASES) == {str(phase) for phase in Phase}
