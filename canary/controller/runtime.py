@@ -36,15 +36,20 @@ from canary.controller.reconciler import Reconciler
 from canary.controller.scheduler import RolloutScheduler
 from canary.evidence import EvidenceSource
 from canary.kserve.client import InferenceServiceClient
+from canary.kserve.outbox import ConfigMapOutboxStore
 from canary.kserve.store import ConfigMapStateStore
 from canary.notify import (
     Destination,
     NotificationDispatcher,
+    Outbox,
+    OutboxEntry,
     PrometheusDeliveryRecorder,
+    RetryHorizon,
     SecretResolver,
     destinations_for,
     events_destination,
 )
+from canary.notify.outbox import DEFAULT_IMPORTANT_RETRY_FOR, DEFAULT_INFO_RETRY_FOR
 from canary.notify.secrets import DEFAULT_REDACTOR
 from canary.notify.urls import UrlGuard
 from canary.policy import PromotionPolicy
@@ -60,7 +65,8 @@ class ControllerConfig:
     policy_paths: Sequence[str | os.PathLike[str]]
     namespaces: Sequence[str] = ()  # empty: every namespace
     metrics_port: int = 8080
-    metrics_host: str = "0.0.0.0"  # noqa: S104 - a pod serves probes on all interfaces
+    # Loopback unless told otherwise: the CLI passes --metrics-bind-address (default $POD_IP).
+    metrics_host: str = "127.0.0.1"
     leader_elect: bool = True
     lease_name: str = "kserve-canary"
     lease_namespace: str = "kserve-canary"
@@ -79,6 +85,10 @@ class ControllerConfig:
     policy_namespaces: NamespaceSource = NamespaceSource.DIRECTORY
     secrets: SecretScope = field(default_factory=SecretScope)
     notify_allow_hosts: Sequence[str] = ()
+    # For how long a notification is retried (seconds from the decision) before it is reported lost:
+    # promotions, rollbacks, pauses, unguarded rollouts and warnings; the other (informational) ones.
+    notify_retry_for: float = DEFAULT_IMPORTANT_RETRY_FOR
+    notify_info_retry_for: float = DEFAULT_INFO_RETRY_FOR
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -125,10 +135,21 @@ class Controller:
             scope=settings.secrets,
             url_guard=UrlGuard.allowing(settings.notify_allow_hosts),
         )
+        # Slack and webhook notifications wait in an outbox ConfigMap per InferenceService until
+        # delivered, so a restart or a takeover continues them; only the leader sends from it.
+        self._outbox = (
+            None
+            if settings.dry_run
+            else Outbox(ConfigMapOutboxStore(api_client, request_timeout=settings.request_timeout))
+        )
+        self._resumed: set[str] = set()  # rollouts whose outbox this replica took up while leading
         self._dispatcher = NotificationDispatcher(
             [] if settings.dry_run else [events_destination(api_client, resolver=self._resolver)],
             recorder=PrometheusDeliveryRecorder(self.metrics.registry),
             redactor=DEFAULT_REDACTOR,
+            horizon=RetryHorizon(settings.notify_retry_for, settings.notify_info_retry_for),
+            outbox=self._outbox,
+            may_deliver=self._is_leading,
         )
         self._destinations: dict[str, tuple[PromotionPolicy, list[Destination]]] = {}
         self._elector: LeaderElector | None = None
@@ -142,7 +163,7 @@ class Controller:
                 renew_deadline=settings.renew_deadline,
                 retry_period=settings.retry_period,
                 request_timeout=min(settings.request_timeout, settings.retry_period * 2),
-                on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+                on_change=self._leadership_changed,
             )
         if self._elector is None and not settings.dry_run:
             # A single replica without election acts alone: it is the leader (for dashboards and the
@@ -285,12 +306,39 @@ class Controller:
     def _is_leading(self) -> bool:
         return self._elector is None or self._elector.is_leader
 
+    def _leadership_changed(self, leading: bool) -> None:
+        self.metrics.leader.set(1 if leading else 0)
+        # Whoever leads next takes every outbox up afresh (this replica too, when it leads again).
+        self._resumed.clear()
+
+    def _resume_outbox(self, policy: PromotionPolicy) -> None:
+        """Once per leadership, before the first reconcile of a rollout: send what its outbox holds
+        (left by a killed process or by the previous leader)."""
+        if self._outbox is None or policy.key in self._resumed:
+            return
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        try:
+            pending = self._outbox.pending(namespace, name)
+        except Exception as error:
+            log.warning("notification outbox unreadable; trying again", key=policy.key, error=str(error))
+            return
+        self._resumed.add(policy.key)
+        if not pending:
+            return
+
+        def resolve(entry: OutboxEntry) -> Destination | None:
+            return next((d for d in self._policy_destinations(policy) if d.ref == entry.ref), None)
+
+        resumed = self._dispatcher.resume(pending, resolve)
+        log.info("notification outbox taken up", key=policy.key, waiting=len(pending), resumed=resumed)
+
     def _run_one(self, key: str) -> None:
         if self._stop.is_set() or not self._is_leading():
             return
         loaded = self._registry.get(key)
         if loaded is None:
             return
+        self._resume_outbox(loaded.policy)
         try:
             # The policy's notification targets go down with it, as data.
             outcome = self.reconciler.reconcile(loaded, self._policy_destinations(loaded.policy))
