@@ -26,7 +26,7 @@ from canary.notify import redact_processor
 from canary.policy import load_paths
 from canary.policy.schema import policy_json_schema
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
-from canary.policy.units import format_value
+from canary.policy.units import format_value, parse_duration
 from canary.rollout.records import CommandFormatError, CommandRequest
 from canary.rollout.state import CommandKind, StateFormatError, describe_time
 
@@ -245,6 +245,21 @@ def run(
             help="A notification host that may be private, loopback or plain http (repeatable).",
         ),
     ] = [],  # noqa: B006
+    notify_retry_for: Annotated[
+        str,
+        typer.Option(
+            envvar="NOTIFY_RETRY_FOR",
+            help="How long a promotion, rollback, pause, unguarded-rollout or warning notification is "
+            "retried before it is reported lost (1h, 30m, 90s).",
+        ),
+    ] = "1h",
+    notify_info_retry_for: Annotated[
+        str,
+        typer.Option(
+            envvar="NOTIFY_INFO_RETRY_FOR",
+            help="The same for informational notifications (started, advanced, ...).",
+        ),
+    ] = "10m",
 ) -> None:
     """Run the controller until SIGTERM."""
     configure_logging(log_format.value, extra_processors=[redact_processor])
@@ -283,6 +298,8 @@ def run(
             policy_namespaces=policy_namespaces,
             secrets=_secret_scope(secret_file_root, secret_env_allow),
             notify_allow_hosts=notify_allow_host,
+            notify_retry_for=_duration(notify_retry_for, "--notify-retry-for"),
+            notify_info_retry_for=_duration(notify_info_retry_for, "--notify-info-retry-for"),
         ),
         api_client=api_client,
         evidence=source,
@@ -290,6 +307,13 @@ def run(
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
     signal.signal(signal.SIGINT, lambda *_: controller.stop())
     controller.run()
+
+
+def _duration(text: str, option: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -212,7 +212,14 @@ class ConfigMapStateStore:
             listed = self._core.list_namespaced_config_map(
                 namespace, label_selector=selector, _request_timeout=self._timeout
             )
-        return [_stored(item) for item in listed.items]
+        # The same labels mark each InferenceService's notification outbox: only the state is a state.
+        return [_stored(item) for item in listed.items if _is_state(item)]
+
+
+def _is_state(configmap: client.V1ConfigMap) -> bool:
+    meta = configmap.metadata or client.V1ObjectMeta()
+    model = (meta.labels or {}).get(LABEL_INFERENCE_SERVICE)
+    return model is None or meta.name == state_configmap_name(model)
 
 
 def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_service: str = "") -> StoredState:

@@ -11,7 +11,8 @@ from canary.notify.destinations import destination_for, destinations_for, events
 from canary.notify.dispatcher import Destination, NotificationDispatcher, RetryPolicy, Submission
 from canary.notify.events import KubernetesEventSender, event_message
 from canary.notify.message import NOTIFICATION_API_VERSION, CheckLine, CheckVerdict, Notification
-from canary.notify.metrics import DeliveryRecorder, Outcome, PrometheusDeliveryRecorder
+from canary.notify.metrics import DeliveryRecorder, Loss, Outcome, PrometheusDeliveryRecorder
+from canary.notify.outbox import Outbox, OutboxEntry, OutboxStore, RetryHorizon
 from canary.notify.secrets import (
     DEFAULT_REDACTOR,
     Redactor,
@@ -33,12 +34,17 @@ __all__ = [
     "Destination",
     "EventReason",
     "KubernetesEventSender",
+    "Loss",
     "Notification",
     "NotificationAction",
     "NotificationDispatcher",
+    "Outbox",
+    "OutboxEntry",
+    "OutboxStore",
     "Outcome",
     "PrometheusDeliveryRecorder",
     "Redactor",
+    "RetryHorizon",
     "RetryPolicy",
     "SecretResolver",
     "SecretUnavailable",

@@ -19,7 +19,7 @@ from canary.notify.slack import SlackSender
 from canary.notify.webhook import WebhookSender
 from canary.policy.model import NotifyTarget
 
-__all__ = ["EVENTS_KEY", "destination_for", "destinations_for", "events_destination"]
+__all__ = ["EVENTS_KEY", "destination_for", "destination_ref", "destinations_for", "events_destination"]
 
 EVENTS_KEY = "kubernetes events"
 
@@ -30,8 +30,10 @@ def destination_for(
     resolver: SecretResolver,
     timeout: tuple[float, float] = DEFAULT_TIMEOUT,
     clock: Clock = utc_now,
+    ref: str = "",
 ) -> Destination:
-    """One policy ``notify`` entry as a destination; its key names the secret *reference*."""
+    """One policy ``notify`` entry as a destination; its key names the secret *reference*, its
+    ``ref`` (``notify[<index>]``) where the policy has it, for the outbox."""
     minimum = Severity(target.min_severity)
     if target.slack is not None:
         slack = target.slack
@@ -39,7 +41,7 @@ def destination_for(
         sender = SlackSender(
             slack.webhook_url_from, resolver=resolver, channel=slack.channel, timeout=timeout, clock=clock
         )
-        return Destination(key, TargetKind.SLACK, sender, minimum)
+        return Destination(key, TargetKind.SLACK, sender, minimum, ref)
     webhook = target.webhook
     assert webhook is not None  # NotifyTarget guarantees exactly one of slack/webhook
     key = f"webhook {describe_ref(webhook.url_from)}"
@@ -48,7 +50,7 @@ def destination_for(
     sender_ = WebhookSender(
         webhook.url_from, resolver=resolver, secret_from=webhook.secret_from, timeout=timeout, clock=clock
     )
-    return Destination(key, TargetKind.WEBHOOK, sender_, minimum)
+    return Destination(key, TargetKind.WEBHOOK, sender_, minimum, ref)
 
 
 def destinations_for(
@@ -58,7 +60,15 @@ def destinations_for(
     timeout: tuple[float, float] = DEFAULT_TIMEOUT,
     clock: Clock = utc_now,
 ) -> list[Destination]:
-    return [destination_for(target, resolver=resolver, timeout=timeout, clock=clock) for target in targets]
+    return [
+        destination_for(target, resolver=resolver, timeout=timeout, clock=clock, ref=destination_ref(index))
+        for index, target in enumerate(targets)
+    ]
+
+
+def destination_ref(index: int) -> str:
+    """How an outbox entry names its destination: the policy's ``notify`` entry number."""
+    return f"notify[{index}]"
 
 
 def events_destination(

@@ -9,6 +9,13 @@
 * ``filtered`` — below the destination's ``minSeverity``.
 
 ``kserve_canary_notification_retries_total{target_kind}`` counts attempts that will be retried.
+
+``kserve_canary_notifications_lost_total{channel, reason}`` counts notifications people will never
+get (each also a ``NotificationFailed`` Event and an error log line): ``expired`` — still failing
+when its retry horizon ran out; ``rejected`` — a final answer (a 4xx other than 408/425/429, a
+missing secret, a refused URL); ``dropped`` — no room left in the outbox or the send queue (the
+oldest informational one goes first); ``unconfigured`` — waiting in the outbox of a policy that no
+longer names its destination.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-__all__ = ["DeliveryRecorder", "Outcome", "PrometheusDeliveryRecorder", "default_recorder"]
+__all__ = ["DeliveryRecorder", "Loss", "Outcome", "PrometheusDeliveryRecorder", "default_recorder"]
 
 
 class Outcome(StrEnum):
@@ -30,12 +37,23 @@ class Outcome(StrEnum):
     FILTERED = "filtered"
 
 
+class Loss(StrEnum):
+    """Why a notification was given up for good (the ``reason`` of the lost counter)."""
+
+    EXPIRED = "expired"
+    REJECTED = "rejected"
+    DROPPED = "dropped"
+    UNCONFIGURED = "unconfigured"
+
+
 class DeliveryRecorder(Protocol):
     """Receives delivery results; must be cheap and must not raise (it runs on the caller's path)."""
 
     def outcome(self, kind: str, outcome: Outcome) -> None: ...
 
     def retry(self, kind: str) -> None: ...
+
+    def lost(self, kind: str, reason: Loss) -> None: ...
 
 
 class PrometheusDeliveryRecorder:
@@ -54,12 +72,21 @@ class PrometheusDeliveryRecorder:
             ["target_kind"],
             registry=registry,
         )
+        self.losses = Counter(
+            "kserve_canary_notifications_lost",
+            "Notifications given up for good, per channel (destination kind) and reason.",
+            ["channel", "reason"],
+            registry=registry,
+        )
 
     def outcome(self, kind: str, outcome: Outcome) -> None:
         self.notifications.labels(target_kind=kind, outcome=outcome.value).inc()
 
     def retry(self, kind: str) -> None:
         self.retries.labels(target_kind=kind).inc()
+
+    def lost(self, kind: str, reason: Loss) -> None:
+        self.losses.labels(channel=kind, reason=reason.value).inc()
 
 
 _default: PrometheusDeliveryRecorder | None = None
