@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import json
 import os
 import re
 import stat as stat_module
@@ -119,11 +120,18 @@ class LoadResult:
         return {loaded.policy.key: loaded for loaded in self.policies}
 
 
+_PLAIN_KEY = re.compile(r"^[^.\[\]\"\s\x00-\x1f]+$")
+
+
 def format_loc(loc: Iterable[str | int]) -> str:
+    """``spec.checks[0].max``; a key that is empty or holds ``.``, ``[``, ``]``, ``"`` or a space is quoted
+    (``metadata.labels["a.b"]``, ``[""]``) so the path stays unambiguous and never empty."""
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(str(part)):
+            text += f"[{json.dumps(str(part), ensure_ascii=False)}]"
         else:
             text += f".{part}" if text else str(part)
     return text

@@ -65,3 +65,20 @@ def test_a_size_too_large_for_a_float_is_an_error_at_its_field() -> None:
     result = load_text(text, "ml/fuzz.yaml")
     assert not result.policies
     assert [(error.line, error.field) for error in result.errors] == [(8, "spec.checks[0].max")]
+
+
+_HEAD = "apiVersion: kserve-canary.dev/v1alpha1\nkind: PromotionPolicy\nmetadata: {name: a, namespace: ml}\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        # An empty key was reported with no field at all (the empty path).
+        ("spec: {target: {inferenceService: x}}\n'': 1\n", '[""]'),
+        # Was "spec.a.b", a path that is not in the file (there is no "a" under spec).
+        ('spec: {target: {inferenceService: x}, "a.b": 1}\n', 'spec["a.b"]'),
+    ],
+)
+def test_an_unknown_key_that_is_empty_or_dotted_is_named_unambiguously(spec: str, field: str) -> None:
+    result = load_text(_HEAD + spec, "ml/odd.yaml")
+    assert field in [error.field for error in result.errors], [str(error) for error in result.errors]
