@@ -8,6 +8,7 @@ from canary.rollout.commands import CommandResult, apply_command
 from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
 from canary.rollout.judge import CheckVerdict, Evaluation, Judgement, judge_check, judge_evidence
+from canary.rollout.ledger import LedgerFormatError, RollbackLedger, ledger_after
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService, TrafficTarget
 from canary.rollout.state import (
     SCHEMA_VERSION,
@@ -42,11 +43,13 @@ __all__ = [
     "EvaluationVerdict",
     "EventReason",
     "Judgement",
+    "LedgerFormatError",
     "NotificationAction",
     "ObservedInferenceService",
     "Pause",
     "PauseKind",
     "Phase",
+    "RollbackLedger",
     "RolloutState",
     "Severity",
     "StateFormatError",
@@ -60,5 +63,6 @@ __all__ = [
     "evidence_request",
     "judge_check",
     "judge_evidence",
+    "ledger_after",
     "notification_action",
 ]

@@ -283,3 +283,113 @@ def test_commands_and_external_edits_never_break_determinism_idempotence_or_boun
             sim.set_percent(decision.weight)
         if arguments["reconcile"]:
             sim.reconcile()
+
+
+LOSSES = st.tuples(
+    st.just("lose-state"),
+    st.fixed_dictionaries({"how": st.sampled_from(["deleted", "empty", "restored-copy"])}),
+)
+LEDGER_TICK = st.tuples(
+    st.just("tick"),
+    st.fixed_dictionaries(
+        {
+            "dt": CLOCK_STEPS,
+            "evidence": st.sampled_from(list(EVIDENCE)),
+            "save": st.booleans() | st.just(True),  # crashes after the ledger, before the state
+            "patch": st.booleans() | st.just(True),  # crashes before patching
+            "reconcile": st.booleans() | st.just(True),
+        }
+    ),
+)
+LOSSY_EVENTS = st.lists(
+    st.one_of(LEDGER_TICK, LEDGER_TICK, LEDGER_TICK, WORLD, LOSSES, COMMANDS, EXTERNAL),
+    min_size=10,
+    max_size=70,
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(policy_index=st.integers(0, len(POLICIES) - 1), events=LOSSY_EVENTS, data=st.data())
+def test_a_rolled_back_revision_is_never_written_to_again_whatever_the_state_loss(
+    policy_index: int, events: list[tuple[str, dict[str, Any]]], data: st.DataObject
+) -> None:
+    """The shell keeps the rollback ledger (written before the rollback's patch); the state may be
+    deleted, emptied or restored from any earlier copy at any moment, commands and other writers
+    may act: once a rollback of a revision was recorded, no decision starts, advances or promotes
+    that revision again."""
+    from dataclasses import replace
+
+    from canary.rollout import RollbackLedger, apply_command, ledger_after
+
+    policy = POLICIES[policy_index]
+    sim = KServeSim.serving()
+    uid = "uid-of-llama"
+    state, ledger = RolloutState(), RollbackLedger()
+    copies: list[RolloutState] = [state]
+    now = T0
+    version = 1
+    rolled_back: set[str] = set()
+    ok = {"save": True, "patch": True, "reconcile": True}
+    tick = {"dt": 60, "evidence": "healthy", **ok}
+    # Every example begins with a rollout rolled back (a critical OOM at its first step); what
+    # follows is drawn.
+    rollback_first: list[tuple[str, dict[str, Any]]] = [
+        ("tick", tick),
+        ("new-spec", {}),
+        ("reconcile", {}),
+        ("tick", tick),
+        ("ready", {}),
+        ("reconcile", {}),
+        ("tick", tick),
+        ("tick", {**tick, "evidence": "oom"}),
+    ]
+    for kind, arguments in [*rollback_first, *events]:
+        if kind == "lose-state":
+            how = arguments["how"]
+            state = data.draw(st.sampled_from(copies)) if how == "restored-copy" else RolloutState()
+            continue
+        if kind == "command":
+            state = apply_command(state, arguments["name"], now, by="prop").state
+            continue
+        if kind == "external":
+            sim.set_percent(arguments["percent"])
+            continue
+        if kind != "tick":
+            if kind == "new-spec":
+                version += 1
+                sim.change_model(f"s3://m/v{version}")
+            elif kind == "reconcile":
+                sim.reconcile()
+            else:
+                {"ready": sim.make_ready, "crash": sim.crash, "recover": sim.recover, "fail": sim.fail}[
+                    kind
+                ]()
+            continue
+        now += timedelta(seconds=arguments["dt"])
+        observed = replace(sim.observe(), uid=uid)
+        request = evidence_request(policy, observed, state, now, ledger=ledger)
+        evidence = EVIDENCE[arguments["evidence"]](request) if request is not None else None
+        decision = decide(policy, observed, state, evidence, now, ledger=ledger)
+        assert decide(policy, observed, state, evidence, now, ledger=ledger) == decision
+        if decision.action.writes and decision.revision in rolled_back:
+            assert decision.action is Action.ROLLBACK and decision.weight == 0, (
+                f"{decision.action} {decision.weight} written to rolled-back {decision.revision}: "
+                f"{decision.reasons}"
+            )
+        # Write-ahead: the ledger first, then the state, then the patch (each may be the last).
+        recorded = ledger_after(decision, ledger, uid)
+        if recorded is not None:
+            ledger = RollbackLedger.from_json(recorded.to_json())
+            assert decision.revision is not None
+            rolled_back.add(decision.revision)
+        if not arguments["save"]:
+            continue
+        state = RolloutState.from_json(decision.new_state.to_json())
+        copies.append(state)
+        if decision.action.writes and arguments["patch"]:
+            sim.set_percent(decision.weight)
+        if arguments["reconcile"]:
+            sim.reconcile()
+    assert "llama-predictor-00002" in rolled_back
