@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
+import re
+import secrets
 import signal
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -14,12 +16,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from canary import __version__
 from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import Controller, ControllerConfig, load_api_client
 from canary.controller.startup import preflight_or_exit
-from canary.kserve.store import STATE_KEY, ConfigMapStateStore, StoredState
+from canary.kserve.client import ConflictError
+from canary.kserve.identity import who_am_i
+from canary.kserve.store import STATE_KEY, ConfigMapStateStore, StoredState, state_configmap_name
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import redact_processor
@@ -27,8 +32,9 @@ from canary.policy import load_paths
 from canary.policy.schema import policy_json_schema
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_value, parse_duration
-from canary.rollout.records import CommandFormatError, CommandRequest
-from canary.rollout.state import CommandKind, StateFormatError, describe_time
+from canary.rollout.commands import apply_command
+from canary.rollout.records import COMMAND_TTL, CommandFormatError, CommandOutcome, CommandRequest
+from canary.rollout.state import CommandKind, RolloutState, StateFormatError, describe_time
 
 app = typer.Typer(
     name="kserve-canary",
@@ -320,6 +326,29 @@ def _duration(text: str, option: str) -> float:
 # Operating rollouts
 
 
+# What a ConfigMap holds reaches a terminal only through printable(): anyone who can edit the
+# ConfigMap could otherwise clear the screen (ESC [ 2J), plant hyperlinks (OSC 8), or overwrite a
+# line (\r, backspaces) in front of the person reading `status` or `explain`.
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: cursor, erase, colours
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks; ended by BEL or ST
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[ -~]?"  # any other escape
+)
+# C0 (but newline), DEL, C1, and the bidirectional overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` without escape sequences or control characters (newlines stay; a tab is a space)."""
+    return _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", text.replace("\t", " ")))
+
+
+def _cell(text: str) -> Text:
+    """A table cell shown as it is: no Rich markup (``[link=...]``), no control characters."""
+    return Text(printable(text))
+
+
 def _split_target(target: str) -> tuple[str, str]:
     namespace, separator, name = target.partition("/")
     if not separator or not namespace or not name:
@@ -341,7 +370,7 @@ def _status_row(stored: StoredState) -> dict[str, str]:
             raise StateFormatError(f"the ConfigMap holds no {STATE_KEY}")
         state = stored.state()
     except StateFormatError as error:
-        return {"model": stored.key, "phase": "Unreadable", "reason": str(error)}
+        return {"model": stored.key, "phase": "Unreadable", "reason": printable(str(error))}
     try:
         command = stored.command()
         pending = str(command.command) if command is not None else ""
@@ -375,10 +404,10 @@ def status(
         return
     table = Table("MODEL", "REVISION", "PHASE", "WEIGHT", "STEP", "SINCE", "LAST DECISION", box=None)
     for row in rows:
-        table.add_row(
-            row["model"], row.get("revision", ""), row["phase"], row.get("weight", ""),
-            row.get("step", ""), row.get("since", ""), row.get("reason", ""),
-        )  # fmt: skip
+        table.add_row(*(
+            _cell(row.get(column, ""))
+            for column in ("model", "revision", "phase", "weight", "step", "since", "reason")
+        ))  # fmt: skip
     Console(soft_wrap=False).print(table)
 
 
@@ -398,7 +427,7 @@ def explain(
         state = stored.state()
         document = stored.explain()
     except StateFormatError as error:
-        typer.echo(f"{namespace}/{name}: {error}", err=True)
+        typer.echo(printable(f"{namespace}/{name}: {error}"), err=True)
         raise typer.Exit(1) from None
     if output is OutputFormat.JSON:
         latest = document.to_dict() if document is not None else None
@@ -409,75 +438,273 @@ def explain(
         console.print(f"{namespace}/{name}: no evaluation recorded yet", markup=False)
         return
     console.print(
-        f"{namespace}/{name} revision {document.revision} vs {document.stable_revision} "
-        f"at {document.at.isoformat()}: {document.verdict or 'no verdict'}, {document.requests} requests"
-        f" — {document.action}",
+        printable(
+            f"{namespace}/{name} revision {document.revision} vs {document.stable_revision} "
+            f"at {document.at.isoformat()}: {document.verdict or 'no verdict'}, {document.requests} "
+            f"requests — {document.action}"
+        ),
         markup=False,
     )
     for reason in document.reasons:
-        console.print(f"  {reason}", markup=False)
+        console.print(printable(f"  {reason}"), markup=False)
     table = Table("CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES", box=None)
     for check in document.checks:
         table.add_row(
-            check.name,
-            check.verdict,
+            _cell(check.name),
+            _cell(check.verdict),
             "" if check.value is None else format_value(check.value, check.unit),
-            check.limit,
+            _cell(check.limit),
             "" if check.stable is None else format_value(check.stable, check.unit),
             "" if check.samples is None else f"{check.samples:.0f}",
         )
     console.print(table)
     for check in document.checks:
         if check.query:
-            console.print(f"[{check.name}] {check.query}", markup=False)
+            console.print(printable(f"[{check.name}] {check.query}"), markup=False)
 
 
-def _command(kind: CommandKind, target: str, kubeconfig: str | None, reason: str | None) -> None:
+# Exit codes of pause, resume, approve, abort and promote.
+EXIT_ACCEPTED = 0  # the controller accepted it (or it was issued with --no-wait)
+EXIT_REFUSED = 1  # refused: by the CLI (obviously impossible now) or by the controller
+EXIT_NO_ANSWER = 3  # issued, but the controller did not answer within --wait
+_ATTEMPTS = 5  # writes that lose a race with the controller are retried this often
+_POLL_SECONDS = 0.5
+
+
+def _refused(message: str) -> typer.Exit:
+    typer.echo(printable(message), err=True)
+    return typer.Exit(EXIT_REFUSED)
+
+
+def _step_text(state: RolloutState) -> str:
+    return "no step yet" if state.step is None else f"step {state.step.index + 1} ({state.step.weight}%)"
+
+
+def _command(kind: CommandKind, target: str, options: CommandOptions) -> None:
+    """Issue ``kind`` for the rollout in progress, bound to it, and wait for the controller's answer.
+
+    The state is read first; the command names its revision, step and resourceVersion and is written
+    under that resourceVersion (a write that loses a race is retried only while the rollout is still
+    at the same revision and step). ``by`` is the API server's answer to a SelfSubjectReview.
+    """
     namespace, name = _split_target(target)
-    by = os.environ.get("KSERVE_CANARY_USER") or getpass.getuser()
-    command = CommandRequest(kind, by=by, at=datetime.now(UTC), reason=reason)
+    api_client = load_api_client(options.kubeconfig)
+    store = ConfigMapStateStore(api_client)
+    identity = who_am_i(api_client, options.kubeconfig)
+    if identity.note:
+        typer.echo(f"note: {identity.note}", err=True)
+    seen: tuple[str | None, int | None] | None = None
+    for _ in range(_ATTEMPTS):
+        stored = store.load(namespace, name)
+        if stored.state_json is None:
+            raise _refused(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+        try:
+            state = stored.state()
+        except StateFormatError as error:
+            raise _refused(f"{namespace}/{name}: {error}") from None
+        step = state.step.index if state.step is not None else None
+        if options.revision is not None and options.revision != state.revision:
+            raise _refused(
+                f"{kind} for {options.revision} refused: the rollout of {namespace}/{name} is of "
+                f"{state.revision or 'no revision'}"
+            )
+        if seen is not None and seen != (state.revision, step):
+            raise _refused(
+                f"{kind} refused: the rollout of {namespace}/{name} moved while the command was issued "
+                f"(now {state.revision}, {_step_text(state)}); look at `kserve-canary status` and try again"
+            )
+        seen = (state.revision, step)
+        now = datetime.now(UTC)
+        waiting = _waiting_command(stored, now)
+        if waiting is not None:
+            raise _refused(
+                f"{kind} refused: {waiting} is waiting for the controller; wait for its answer, then "
+                "try again"
+            )
+        command = CommandRequest(
+            kind,
+            by=identity.username,
+            at=now,
+            reason=options.reason,
+            revision=state.revision,
+            step=step,
+            state_resource_version=stored.resource_version,
+            id=secrets.token_hex(8),
+        )
+        # What is impossible now is refused at once, as the controller would; it stays the authority.
+        verdict = apply_command(state, command, now)
+        if not verdict.accepted:
+            raise _refused(f"{kind} of {namespace}/{name} refused: {verdict.message}")
+        try:
+            store.request_command(
+                namespace, name, command, issuer=identity.username, resource_version=stored.resource_version
+            )
+            break
+        except ConflictError:
+            continue
+        except LookupError as error:
+            raise _refused(str(error)) from None
+    else:
+        raise _refused(f"{kind} refused: the state of {namespace}/{name} kept changing; try again")
+    what = f"{kind} of {namespace}/{name} ({state.revision}, {_step_text(state)}) by {identity.username}"
+    if options.wait <= 0:
+        typer.echo(f"{what} issued; the controller answers at its next evaluation (not waiting)")
+        raise typer.Exit(EXIT_ACCEPTED)
+    typer.echo(f"{what} issued; waiting up to {options.wait:g}s for the controller's answer")
+    answer = _answer(store, namespace, name, command, options.wait)
+    if answer is None:
+        typer.echo(
+            f"no answer from the controller within {options.wait:g}s: the command waits in ConfigMap "
+            f"{namespace}/{state_configmap_name(name)} (the controller reads it at its next evaluation; "
+            "is it running?)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_NO_ANSWER)
+    if not answer.accepted:
+        raise _refused(f"the controller refused {kind} of {namespace}/{name}: {answer.message}")
+    typer.echo(printable(f"the controller accepted {kind} of {namespace}/{name}: {answer.message}"))
+    raise typer.Exit(EXIT_ACCEPTED)
+
+
+def _waiting_command(stored: StoredState, now: datetime) -> str | None:
+    """Someone else's command the controller has not read yet (an expired or unreadable one does not
+    count: it would be refused anyway), described; None when there is none."""
+    if stored.command_json is None:
+        return None
     try:
-        _store(kubeconfig).request_command(namespace, name, command)
-    except LookupError as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(1) from None
-    typer.echo(
-        f"{kind} requested for {namespace}/{name}; the controller carries it out at its next evaluation"
-    )
+        command = stored.command()
+    except CommandFormatError:
+        return None
+    if command is None or command.at is None or now - command.at > COMMAND_TTL:
+        return None
+    issuer = stored.command_issuer or command.by or "someone"
+    return f"{command.command} by {issuer} ({describe_time(command.at)})"
+
+
+def _answer(
+    store: ConfigMapStateStore, namespace: str, name: str, command: CommandRequest, wait: float
+) -> CommandOutcome | None:
+    """The controller's answer to ``command``; None when it has not come within ``wait`` seconds.
+    Raises typer.Exit when the command was replaced or withdrawn before the controller read it."""
+    deadline = time.monotonic() + wait
+    while True:
+        stored = store.load(namespace, name)
+        answer = stored.readable_command_result()
+        if answer is not None and answer.id == command.id:
+            return answer
+        try:
+            waiting = stored.command()
+        except CommandFormatError:
+            waiting = None
+        if waiting is None or waiting.id != command.id:
+            raise _refused(
+                f"{command.command} of {namespace}/{name} was replaced or withdrawn before the controller "
+                "read it"
+            )
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(_POLL_SECONDS)
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    kubeconfig: str | None
+    reason: str | None
+    wait: float
+    revision: str | None
 
 
 ReasonOption = Annotated[str | None, typer.Option(help="Why, for the record.")]
 TargetArgument = Annotated[str, typer.Argument(help="NAMESPACE/NAME of the InferenceService.")]
+WaitOption = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        min=0,
+        help="Seconds to wait for the controller's answer (it reads commands at its next evaluation); "
+        "0: do not wait.",
+    ),
+]
+NoWaitOption = Annotated[bool, typer.Option("--no-wait", help="Issue the command and do not wait.")]
+RevisionOption = Annotated[
+    str | None,
+    typer.Option(help="Refuse unless the rollout in progress is of this revision (default: the current)."),
+]
+DEFAULT_WAIT = 90.0  # more than the default evaluation interval (60 s)
+
+
+def _options(
+    kubeconfig: str | None, reason: str | None, wait: float, no_wait: bool, revision: str | None
+) -> CommandOptions:
+    return CommandOptions(kubeconfig, reason, 0.0 if no_wait else wait, revision)
 
 
 @app.command()
-def pause(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
-    """Stop the rollout where it is (nothing is written to the InferenceService)."""
-    _command(CommandKind.PAUSE, target, kubeconfig, reason)
+def pause(
+    target: TargetArgument,
+    kubeconfig: KubeconfigOption = None,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+) -> None:
+    """Stop the rollout where it is (nothing is written to the InferenceService).
+
+    Exit 0: accepted; 1: refused (with the reason); 3: no answer from the controller within --wait.
+    """
+    _command(CommandKind.PAUSE, target, _options(kubeconfig, reason, wait, no_wait, revision))
 
 
 @app.command()
-def resume(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
-    """Continue a paused rollout."""
-    _command(CommandKind.RESUME, target, kubeconfig, reason)
+def resume(
+    target: TargetArgument,
+    kubeconfig: KubeconfigOption = None,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+) -> None:
+    """Continue a paused rollout (exit codes as for pause)."""
+    _command(CommandKind.RESUME, target, _options(kubeconfig, reason, wait, no_wait, revision))
 
 
 @app.command()
-def approve(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
-    """Let a step with `approval: manual` proceed."""
-    _command(CommandKind.APPROVE, target, kubeconfig, reason)
+def approve(
+    target: TargetArgument,
+    kubeconfig: KubeconfigOption = None,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+) -> None:
+    """Let a step with `approval: manual` proceed (exit codes as for pause)."""
+    _command(CommandKind.APPROVE, target, _options(kubeconfig, reason, wait, no_wait, revision))
 
 
 @app.command()
-def abort(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
-    """Roll back now (canaryTrafficPercent: 0)."""
-    _command(CommandKind.ABORT, target, kubeconfig, reason)
+def abort(
+    target: TargetArgument,
+    kubeconfig: KubeconfigOption = None,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+) -> None:
+    """Roll back now (canaryTrafficPercent: 0) (exit codes as for pause)."""
+    _command(CommandKind.ABORT, target, _options(kubeconfig, reason, wait, no_wait, revision))
 
 
 @app.command()
-def promote(target: TargetArgument, kubeconfig: KubeconfigOption = None, reason: ReasonOption = None) -> None:
-    """Skip the remaining steps and promote (once the canary is Ready)."""
-    _command(CommandKind.PROMOTE, target, kubeconfig, reason)
+def promote(
+    target: TargetArgument,
+    kubeconfig: KubeconfigOption = None,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+) -> None:
+    """Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."""
+    _command(CommandKind.PROMOTE, target, _options(kubeconfig, reason, wait, no_wait, revision))
 
 
 # ---------------------------------------------------------------------------------------------

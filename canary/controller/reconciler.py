@@ -37,7 +37,7 @@ from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
 from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
-from canary.rollout.records import CommandFormatError, ExplainDocument
+from canary.rollout.records import CommandFormatError, CommandOutcome, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 from canary.rollout.vocabulary import Action, Severity
 
@@ -122,7 +122,14 @@ class Reconciler:
             return
         result = apply_command(state, CommandKind.PAUSE, self._clock(), by="kserve-canary (policy removed)")
         if result.accepted:
-            self._save(policy.key, stored, result.state, owner_uid=None, explain=_readable_explain(stored))
+            self._save(
+                policy.key,
+                stored,
+                result.state,
+                owner_uid=None,
+                explain=_readable_explain(stored),
+                command_result=stored.readable_command_result(),
+            )
             log.warning(
                 "policy removed: rollout paused",
                 namespace=namespace,
@@ -154,8 +161,9 @@ class Reconciler:
                 outcome.notifications.append(notification)
             return outcome
 
+        answer: CommandOutcome | None = None  # to the command waiting in the ConfigMap, if any
         if stored.command_json is not None:
-            state = self._apply_command(stored, state, now, bound)
+            state, answer = self._apply_command(stored, state, now, bound)
 
         request = evidence_request(policy, observed, state, now)
         evidence = self._collect(policy, request, bound) if request is not None else None
@@ -172,6 +180,7 @@ class Reconciler:
                     decision.new_state,
                     owner_uid=observed.uid,
                     explain=explain or _readable_explain(stored),
+                    command_result=answer or stored.readable_command_result(),
                 )
                 outcome.wrote_state = True
             except ConflictError:
@@ -196,25 +205,37 @@ class Reconciler:
 
     def _apply_command(
         self, stored: StoredState, state: RolloutState, now: datetime, bound: FilteringBoundLogger
-    ) -> RolloutState:
+    ) -> tuple[RolloutState, CommandOutcome | None]:
+        """The state after the waiting command, and the answer to write beside it for the issuer."""
         try:
             command = stored.command()
         except CommandFormatError as error:
             bound.warning("ignoring a malformed operator command", error=str(error))
-            return state
+            return state, CommandOutcome("unknown", False, f"refused: {error}", now)
         if command is None:
-            return state
-        by = command.by or "an operator"
-        result = apply_command(state, command.command, now, by=by)
-        level = bound.info if result.accepted else bound.warning
+            return state, None
+        # The issuer is the command-issuer key, which the admission policy checks against the identity
+        # that wrote it; "by" inside command.json is the writer's say-so.
+        by = stored.command_issuer or None
+        if by is None:
+            result_accepted, message, after = False, f"{command.command} names no issuer: refused", state
+        else:
+            result = apply_command(state, command, now, by=by)
+            result_accepted, message, after = result.accepted, result.message, result.state
+        level = bound.info if result_accepted else bound.warning
         level(
             "operator command",
             command=str(command.command),
             by=by,
-            accepted=result.accepted,
-            message=result.message,
+            revision=command.revision,
+            accepted=result_accepted,
+            message=message,
         )
-        return result.state
+        answer = CommandOutcome(
+            str(command.command), result_accepted, message, now, id=command.id, by=by,
+            revision=command.revision,
+        )  # fmt: skip
+        return after, answer
 
     def _collect(
         self, policy: PromotionPolicy, request: EvidenceRequest, bound: FilteringBoundLogger
@@ -249,6 +270,7 @@ class Reconciler:
         *,
         owner_uid: str | None,
         explain: ExplainDocument | None,
+        command_result: CommandOutcome | None = None,
     ) -> None:
         if self._dry_run:
             self._memory[key] = StoredState(
@@ -267,6 +289,7 @@ class Reconciler:
             resource_version=stored.resource_version,
             owner_uid=owner_uid,
             explain=explain,
+            command_result=command_result,
         )
 
     def _patch(self, namespace: str, name: str, patch: dict[str, Any]) -> None:

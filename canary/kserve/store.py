@@ -15,11 +15,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, is_not_found
-from canary.rollout.records import CommandRequest, ExplainDocument
+from canary.rollout.records import CommandFormatError, CommandOutcome, CommandRequest, ExplainDocument
 from canary.rollout.state import RolloutState
 
 __all__ = [
+    "COMMAND_ISSUER_KEY",
     "COMMAND_KEY",
+    "COMMAND_RESULT_KEY",
     "EXPLAIN_KEY",
     "MANAGED_BY",
     "MAX_STATE_BYTES",
@@ -35,6 +37,11 @@ STATE_KEY = "state.json"
 # controller applies it and saves the state without it, under the resourceVersion it read, so a
 # command written in between is never lost (the save fails with 409 and is retried).
 COMMAND_KEY = "command.json"
+# Who wrote command.json: a plain string, so the admission policy can compare it with the identity
+# the apiserver authenticated (CEL cannot parse JSON); the controller believes this key, not "by".
+COMMAND_ISSUER_KEY = "command-issuer"
+# The controller's answer to the last command (accepted or refused, and why), which the CLI waits for.
+COMMAND_RESULT_KEY = "command-result.json"
 # The latest evaluation in full (each check's value, limit, stable value and PromQL), for
 # ``kserve-canary explain``. Kept beside the state so the core's state stays small.
 EXPLAIN_KEY = "explain.json"
@@ -68,6 +75,8 @@ class StoredState:
     resource_version: str | None  # precondition for the next write; None = create
     command_json: str | None = None  # a pending operator command, if any
     explain_json: str | None = None  # the latest evaluation, for ``explain``
+    command_issuer: str | None = None  # who wrote command.json (checked at admission, when installed)
+    command_result_json: str | None = None  # the controller's answer to the last command
 
     @property
     def key(self) -> str:
@@ -84,6 +93,17 @@ class StoredState:
     def explain(self) -> ExplainDocument | None:
         """The latest evaluation. Raises :class:`ExplainFormatError`."""
         return ExplainDocument.from_json(self.explain_json) if self.explain_json else None
+
+    def command_result(self) -> CommandOutcome | None:
+        """The controller's answer to the last command. Raises :class:`CommandFormatError`."""
+        return CommandOutcome.from_json(self.command_result_json) if self.command_result_json else None
+
+    def readable_command_result(self) -> CommandOutcome | None:
+        """The answer to the last command, or None when there is none or it cannot be read."""
+        try:
+            return self.command_result()
+        except CommandFormatError:
+            return None
 
 
 class ConfigMapStateStore:
@@ -111,8 +131,10 @@ class ConfigMapStateStore:
         resource_version: str | None,
         owner_uid: str | None,
         explain: ExplainDocument | None = None,
+        command_result: CommandOutcome | None = None,
     ) -> str:
-        """Write the state (and the latest evaluation); returns the new resourceVersion.
+        """Write the state (and the latest evaluation, and the answer to the last command); returns the
+        new resourceVersion.
 
         Raises :class:`ConflictError` on 409 and :class:`StateTooLarge` beyond :data:`MAX_STATE_BYTES`.
         Whatever else the ConfigMap held is replaced: a pending command is consumed.
@@ -120,7 +142,11 @@ class ConfigMapStateStore:
         return self.save_files(
             namespace,
             inference_service,
-            {STATE_KEY: state.to_json(), **({EXPLAIN_KEY: explain.to_json()} if explain else {})},
+            {
+                STATE_KEY: state.to_json(),
+                **({EXPLAIN_KEY: explain.to_json()} if explain else {}),
+                **({COMMAND_RESULT_KEY: command_result.to_json()} if command_result else {}),
+            },
             resource_version=resource_version,
             owner_uid=owner_uid,
         )
@@ -183,11 +209,29 @@ class ConfigMapStateStore:
             raise
         return str(written.metadata.resource_version if written.metadata else "")
 
-    def request_command(self, namespace: str, inference_service: str, command: CommandRequest) -> None:
-        """Leave a command for the controller (used by the CLI, with the operator's own credentials)."""
-        body = {"data": {COMMAND_KEY: command.to_json()}}
+    def request_command(
+        self,
+        namespace: str,
+        inference_service: str,
+        command: CommandRequest,
+        *,
+        issuer: str | None = None,
+        resource_version: str | None = None,
+    ) -> str:
+        """Leave a command for the controller (used by the CLI, with the operator's own credentials);
+        returns the new resourceVersion.
+
+        ``issuer`` (default: ``command.by``) goes to :data:`COMMAND_ISSUER_KEY`. With
+        ``resource_version`` the write lands only on the state read at that version, else
+        :class:`ConflictError`.
+        """
+        body: dict[str, object] = {
+            "data": {COMMAND_KEY: command.to_json(), COMMAND_ISSUER_KEY: issuer or command.by or ""}
+        }
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
-            self._core.patch_namespaced_config_map(
+            written = self._core.patch_namespaced_config_map(
                 state_configmap_name(inference_service),
                 namespace,
                 body,
@@ -200,7 +244,12 @@ class ConfigMapStateStore:
                 raise LookupError(
                     f"no rollout state for {namespace}/{inference_service}: kserve-canary has not seen it yet"
                 ) from error
+            if error.status == 409:
+                raise ConflictError(
+                    f"state of {namespace}/{inference_service} changed since it was read"
+                ) from error
             raise
+        return str(written.metadata.resource_version if written.metadata else "")
 
     def list_all(self, namespace: str | None = None) -> list[StoredState]:
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -232,4 +281,6 @@ def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_servic
         meta.resource_version,
         data.get(COMMAND_KEY),
         data.get(EXPLAIN_KEY),
+        data.get(COMMAND_ISSUER_KEY),
+        data.get(COMMAND_RESULT_KEY),
     )

@@ -7,13 +7,20 @@ rolls back, a promote removes the percentage (only once the canary is Ready), a 
 what the pause interrupted (for a pause caused by someone else's change, the controller's own value).
 A command that makes no sense in the current phase is refused with a message, and the state is
 returned unchanged.
+
+An operator's command comes as its record (:class:`~canary.rollout.records.CommandRequest`) and is
+bound to what it means before anything else: it is refused when it names another revision than the
+rollout's, when the rollout has moved to another step since it was issued (stale), or when it is
+older than :data:`~canary.rollout.records.COMMAND_TTL` (expired). A bare command kind is the
+controller's own (a pause when a policy is removed) and is not bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from canary.rollout.records import COMMAND_TTL, CommandRequest
 from canary.rollout.state import (
     MAX_HISTORY,
     CommandKind,
@@ -23,11 +30,12 @@ from canary.rollout.state import (
     PendingCommand,
     Phase,
     RolloutState,
+    StepProgress,
     describe_time,
 )
 from canary.rollout.vocabulary import EventReason, decision_id
 
-__all__ = ["CommandResult", "apply_command"]
+__all__ = ["CommandResult", "apply_command", "binding_refusal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +45,27 @@ class CommandResult:
     message: str
 
 
+# A command "issued" further in the future than this is refused: clocks disagree, or it was forged
+# to outlive COMMAND_TTL.
+CLOCK_SKEW = timedelta(minutes=5)
+
+
 def apply_command(
-    state: RolloutState, command: CommandKind | str, now: datetime, *, by: str | None = None
+    state: RolloutState, command: CommandRequest | CommandKind | str, now: datetime, *, by: str | None = None
 ) -> CommandResult:
-    """Apply an operator command to ``state``. Raises ValueError for an unknown command name."""
-    kind = CommandKind(command)
+    """Apply an operator command to ``state``. Raises ValueError for an unknown command name.
+
+    For a :class:`CommandRequest`, ``by`` defaults to the record's and :func:`binding_refusal` is
+    checked first.
+    """
+    if isinstance(command, CommandRequest):
+        refusal = binding_refusal(state, command, now)
+        if refusal is not None:
+            return _refuse(state, refusal)
+        kind = command.command
+        by = by if by is not None else command.by
+    else:
+        kind = CommandKind(command)
     who = by or "an operator"
     phase = state.phase
     pending = state.command
@@ -96,6 +120,48 @@ def apply_command(
     if kind is CommandKind.PROMOTE and underlying in (Phase.PROMOTING, Phase.BAKING):
         return _refuse(state, f"{state.revision} is already promoted (phase {underlying})")
     return _pending(state, kind, now, by, who, str(kind))
+
+
+def binding_refusal(state: RolloutState, command: CommandRequest, now: datetime) -> str | None:
+    """Why ``command`` does not apply to ``state`` whatever the phase, or None when it is bound to it.
+
+    Refused, in this order: no issue time; older than :data:`COMMAND_TTL` (expired) or issued more
+    than :data:`CLOCK_SKEW` in the future; no revision named, or another revision than the state's;
+    issued at another step than the state's current one (stale: the rollout moved since).
+    """
+    verb = str(command.command)
+    if command.at is None:
+        return f"{verb} carries no issue time (at): refused"
+    if now - command.at > COMMAND_TTL:
+        return (
+            f"{verb} was issued at {describe_time(command.at)}, more than {_hours(COMMAND_TTL)} before "
+            "the controller read it: expired, refused"
+        )
+    if command.at - now > CLOCK_SKEW:
+        return f"{verb} was issued at {describe_time(command.at)}, in the future: check the clocks; refused"
+    if command.revision is None:
+        return f"{verb} names no revision it is meant for: refused"
+    if command.revision != state.revision:
+        now_of = f"the rollout is now of {state.revision}" if state.revision else "no rollout is known now"
+        return f"{verb} was issued for {command.revision}, {now_of}: refused"
+    current = state.step.index if state.step is not None else None
+    if command.step != current:
+        return (
+            f"{verb} was issued at {_step_text(command.step, None)} of {command.revision}, the rollout has "
+            f"moved to {_step_text(current, state.step)} since: stale, refused"
+        )
+    return None
+
+
+def _step_text(index: int | None, step: StepProgress | None) -> str:
+    if index is None:
+        return "no step"
+    return f"step {index + 1}" + (f" ({step.weight}%)" if step is not None else "")
+
+
+def _hours(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{hours:g} h"
 
 
 def _pending(

@@ -1,4 +1,5 @@
-"""The other two files of the state ConfigMap, as typed records: ``command.json`` and ``explain.json``.
+"""The other files of the state ConfigMap, as typed records: ``command.json``, ``command-result.json``
+and ``explain.json``.
 
 (``state.json`` is :class:`~canary.rollout.state.RolloutState`.) Each record is written by
 ``to_json`` and read by ``from_json`` and nowhere else: the store, the reconciler, the CLI and the
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationError
@@ -22,7 +23,9 @@ from canary.rollout.decision import Decision
 from canary.rollout.state import JSON_CONFIG, CommandKind, StateFormatError, read_json_object
 
 __all__ = [
+    "COMMAND_TTL",
     "CommandFormatError",
+    "CommandOutcome",
     "CommandRequest",
     "ExplainCheck",
     "ExplainDocument",
@@ -62,9 +65,22 @@ def _dump(adapter: TypeAdapter[_T], record: _T) -> str:
     return json.dumps(adapter.dump_python(record, mode="json", by_alias=True), separators=(",", ":"))
 
 
+# A command older than this when the controller reads it is expired, whatever it says.
+COMMAND_TTL = timedelta(hours=1)
+
+
 @dataclass(frozen=True, slots=True)
 class CommandRequest:
-    """An operator's command waiting in ``command.json`` for the controller's next decision."""
+    """An operator's command waiting in ``command.json`` for the controller's next decision.
+
+    It is bound to what it means (canary/rollout/SEMANTICS.md, "Commands"): ``revision`` and
+    ``step`` (0-based index, None before the first step) are the rollout it was issued for, as the
+    issuer read it at ``stateResourceVersion`` (the CLI writes the command under that
+    resourceVersion, so it lands only on the state it was read from); ``at`` bounds its life
+    (:data:`COMMAND_TTL`); ``id`` names the answer the controller writes (:class:`CommandOutcome`).
+    ``by`` is informative only: the controller takes the issuer from the ``command-issuer`` key,
+    which the admission policy checks against the Kubernetes identity that wrote it.
+    """
 
     __pydantic_config__ = JSON_CONFIG
 
@@ -72,6 +88,10 @@ class CommandRequest:
     by: str | None = None
     at: _Time | None = None
     reason: str | None = None
+    revision: str | None = None
+    step: int | None = None
+    state_resource_version: str | None = None
+    id: str | None = None
 
     def to_json(self) -> str:
         return _dump(_COMMAND, self)
@@ -81,6 +101,33 @@ class CommandRequest:
         """Raises :class:`CommandFormatError` for anything that is not a command."""
         what = "the operator command (command.json)"
         return _validate(_COMMAND, read_json_object(text, what, CommandFormatError), what, CommandFormatError)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """The controller's answer to a command (``command-result.json``), which the CLI waits for.
+
+    ``id`` is the command's own (None when the command could not be read at all).
+    """
+
+    __pydantic_config__ = JSON_CONFIG
+
+    command: str
+    accepted: bool
+    message: str
+    at: _Time
+    id: str | None = None
+    by: str | None = None
+    revision: str | None = None
+
+    def to_json(self) -> str:
+        return _dump(_OUTCOME, self)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CommandOutcome:
+        """Raises :class:`CommandFormatError` for anything that is not a command's result."""
+        what = "the result of the last command (command-result.json)"
+        return _validate(_OUTCOME, read_json_object(text, what, CommandFormatError), what, CommandFormatError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,4 +227,5 @@ class ExplainDocument:
 
 
 _COMMAND: TypeAdapter[CommandRequest] = TypeAdapter(CommandRequest)
+_OUTCOME: TypeAdapter[CommandOutcome] = TypeAdapter(CommandOutcome)
 _EXPLAIN: TypeAdapter[ExplainDocument] = TypeAdapter(ExplainDocument)

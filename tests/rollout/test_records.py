@@ -9,6 +9,7 @@ import pytest
 
 from canary.rollout.records import (
     CommandFormatError,
+    CommandOutcome,
     CommandRequest,
     ExplainDocument,
     ExplainFormatError,
@@ -62,10 +63,32 @@ def test_a_field_of_the_wrong_kind_names_the_file_and_the_field() -> None:
 
 
 def test_a_command_round_trips_in_the_json_the_cli_always_wrote() -> None:
-    command = CommandRequest(CommandKind.ABORT, by="alice", at=T0, reason="p99 looks wrong")
+    command = CommandRequest(
+        CommandKind.ABORT,
+        by="alice",
+        at=T0,
+        reason="p99 looks wrong",
+        revision="m-00002",
+        step=1,
+        state_resource_version="41",
+        id="c0ffee",
+    )
     document = json.loads(command.to_json())
-    assert document == {"command": "abort", "by": "alice", "at": T0.isoformat(), "reason": "p99 looks wrong"}
+    assert document == {
+        "command": "abort",
+        "by": "alice",
+        "at": T0.isoformat(),
+        "reason": "p99 looks wrong",
+        "revision": "m-00002",
+        "step": 1,
+        "stateResourceVersion": "41",
+        "id": "c0ffee",
+    }
     assert CommandRequest.from_json(command.to_json()) == command
+    answer = CommandOutcome("abort", False, "refused: because", T0, id="c0ffee", by="alice")
+    assert CommandOutcome.from_json(answer.to_json()) == answer
+    with pytest.raises(CommandFormatError, match=r"command-result\.json"):
+        CommandOutcome.from_json('{"command": "abort"}')
     # What older CLIs wrote (only command and by) still reads.
     assert CommandRequest.from_json('{"command": "pause", "by": "bob"}') == CommandRequest(
         CommandKind.PAUSE, "bob"

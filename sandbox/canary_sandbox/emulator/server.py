@@ -24,7 +24,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator.client import EmulatorAdminClient
 from canary_sandbox.emulator.clock import ManualClock, ScaledClock
@@ -61,6 +60,10 @@ _PATCH_TYPES: dict[str, PatchType] = {
 }
 _IGNORED_CHANGES = ("metadata.resourceVersion", "metadata.generation")
 _DEFAULT_WATCH_TIMEOUT = 1800.0  # the apiserver's --min-request-timeout
+# Who the default kubeconfig authenticates as (kubeadm's and kind's name for the first admin).
+DEFAULT_USER = "kubernetes-admin"
+DEFAULT_TOKEN = "kserve-canary-emulator"  # noqa: S105 - the emulator's only "credential", not a secret
+_SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
 @dataclass
@@ -191,6 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
         registry = r.REGISTRY
         if path == "/version":
             return _Response(200, SERVER_VERSION)
+        if path == _SELF_SUBJECT_REVIEWS:
+            if method != "POST":
+                raise ApiError.method_not_allowed(method, path)
+            return _Response(201, self._self_subject_review())
         if path in ("/healthz", "/readyz", "/livez"):
             return _Response(200, "ok", "text/plain; charset=utf-8")
         segments = path.strip("/").split("/")
@@ -280,6 +287,24 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return _Response(200, deleted, changed=("(deleted)",))
         raise ApiError.method_not_allowed(method, path)
+
+    def _self_subject_review(self) -> JsonObject:
+        """``kubectl auth whoami``: the user the bearer token authenticates as (the only authentication
+        the emulator knows; it authorises everyone for everything)."""
+        authorization = self.headers.get("Authorization", "")
+        token = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else ""
+        username = self.owner.tokens.get(token)
+        user: JsonObject = (
+            {"username": username, "groups": ["system:authenticated"]}
+            if username is not None
+            else {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
+        )
+        return {
+            "kind": "SelfSubjectReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": user},
+        }
 
     def _patch_type(self, resource: r.ResourceType) -> PatchType:
         content_type = self.headers.get("Content-Type", "").split(";")[0].strip()
@@ -708,6 +733,8 @@ class EmulatorServer:
         self.aggregated_discovery = aggregated_discovery
         self.bookmark_interval = bookmark_interval
         self.stopping = threading.Event()
+        # Bearer token -> the username a SelfSubjectReview answers; kubeconfig(user=...) adds one.
+        self.tokens: dict[str, str] = {DEFAULT_TOKEN: DEFAULT_USER}
         self._http: _HttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -755,22 +782,33 @@ class EmulatorServer:
         """A client for this server's admin API (what another process would use)."""
         return EmulatorAdminClient(self.url)
 
-    def kubeconfig(self, namespace: str = "default", context: str = "kserve-canary-emulator") -> JsonObject:
+    def kubeconfig(
+        self, namespace: str = "default", context: str = "kserve-canary-emulator", *, user: str | None = None
+    ) -> JsonObject:
+        """A kubeconfig authenticating as :data:`DEFAULT_USER`, or as ``user`` (a token of its own, which
+        a SelfSubjectReview answers with that name; the kubeconfig's user entry is named after it)."""
+        token, entry = DEFAULT_TOKEN, context
+        if user is not None:
+            token, entry = f"{DEFAULT_TOKEN}-{len(self.tokens)}", user
+            self.tokens[token] = user
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": context, "cluster": {"server": self.url}}],
-            "users": [{"name": context, "user": {"token": "kserve-canary-emulator"}}],
+            "users": [{"name": entry, "user": {"token": token}}],
             "contexts": [
-                {"name": context, "context": {"cluster": context, "user": context, "namespace": namespace}}
+                {"name": context, "context": {"cluster": context, "user": entry, "namespace": namespace}}
             ],
             "current-context": context,
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
+    def write_kubeconfig(
+        self, path: Path | str, namespace: str = "default", *, user: str | None = None
+    ) -> Path:
         """Write a kubeconfig for the ``kubernetes`` client and ``kubectl``; returns the path."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False), encoding="utf-8")
+        document = self.kubeconfig(namespace, user=user)
+        target.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
         return target
