@@ -342,6 +342,11 @@ def _load_documents(
         return [], [PolicyError(path, None, None, f"YAML nested deeper than {MAX_DEPTH} levels")]
     except MemoryError:
         return [], [PolicyError(path, None, None, "the document needs more memory than a policy can")]
+    except yaml.reader.ReaderError as exc:
+        # The reader checks the whole text before any document: a control character (U+0001, U+007F).
+        line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
+        shown = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        return [], [PolicyError(path, line, None, f"YAML does not allow the character {shown} in a file")]
     except Exception as exc:
         # ValueError for a 5000-digit integer, and whatever else a parser can raise on hostile bytes.
         return [], [PolicyError(path, None, None, f"cannot read this file as YAML ({type(exc).__name__})")]

@@ -82,3 +82,12 @@ _HEAD = "apiVersion: kserve-canary.dev/v1alpha1\nkind: PromotionPolicy\nmetadata
 def test_an_unknown_key_that_is_empty_or_dotted_is_named_unambiguously(spec: str, field: str) -> None:
     result = load_text(_HEAD + spec, "ml/odd.yaml")
     assert field in [error.field for error in result.errors], [str(error) for error in result.errors]
+
+
+def test_a_control_character_is_an_error_with_its_line_not_an_unreadable_file() -> None:
+    # test_policy_fuzz (one flipped byte: "i" -> "\x01"): was "cannot read this file as YAML
+    # (ReaderError)", without a line and without saying what is wrong.
+    result = load_text(_HEAD + "spec:\n  target: {inferenceService: \x01x}\n", "ml/ctl.yaml")
+    assert [str(error) for error in result.errors] == [
+        "ml/ctl.yaml:5: YAML does not allow the character U+0001 in a file"
+    ]
