@@ -2,9 +2,13 @@
 
 The order is the safety argument (docs/design.md §2.4, §4):
 
-1. read the InferenceService and the stored state (and any operator command waiting in it);
+1. read the InferenceService, then the stored state (and any operator command waiting in it) and
+   the rollback ledger; the state must describe this very object (its uid): a state of an
+   InferenceService deleted and re-created under the same name is never used, only replaced;
 2. ask the pure core what to measure, collect that evidence, ask the core what to do;
-3. store the new state — it carries the write-ahead intent — under the resourceVersion read in 1;
+3. a rollback is first recorded in the rollback ledger (its own ConfigMap, which deleting the state
+   leaves); then store the new state — it carries the write-ahead intent — under the
+   resourceVersion read in 1;
 4. only then patch ``canaryTrafficPercent``, with the InferenceService's resourceVersion from 1 as a
    precondition; a 409 means somebody changed it: nothing is written, the next reconcile re-reads;
 5. log, export and announce the decision with its numbers.
@@ -30,6 +34,7 @@ from canary.controller.announce import Announcements, to_notification, unreadabl
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceRequest, EvidenceSource, EvidenceStatus
 from canary.kserve.client import ConflictError, InferenceServiceClient
+from canary.kserve.ledger_store import ConfigMapLedgerStore, StoredLedger
 from canary.kserve.store import ConfigMapStateStore, StoredState
 from canary.kserve.view import observe
 from canary.notify import Destination, Notification, NotificationDispatcher
@@ -37,6 +42,7 @@ from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
 from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
+from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.records import CommandFormatError, CommandOutcome, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 from canary.rollout.vocabulary import Action, Severity
@@ -69,9 +75,13 @@ class Reconciler:
         clock: Callable[[], datetime],
         fence: Callable[[], None] = lambda: None,
         dry_run: bool = False,
+        ledgers: ConfigMapLedgerStore | None = None,
     ):
         self._isvcs = inference_services
         self._store = store
+        self._ledgers = ledgers or ConfigMapLedgerStore(
+            store.api_client, request_timeout=store.request_timeout
+        )
         self._evidence = evidence
         self._dispatcher = dispatcher
         self._metrics = metrics
@@ -80,6 +90,7 @@ class Reconciler:
         self._dry_run = dry_run
         # Dry-run keeps state in memory only; live runs read the ConfigMap every time.
         self._memory: dict[str, StoredState] = {}
+        self._memory_ledgers: dict[str, StoredLedger] = {}
         self._last_logged: dict[str, str] = {}  # the event reason last logged at info, per rollout
         self._announcements = Announcements()
 
@@ -126,7 +137,7 @@ class Reconciler:
                 policy.key,
                 stored,
                 result.state,
-                owner_uid=None,
+                owner_uid=state.inference_service_uid or stored.owner_uid,
                 explain=_readable_explain(stored),
                 command_result=stored.readable_command_result(),
             )
@@ -148,8 +159,10 @@ class Reconciler:
         observed = observe(self._isvcs.get(namespace, name), namespace=namespace, name=name)
 
         stored = self._load(key, namespace, name)
+        stored_ledger = self._load_ledger(key, namespace, name)
         try:
             state = stored.state()
+            ledger = stored_ledger.ledger()  # a LedgerFormatError is a StateFormatError
         except StateFormatError as error:
             # Never overwrite what we cannot read: a person must look at it (or delete it).
             bound.error("rollout state unreadable: rollout paused until it is fixed", error=str(error))
@@ -161,25 +174,58 @@ class Reconciler:
                 outcome.notifications.append(notification)
             return outcome
 
+        # The state (and the ledger) must describe this very object: a model deleted and re-created
+        # under the same name gets a new uid, and Knative numbers its revisions from 00001 again.
+        bound_state = state.bound_to(observed.uid, owner_uid=stored.owner_uid)
+        stale = bound_state is None
+        if bound_state is None:
+            bound.warning(
+                "rollout state of another InferenceService object (deleted and re-created?): not used, "
+                "replaced by a fresh state",
+                staleUid=state.inference_service_uid or stored.owner_uid,
+                uid=observed.uid,
+                staleRevision=state.revision,
+                stalePhase=str(state.phase),
+            )
+            bound_state = RolloutState(inference_service_uid=observed.uid)
+        state = bound_state
+        ledger = ledger.for_inference_service(observed.uid)
+
         answer: CommandOutcome | None = None  # to the command waiting in the ConfigMap, if any
-        if stored.command_json is not None:
+        if stored.command_json is not None and not stale:
             state, answer = self._apply_command(stored, state, now, bound)
 
-        request = evidence_request(policy, observed, state, now)
+        request = evidence_request(policy, observed, state, now, ledger=ledger)
         evidence = self._collect(policy, request, bound) if request is not None else None
-        decision = decide(policy, observed, state, evidence, now)
+        decision = decide(policy, observed, state, evidence, now, ledger=ledger)
         outcome = ReconcileOutcome(key, decision=decision)
 
+        # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo.
+        recorded = ledger_after(decision, ledger, observed.uid)
+        if recorded is not None:
+            try:
+                self._save_ledger(key, namespace, name, stored_ledger, recorded)
+            except ConflictError:
+                bound.info("rollback ledger changed while deciding; deciding again")
+                outcome.retry_soon = True
+                return outcome
+
         # A stored command is consumed by saving the state without it, even if nothing else changed.
-        if decision.new_state != state or stored.command_json is not None or stored.state_json is None:
+        if (
+            decision.new_state != state
+            or stored.command_json is not None
+            or stored.state_json is None
+            or stale
+        ):
             explain = ExplainDocument.of(decision, evidence, now) if decision.judgements else None
             try:
                 self._save(
                     key,
                     stored,
                     decision.new_state,
-                    owner_uid=observed.uid,
-                    explain=explain or _readable_explain(stored),
+                    # The object the state describes: the owner is never another object's uid.
+                    owner_uid=decision.new_state.inference_service_uid,
+                    explain=explain or (None if stale else _readable_explain(stored)),
                     command_result=answer or stored.readable_command_result(),
                 )
                 outcome.wrote_state = True
@@ -261,6 +307,22 @@ class Reconciler:
         if self._dry_run:
             return self._memory.get(key) or StoredState(namespace, name, None, None)
         return self._store.load(namespace, name)
+
+    def _load_ledger(self, key: str, namespace: str, name: str) -> StoredLedger:
+        if self._dry_run:
+            return self._memory_ledgers.get(key) or StoredLedger(None, None)
+        return self._ledgers.load(namespace, name)
+
+    def _save_ledger(
+        self, key: str, namespace: str, name: str, stored: StoredLedger, ledger: RollbackLedger
+    ) -> None:
+        if self._dry_run:
+            self._memory_ledgers[key] = StoredLedger(
+                ledger.to_json(), "dry-run", ledger.inference_service_uid
+            )
+            return
+        self._fence()
+        self._ledgers.save(namespace, name, ledger, resource_version=stored.resource_version)
 
     def _save(
         self,

@@ -77,6 +77,7 @@ class StoredState:
     explain_json: str | None = None  # the latest evaluation, for ``explain``
     command_issuer: str | None = None  # who wrote command.json (checked at admission, when installed)
     command_result_json: str | None = None  # the controller's answer to the last command
+    owner_uid: str | None = None  # the uid of the InferenceService in the owner references, if any
 
     @property
     def key(self) -> str:
@@ -108,6 +109,8 @@ class StoredState:
 
 class ConfigMapStateStore:
     def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 10.0):
+        self.api_client = api_client  # for the stores kept beside this one (the rollback ledger)
+        self.request_timeout = request_timeout
         self._core = client.CoreV1Api(api_client)
         self._timeout = request_timeout
 
@@ -268,7 +271,8 @@ class ConfigMapStateStore:
 def _is_state(configmap: client.V1ConfigMap) -> bool:
     meta = configmap.metadata or client.V1ObjectMeta()
     model = (meta.labels or {}).get(LABEL_INFERENCE_SERVICE)
-    return model is None or meta.name == state_configmap_name(model)
+    # A dotted label is no InferenceService name: the rollback ledger (kserve.ledger_store).
+    return model is None or (meta.name == state_configmap_name(model) and "." not in model)
 
 
 def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_service: str = "") -> StoredState:
@@ -283,4 +287,7 @@ def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_servic
         data.get(EXPLAIN_KEY),
         data.get(COMMAND_ISSUER_KEY),
         data.get(COMMAND_RESULT_KEY),
+        owner_uid=next(
+            (ref.uid for ref in meta.owner_references or () if ref.kind == "InferenceService"), None
+        ),
     )
