@@ -43,10 +43,11 @@ test: setup lint typecheck
 	$(VENV)/bin/coverage report --precision=1 | tail -n 25
 	$(VENV)/bin/coverage report --precision=1 --include='canary/rollout/*' --fail-under=95
 
-# Everything but the slow suites: tests/integration (real Prometheus) and tests/e2e (the controller as
-# a process), marked by directory in tests/conftest.py, and the deploy tests that run the controller.
+# Everything but the slow suites: tests/integration (real Prometheus), tests/e2e (the controller as
+# a process) and tests/faults (the same with faults injected), marked by directory in tests/conftest.py,
+# and the deploy tests that run the controller.
 test-fast: setup
-	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e"
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e and not faults"
 
 # The whole story on this machine: emulator, simulated fleet, real Prometheus, the controller; about a
 # minute. Options through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--speed 2 --no-ui"` or "--keep-running".

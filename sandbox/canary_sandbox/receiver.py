@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ class ReceivedRequest:
     headers: dict[str, str]
     body: bytes
     received_at: float
+    answered: int | None = 200  # the status the receiver answered with; None: closed without one
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -28,7 +30,11 @@ class WebhookReceiver:
     """``with WebhookReceiver() as hook: ... hook.url ... hook.wait_for(lambda r: ...)``."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, status: int = 200):
+        # Faults, switchable at any time: the answer's status, a delay before it (real seconds), or
+        # ``close`` (the connection is closed without an answer). Every POST is recorded either way.
         self.status = status
+        self.delay_seconds = 0.0
+        self.close = False
         self._requests: list[ReceivedRequest] = []
         self._condition = threading.Condition()
         receiver = self
@@ -37,10 +43,17 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                request = ReceivedRequest(self.path, dict(self.headers.items()), body, time.time())
+                answered = None if receiver.close else receiver.status
+                request = ReceivedRequest(self.path, dict(self.headers.items()), body, time.time(), answered)
                 with receiver._condition:
                     receiver._requests.append(request)
                     receiver._condition.notify_all()
+                if receiver.delay_seconds:
+                    time.sleep(receiver.delay_seconds)
+                if receiver.close:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 self.send_response(receiver.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

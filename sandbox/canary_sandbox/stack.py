@@ -238,7 +238,11 @@ class Stack:
         extra_args: Sequence[str] = (),
         leader_elect: bool = False,
         wait_ready: bool = True,
+        prometheus_url: str | None = None,
+        kubeconfig: Path | None = None,
     ) -> ControllerProcess:
+        """``prometheus_url`` and ``kubeconfig`` put something between the controller and the stack's
+        Prometheus or API (the fault suite's :class:`~canary_sandbox.faultproxy.FaultProxy`)."""
         assert self.workdir is not None
         assert self.prometheus is not None
         port = free_port()
@@ -249,11 +253,11 @@ class Stack:
             "canary",
             "run",
             "--kubeconfig",
-            str(self.kubeconfig),
+            str(kubeconfig or self.kubeconfig),
             "--policies",
             str(self.policy_dir),
             "--prometheus-url",
-            self.prometheus.url,
+            prometheus_url or self.prometheus.url,
             "--scrape-interval",
             "1",
             "--metrics-port",
