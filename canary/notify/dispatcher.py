@@ -1,7 +1,8 @@
 """Delivering notifications without ever making a rollout wait for them.
 
-:meth:`NotificationDispatcher.submit` only puts the notification into memory and returns; the
-network happens on worker threads. The shape, and why:
+:meth:`NotificationDispatcher.submit` puts the notification into memory (and, for Slack and webhooks
+with an outbox, writes it there first: one apiserver write) and returns; the receivers are called on
+worker threads. The shape, and why:
 
 * **one lane per destination** — a bounded FIFO queue with its own worker thread. A Slack that
   hangs for its whole timeout, or answers 429 for a minute, holds up only Slack messages; the
