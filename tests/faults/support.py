@@ -373,9 +373,9 @@ def check_no_stale_write(stack: Stack, recorder: Recorder, case: Case) -> list[s
     return problems
 
 
-def check_writes_from_leader(stack: Stack, lease: str = "kserve-canary") -> list[str]:
-    """Every accepted controller write (other than to the Lease) came from the Lease's holder as the
-    API last recorded it before that write."""
+def check_writes_from_leader(stack: Stack, lease: str = "kserve-canary", since: int = 0) -> list[str]:
+    """Every accepted controller write (other than to the Lease) from request ``since`` on came from
+    the Lease's holder as the API last recorded it before that write."""
     problems = []
     holder: str | None = None
     for entry in stack.emulator.requests.entries():
@@ -386,7 +386,7 @@ def check_writes_from_leader(stack: Stack, lease: str = "kserve-canary") -> list
             body = entry.body if isinstance(entry.body, dict) else {}
             holder = (body.get("spec") or {}).get("holderIdentity", holder)
             continue
-        if replica != holder:
+        if entry.sequence > since and replica != holder:
             problems.append(
                 f"#{entry.sequence} {entry.method} {entry.path} by {replica}, Lease held by {holder}"
             )
@@ -580,3 +580,13 @@ def step_shown(stack: Stack, namespace: str, name: str, weight: int) -> bool:
     if predictor.get("latestCreatedRevision") != predictor.get("latestReadyRevision"):
         return False
     return any(e.get("latestRevision") and e.get("percent") == weight for e in predictor.get("traffic") or [])
+
+
+def lease_holder(stack: Stack, name: str = "kserve-canary", namespace: str = "default") -> str:
+    from kubernetes import client
+
+    try:
+        lease = client.CoordinationV1Api(stack.api).read_namespaced_lease(name, namespace)
+    except client.ApiException:
+        return ""
+    return str(lease.spec.holder_identity or "") if lease.spec else ""
