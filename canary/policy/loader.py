@@ -269,6 +269,17 @@ class _Loader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> str:
+        value = super().construct_scalar(node)
+        # JSON (a policy may be JSON) writes a character past U+FFFF as a surrogate pair ("\ud83d\ude80"),
+        # which YAML decodes as two lone surrogates that no string field accepts: pair them again.
+        if _SURROGATE.search(value):
+            value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 @dataclass(frozen=True)
 class _Origin:

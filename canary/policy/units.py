@@ -56,7 +56,10 @@ def _finite_number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int of 309 digits or more
+            raise ValueError("must be a finite number (this one is too large)") from None
         if not math.isfinite(number):
             raise ValueError("must be a finite number")
         return number

@@ -5,6 +5,7 @@ A fix that regresses fails here with the input in plain sight, whatever the fuzz
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -91,3 +92,34 @@ def test_a_control_character_is_an_error_with_its_line_not_an_unreadable_file() 
     assert [str(error) for error in result.errors] == [
         "ml/ctl.yaml:5: YAML does not allow the character U+0001 in a file"
     ]
+
+
+def test_an_integer_too_large_for_a_float_is_an_error_at_its_field() -> None:
+    # test_policy_fuzz ("huge": a limit replaced by 1,000 nines): float(int) raised OverflowError,
+    # reported as "cannot read this file as YAML (OverflowError)", with no field and no line.
+    result = load_text(_policy(f"window: {NINES}"), "ml/fuzz.yaml")
+    assert [(error.line, error.field) for error in result.errors] == [(6, "spec.window")]
+    result = load_text(
+        _policy("window: 10m", f"{{name: p99, metric: latency, max: {NINES}}}"), "ml/fuzz.yaml"
+    )
+    assert [(error.line, error.field) for error in result.errors] == [(8, "spec.checks[0].max")]
+
+
+def test_a_json_policy_with_an_escaped_character_beyond_the_bmp_loads() -> None:
+    # test_policy_fuzz (a document written with json.dumps): JSON escapes U+1F680 as the surrogate pair
+    # "\ud83d\ude80", which YAML decoded as two lone surrogates; pydantic refused the string ("unable to
+    # parse raw data as a unicode string"), and for a key with no field at all.
+    document = {
+        "apiVersion": "kserve-canary.dev/v1alpha1",
+        "kind": "PromotionPolicy",
+        "metadata": {"name": "a", "namespace": "ml", "labels": {"team": "\U0001f680 ml"}},
+        "spec": {
+            "target": {"inferenceService": "a"},
+            "checks": [{"name": "e", "metric": "error-rate", "max": "1%"}],
+        },
+    }
+    text = json.dumps(document)
+    assert "\\ud83d\\ude80" in text
+    result = load_text(text, "ml/a.json")
+    assert not result.errors
+    assert result.policies[0].policy.metadata.labels == {"team": "\U0001f680 ml"}
