@@ -41,6 +41,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -292,17 +293,18 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         self._start_stream(response.status, response.getheader("Content-Type", "application/json"))
         timer: threading.Timer | None = None
+
+        def cut() -> None:
+            self._abort()
+            if upstream.sock is not None:
+                with contextlib.suppress(OSError):
+                    upstream.sock.shutdown(socket.SHUT_RDWR)
+
         if cut_after is not None:
-
-            def cut() -> None:
-                self._abort()
-                if upstream.sock is not None:
-                    with contextlib.suppress(OSError):
-                        upstream.sock.shutdown(socket.SHUT_RDWR)
-
             timer = threading.Timer(cut_after, cut)
             timer.daemon = True
             timer.start()
+        self.server.owner.streams.add(cut)
         try:
             for _ in itertools.count():
                 try:
@@ -314,6 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chunk(data)
             self._chunk(b"")
         finally:
+            self.server.owner.streams.discard(cut)
             if timer is not None:
                 timer.cancel()
         return response.status
@@ -400,6 +403,7 @@ class FaultProxy:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._log: deque[ProxiedRequest] = deque(maxlen=log_size)
+        self.streams: set[Callable[[], None]] = set()  # a way to cut each watch being relayed
         self._http = _Server((host, port), self)
         self._thread = threading.Thread(
             target=self._http.serve_forever, args=(0.05,), name="fault-proxy", daemon=True
@@ -451,6 +455,13 @@ class FaultProxy:
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()
+
+    def cut_watches(self) -> int:
+        """Cut every watch being relayed now (as a restarted apiserver or a load balancer does)."""
+        cuts = list(self.streams)
+        for cut in cuts:
+            cut()
+        return len(cuts)
 
     def take(self, method: str, path: str, text: str, watch: bool) -> ProxyRule | None:
         with self._lock:
