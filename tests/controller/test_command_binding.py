@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,9 +28,6 @@ from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Reconciler
 from canary.kserve.client import InferenceServiceClient
 from canary.kserve.store import (
-    COMMAND_ISSUER_KEY,
-    COMMAND_KEY,
-    COMMAND_RESULT_KEY,
     EXPLAIN_KEY,
     STATE_KEY,
     ConfigMapStateStore,
@@ -93,7 +90,9 @@ class World:
         )
         return isvc["spec"]["predictor"].get("canaryTrafficPercent")  # type: ignore[index]
 
-    def rollout_of(self, revision: str, phases: frozenset[Phase] = frozenset({Phase.PROGRESSING})) -> RolloutState:
+    def rollout_of(
+        self, revision: str, phases: frozenset[Phase] = frozenset({Phase.PROGRESSING})
+    ) -> RolloutState:
         """Reconcile until the rollout of ``revision`` is under way (KServe settles in between)."""
         for _ in range(50):
             self.reconcile()
@@ -113,7 +112,11 @@ def world(tmp_path: Path) -> Iterator[World]:
         emulator.create_namespace("ml")
         api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", "ml", "inferenceservices", inference_service("ml", "llama", "s3://m/v1")
+            "serving.kserve.io",
+            "v1beta1",
+            "ml",
+            "inferenceservices",
+            inference_service("ml", "llama", "s3://m/v1"),
         )
         emulator.settle()
         dispatcher = NotificationDispatcher()
@@ -127,7 +130,9 @@ def world(tmp_path: Path) -> Iterator[World]:
             metrics=ControllerMetrics(),
             clock=clock,
         )
-        world = World(emulator, server, kubeconfig, api, reconciler, clock, load_text(valid_policy("llama")).policies[0])
+        world = World(
+            emulator, server, kubeconfig, api, reconciler, clock, load_text(valid_policy("llama")).policies[0]
+        )
         world.reconcile()  # first sight: llama-predictor-00001 is the rolled-out revision
         try:
             yield world
@@ -180,7 +185,12 @@ def test_a_promote_issued_for_one_revision_is_refused_for_another(world: World) 
     world.rollout_of(B, frozenset({Phase.PENDING, Phase.PROGRESSING}))
     assert world.canary_percent() is not None
     promote = CommandRequest(
-        CommandKind.PROMOTE, by="alice", at=world.clock(), revision=A, step=seen.step.index if seen.step else None, id="p1"
+        CommandKind.PROMOTE,
+        by="alice",
+        at=world.clock(),
+        revision=A,
+        step=seen.step.index if seen.step else None,
+        id="p1",
     )
     world.store.request_command("ml", "llama", promote, issuer="alice")
     world.reconcile()
@@ -199,7 +209,7 @@ def test_a_promote_issued_for_one_revision_is_refused_for_another(world: World) 
     assert stored.state().command is None, "no promotion waits for B to become Ready"
     assert world.canary_percent() is not None, "B was not promoted past its analysis"
     # Through the CLI, a person who names the revision they saw is refused at once.
-    code, out, err = cli(world, "promote", "ml/llama", "--revision", A, "--no-wait")
+    code, _out, err = cli(world, "promote", "ml/llama", "--revision", A, "--no-wait")
     assert code == 1
     assert f"promote for {A} refused: the rollout of ml/llama is of {B}" in err
     assert world.store.load("ml", "llama").command_json is None
@@ -222,7 +232,12 @@ def test_a_stale_command_is_refused_with_its_reason(world: World) -> None:
     )
     assert world.store.load("ml", "llama").state().phase is Phase.PROGRESSING
     old = CommandRequest(
-        CommandKind.PAUSE, by="bob", at=world.clock() - timedelta(hours=2), revision=A, step=state.step.index, id="s2"
+        CommandKind.PAUSE,
+        by="bob",
+        at=world.clock() - timedelta(hours=2),
+        revision=A,
+        step=state.step.index,
+        id="s2",
     )
     world.store.request_command("ml", "llama", old, issuer="bob")
     world.reconcile()
@@ -292,7 +307,7 @@ def test_by_is_the_kubernetes_identity_not_an_environment_variable(
     assert (command.revision, command.state_resource_version) == (A, stored_version_before(world, command))
     assert "mallory" not in (stored.command_json or "") + out + err
     # The controller believes the issuer key (which admission checks), not what command.json says.
-    world.store.request_command("ml", "llama", CommandRequest(**{**as_fields(command), "by": "root"}), issuer="carol")
+    world.store.request_command("ml", "llama", replace(command, by="root"), issuer="carol")
     world.reconcile()
     state = world.store.load("ml", "llama").state()
     assert state.phase is Phase.PAUSED
@@ -317,10 +332,6 @@ def stored_version_before(world: World, command: CommandRequest) -> str | None:
     return command.state_resource_version
 
 
-def as_fields(command: CommandRequest) -> dict[str, object]:
-    return {name: getattr(command, name) for name in CommandRequest.__dataclass_fields__}
-
-
 # -- what reaches the terminal ---------------------------------------------------------------------
 
 HOSTILE = (
@@ -339,7 +350,9 @@ def test_explain_and_status_strip_control_characters(world: World) -> None:
     state = RolloutState(
         phase=Phase.PROGRESSING,
         revision=f"llama-{HOSTILE}",
-        history=(HistoryEntry(world.clock(), "wait", None, Phase.PROGRESSING, "CanaryWaiting", HOSTILE, "d1"),),
+        history=(
+            HistoryEntry(world.clock(), "wait", None, Phase.PROGRESSING, "CanaryWaiting", HOSTILE, "d1"),
+        ),
     )
     explain = ExplainDocument(
         at=world.clock(),

@@ -34,6 +34,7 @@ from kubernetes import client, config
 from typer.testing import CliRunner
 
 from canary.cli import app
+from canary.kserve.store import COMMAND_ISSUER_KEY, COMMAND_KEY
 from canary.notify.events import KubernetesEventSender
 from canary.notify.secrets import Redactor
 from tests.deploy.image import blocking_launcher
@@ -68,13 +69,16 @@ CLI_COMMANDS: dict[str, list[str]] = {
     "status": ["status"],
     "status -n": ["status", "-n", NAMESPACE],
     "explain": ["explain", f"{NAMESPACE}/{MODEL}"],
-    "pause": ["pause", f"{NAMESPACE}/{MODEL}", "--reason", "looking at a dashboard"],
-    "resume": ["resume", f"{NAMESPACE}/{MODEL}"],
-    "approve": ["approve", f"{NAMESPACE}/{MODEL}"],
-    "abort": ["abort", f"{NAMESPACE}/{MODEL}"],
-    "promote": ["promote", f"{NAMESPACE}/{MODEL}"],
+    # The controller is stopped by then: nobody answers, so no command waits for an answer.
+    "pause": ["pause", f"{NAMESPACE}/{MODEL}", "--reason", "looking at a dashboard", "--no-wait"],
+    "resume": ["resume", f"{NAMESPACE}/{MODEL}", "--no-wait"],
+    "approve": ["approve", f"{NAMESPACE}/{MODEL}", "--no-wait"],
+    "abort": ["abort", f"{NAMESPACE}/{MODEL}", "--no-wait"],
+    "promote": ["promote", f"{NAMESPACE}/{MODEL}", "--no-wait"],
 }
 READ_ONLY_COMMANDS = ("status", "status -n", "explain")
+# The pause was never carried out (no controller): the CLI refuses to resume what is not paused.
+CLI_EXIT_CODES = {"resume": 1}
 
 
 @dataclass
@@ -249,8 +253,16 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
         for label, command in CLI_COMMANDS.items():
             before = emulator.requests.next_sequence()
             invoked = runner.invoke(app, [*command, "--kubeconfig", str(kubeconfig)], catch_exceptions=False)
-            assert invoked.exit_code == 0, f"kserve-canary {' '.join(command)}: {invoked.output}"
+            expected = CLI_EXIT_CODES.get(label, 0)
+            assert invoked.exit_code == expected, f"kserve-canary {' '.join(command)}: {invoked.output}"
             result.cli[label] = emulator.requests.entries(since=before)
+            # Consumed, as the controller would: the next command does not find this one waiting.
+            client.CoreV1Api(api).patch_namespaced_config_map(
+                f"kserve-canary-{MODEL}",
+                NAMESPACE,
+                {"data": {COMMAND_KEY: None, COMMAND_ISSUER_KEY: None}},
+                _content_type="application/merge-patch+json",
+            )
     return result
 
 

@@ -35,9 +35,10 @@ SOMEONE_ELSE = "system:serviceaccount:ml-team:argo-cd"
 MODEL = "iris"
 
 RENDERS: dict[str, Callable[[], list[Manifest]]] = {
-    "kustomize component": lambda: parse(
-        (DEPLOY / "components" / "admission-policies" / "admission-policies.yaml").read_text()
-    ),
+    "kustomize component": lambda: [
+        *parse((DEPLOY / "components" / "admission-policies" / "admission-policies.yaml").read_text()),
+        *parse((DEPLOY / "components" / "admission-policies" / "command-issuer.yaml").read_text()),
+    ],
     "kustomize cluster-wide": lambda: kustomize(KUSTOMIZATIONS["cluster-wide"]),
     "helm defaults": render_chart,
 }
@@ -273,7 +274,7 @@ def test_the_traffic_policy_applies_to_the_controller_only(manifests: list[Manif
 def test_policies_fail_closed_deny_and_use_no_kubernetes_only_cel(manifests: list[Manifest]) -> None:
     policies = of_kind(manifests, "ValidatingAdmissionPolicy")
     bindings = of_kind(manifests, "ValidatingAdmissionPolicyBinding")
-    assert len(policies) == 2 and len(bindings) == 2
+    assert len(policies) == 3 and len(bindings) == 3
     assert {b["spec"]["policyName"] for b in bindings} == {p["metadata"]["name"] for p in policies}
     for binding in bindings:
         assert binding["spec"]["validationActions"] == ["Deny"]
@@ -288,7 +289,10 @@ def test_policies_fail_closed_deny_and_use_no_kubernetes_only_cel(manifests: lis
 
 
 def test_kustomize_and_helm_ship_the_same_policies() -> None:
-    component = parse((DEPLOY / "components" / "admission-policies" / "admission-policies.yaml").read_text())
+    component = [
+        *parse((DEPLOY / "components" / "admission-policies" / "admission-policies.yaml").read_text()),
+        *parse((DEPLOY / "components" / "admission-policies" / "command-issuer.yaml").read_text()),
+    ]
     chart = render_chart()
 
     def specs(manifests: list[Manifest]) -> dict[str, Any]:
@@ -304,11 +308,12 @@ def test_kustomize_and_helm_ship_the_same_policies() -> None:
 def test_helm_names_the_release_service_account() -> None:
     manifests = render_chart({"serviceAccount": {"name": "canary-bot"}}, name="canary", namespace="platform")
     for found in of_kind(manifests, "ValidatingAdmissionPolicy"):
-        (condition,) = found["spec"]["matchConditions"]
-        assert (
-            condition["expression"]
-            == 'request.userInfo.username == "system:serviceaccount:platform:canary-bot"'
-        )
+        # The controller only, or (the command-issuer policy) everyone but the controller.
+        condition = found["spec"]["matchConditions"][0]
+        assert condition["expression"] in {
+            f'request.userInfo.username {operator} "system:serviceaccount:platform:canary-bot"'
+            for operator in ("==", "!=")
+        }
     sa = next(m for m in manifests if m["kind"] == "ServiceAccount")
     assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == ("platform", "canary-bot")
 
@@ -319,13 +324,13 @@ def test_the_kustomize_username_is_the_service_account_the_overlays_bind() -> No
         sa = next(m for m in manifests if m["kind"] == "ServiceAccount")
         user = f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
         for found in of_kind(manifests, "ValidatingAdmissionPolicy"):
-            assert (
-                found["spec"]["matchConditions"][0]["expression"] == f'request.userInfo.username == "{user}"'
-            )
+            assert found["spec"]["matchConditions"][0]["expression"] in {
+                f'request.userInfo.username {operator} "{user}"' for operator in ("==", "!=")
+            }
 
 
 def test_helm_admission_policies_follow_the_cluster_version(capfd: pytest.CaptureFixture[str]) -> None:
-    assert len(of_kind(render_chart(), "ValidatingAdmissionPolicy")) == 2  # auto; Helm's default is >= 1.30
+    assert len(of_kind(render_chart(), "ValidatingAdmissionPolicy")) == 3  # auto; Helm's default is >= 1.30
     assert not of_kind(render_chart({"admissionPolicies": {"enabled": False}}), "ValidatingAdmissionPolicy")
     # helm-python-sdk renders only for Helm's default version; lint takes a version, and reports a
     # template's fail() in Helm's log (lint mode), not as an error. The version test that gates

@@ -58,7 +58,9 @@ def test_a_stale_command_is_refused_with_its_reason() -> None:
     moved = issued(state, CommandKind.APPROVE, step=state.step.index - 1 if state.step.index else None)
     refused = apply_command(state, moved, T0)
     assert not refused.accepted
-    assert refused.message.startswith(f"approve was issued at no step of {OLD}, the rollout has moved to step 1")
+    assert refused.message.startswith(
+        f"approve was issued at no step of {OLD}, the rollout has moved to step 1"
+    )
     assert refused.message.endswith("since: stale, refused")
     ahead = issued(state, CommandKind.PAUSE, step=state.step.index + 1)
     assert "issued at step 2" in binding_refusal(state, ahead, T0)  # type: ignore[operator]
@@ -72,7 +74,9 @@ def test_a_stale_command_is_refused_with_its_reason() -> None:
     future = apply_command(state, issued(state, CommandKind.PAUSE, at=T0 + timedelta(hours=2)), T0)
     assert "in the future" in future.message
     assert not future.accepted
-    assert "carries no issue time" in apply_command(state, issued(state, CommandKind.PAUSE, at=None), T0).message
+    assert (
+        "carries no issue time" in apply_command(state, issued(state, CommandKind.PAUSE, at=None), T0).message
+    )
     unnamed = apply_command(state, issued(state, CommandKind.ABORT, revision=None), T0)
     assert (unnamed.accepted, unnamed.message) == (False, "abort names no revision it is meant for: refused")
     nothing = apply_command(RolloutState(), issued(state, CommandKind.PAUSE), T0)
