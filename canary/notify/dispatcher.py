@@ -216,7 +216,8 @@ class NotificationDispatcher:
     # -- intake ---------------------------------------------------------------------------------
 
     def submit(self, notification: Notification, destinations: Iterable[Destination] = ()) -> Submission:
-        """Queue ``notification`` for the default destinations and ``destinations``. Never blocks on I/O."""
+        """Queue ``notification`` for the default destinations and ``destinations``. Never waits for a
+        receiver; with an outbox, writes the Slack and webhook entries to it first (one write)."""
         return self._submit_to(notification, (*self._defaults, *destinations))
 
     def _submit_to(self, notification: Notification, destinations: Iterable[Destination]) -> Submission:
