@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.stack import inference_service
 from kubernetes import client, config
@@ -214,11 +215,16 @@ def test_a_notification_past_its_retry_horizon_is_reported_lost(
     api: client.ApiClient, receiver: OutageReceiver
 ) -> None:
     receiver.go_down()
-    world = World(api, receiver, horizon=RetryHorizon(important=1.5, informational=1.0))
+    logs = structlog.testing.CapturingLogger()
+    world = World(api, receiver, horizon=RetryHorizon(important=1.5, informational=1.0), logger=logs)
     notification = rollback()
     world.dispatcher.submit(notification, world.destinations[:1])
 
     assert eventually(lambda: world.lost(TargetKind.WEBHOOK, "expired") == 1, 15)
+    (line,) = [call for call in logs.calls if call.args == ("notification lost",)]
+    assert line.method_name == "error"
+    assert (line.kwargs["reason"], line.kwargs["decision_id"]) == ("expired", notification.id)
+    assert HOOK not in str(line.kwargs)
     assert eventually(lambda: len(world.failure_events()) == 1, 10)
     (event,) = world.failure_events()
     assert event.type == "Warning"
