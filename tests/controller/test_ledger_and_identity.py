@@ -156,6 +156,8 @@ def test_deleting_the_state_after_a_rollback_never_writes_the_rolled_back_revisi
         uid,
         False,
     )
+    listed = ConfigMapStateStore(world.api).list_all("ml")
+    assert [(item.inference_service, item.owner_uid) for item in listed] == [("llama", uid)], "not a state"
     ledger = RollbackLedger.from_json((ledger_map.data or {})[LEDGER_KEY])
     assert ledger.inference_service_uid == uid and ledger.has("llama-predictor-00002")
     assert ledger.entries[0].fingerprint == world.state().fingerprint
