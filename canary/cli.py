@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -490,7 +491,12 @@ def _command(kind: CommandKind, target: str, options: CommandOptions) -> None:
     namespace, name = _split_target(target)
     api_client = load_api_client(options.kubeconfig)
     store = ConfigMapStateStore(api_client)
-    identity = who_am_i(api_client, options.kubeconfig)
+    try:
+        identity = who_am_i(api_client, options.kubeconfig)
+    except ApiException as error:
+        raise _refused(
+            f"{kind} not issued: the API server answered {error.status} {error.reason} when asked who you are"
+        ) from None
     if identity.note:
         typer.echo(f"note: {identity.note}", err=True)
     seen: tuple[str | None, int | None] | None = None

@@ -322,6 +322,16 @@ def test_by_is_the_kubernetes_identity_not_an_environment_variable(
     assert world.store.load("ml", "llama").command_issuer == "alice@example.com"
     assert "note: the API server answered 404 to a SelfSubjectReview" in err
     assert "which nothing verified" in err
+    # Any other failure is not a reason to guess a name: nothing is issued.
+    world.emulator.faults.clear()
+    world.emulator.faults.add_from_json(
+        {"method": "POST", "path": "/apis/authentication.k8s.io/v1/selfsubjectreviews", "status": 500}
+    )
+    before = world.store.load("ml", "llama").resource_version
+    code, out, err = cli(world, "pause", "ml/llama", "--no-wait", kubeconfig=alice)
+    assert code == 1
+    assert "pause not issued: the API server answered 500" in err
+    assert world.store.load("ml", "llama").resource_version == before
 
 
 def stored_version_before(world: World, command: CommandRequest) -> str | None:
