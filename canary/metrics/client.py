@@ -341,7 +341,7 @@ class PrometheusClient:
             failure = QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}")
             return _Attempt(failure=failure, retryable=never_sent)
         except (PrometheusApiClientException, requests.exceptions.InvalidJSONError, ValueError, LookupError,
-                TypeError) as error:  # fmt: skip
+                TypeError, RecursionError) as error:  # fmt: skip
             # prometheus-api-client could not read the answer (a non-200, a body that is not JSON, a 200
             # whose envelope has no "data"): the captured response below says what it really was.
             unread: BaseException | None = error
@@ -473,10 +473,13 @@ def _classify(response: requests.Response, secrets: Sequence[str] = ()) -> _Atte
             envelope = json.loads(text)
         except ValueError:
             problem = "truncated or invalid JSON" if "json" in content_type else _snippet(text)
+        except RecursionError:  # [[[[... nested deeper than the parser's stack
+            problem = "JSON nested too deeply"
     if problem == "" and (not isinstance(envelope, dict) or "status" not in envelope):
         problem = "JSON without status and data"
     prometheus = envelope if isinstance(envelope, dict) and not problem else {}
-    warnings = tuple(str(item) for item in prometheus.get("warnings") or ())
+    listed = prometheus.get("warnings")
+    warnings = tuple(str(item) for item in listed) if isinstance(listed, list) else ()  # not `true`, `5`
     if status == 200 and prometheus.get("status") == "success":
         if "data" not in prometheus:
             detail = f"HTTP 200 {content_type}, not a Prometheus answer: status success without data"

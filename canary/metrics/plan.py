@@ -300,12 +300,18 @@ def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
     values: dict[RevisionKey, dict[str, float]] = {}
     for series in answer.result:
         labels = series.get("metric", {}) if isinstance(series, dict) else {}
+        if not isinstance(labels, dict):  # Prometheus' labels are an object of strings
+            return QueryFailure(
+                ErrorClass.UNEXPECTED_RESULT, f"a series whose labels are not an object: {labels}"
+            )
         namespace, revision = labels.get("namespace"), labels.get("revision")
-        if namespace is None or revision is None:
+        if not isinstance(namespace, str) or not isinstance(revision, str):
             return QueryFailure(
                 ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {labels}"
             )
         field = labels.get(FIELD_LABEL, _VALUE)
+        if not isinstance(field, str):
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"a series whose {FIELD_LABEL} is not a string")
         fields = values.setdefault(RevisionKey(namespace, revision), {})
         if field in fields:
             return QueryFailure(

@@ -6,13 +6,19 @@ A fix that regresses fails here with the input in plain sight, whatever the fuzz
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
+from canary.evidence import ErrorClass
+from canary.metrics.client import PrometheusClient, QueryFailure
+from canary.metrics.plan import parse_grouped
 from canary.policy.loader import load_text
 from canary.rollout.commands import apply_command
 from canary.rollout.state import Phase, RolloutState
+
+from .test_prometheus_fuzz import FuzzedPrometheus, Response, prometheus_config
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -123,3 +129,56 @@ def test_a_json_policy_with_an_escaped_character_beyond_the_bmp_loads() -> None:
     result = load_text(text, "ml/a.json")
     assert not result.errors
     assert result.policies[0].policy.metadata.labels == {"team": "\U0001f680 ml"}
+
+
+# -- Prometheus answers (through the real client and a loopback server) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[FuzzedPrometheus, PrometheusClient]]:
+    server = FuzzedPrometheus()
+    client = PrometheusClient(prometheus_config(server.url), sleep=lambda _seconds: None)
+    yield server, client
+    client.close()
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "error_class"),
+    [
+        # TypeError ('bool' object is not iterable) out of instant(): warnings must be a list.
+        (b'{"status": "success", "warnings": true, "data": {"resultType": "vector", "result": []}}', None),
+        # RecursionError out of instant(): the JSON parser gives up on deep nesting.
+        (b"[" * 100_000, ErrorClass.MALFORMED_RESPONSE),
+        (b'{"status": "success", "data": ' + b"[" * 100_000 + b"}", ErrorClass.MALFORMED_RESPONSE),
+    ],
+)
+def test_an_odd_prometheus_answer_is_a_named_outcome_not_an_exception(
+    served: tuple[FuzzedPrometheus, PrometheusClient], body: bytes, error_class: ErrorClass | None
+) -> None:
+    server, client = served
+    server.response = Response(200, "application/json", body)
+    outcome = client.instant("up", NOW)
+    if error_class is None:
+        assert outcome.answer is not None and outcome.answer.warnings == ()
+    else:
+        assert outcome.failure is not None and outcome.failure.error_class is error_class
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        {"metric": [1], "value": [0, "1"]},  # AttributeError: 'list' object has no attribute 'get'
+        {"metric": {"namespace": ["ml"], "revision": "r"}, "value": [0, "1"]},  # TypeError: unhashable
+        {"metric": {"namespace": "ml", "revision": "r", "evidence_field": {}}, "value": [0, "1"]},
+    ],
+)
+def test_a_grouped_answer_with_labels_that_are_not_strings_is_an_unexpected_result(
+    served: tuple[FuzzedPrometheus, PrometheusClient], series: dict[str, object]
+) -> None:
+    # Out of parse_grouped, and so out of PrometheusEvidenceSource.collect (outside its own safety net).
+    server, client = served
+    body = {"status": "success", "data": {"resultType": "vector", "result": [series]}}
+    server.response = Response(200, "application/json", json.dumps(body).encode())
+    parsed = parse_grouped(client.instant("up", NOW))
+    assert isinstance(parsed, QueryFailure) and parsed.error_class is ErrorClass.UNEXPECTED_RESULT
