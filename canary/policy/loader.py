@@ -234,8 +234,11 @@ def _validation_errors(
         if error["type"] not in {"missing", "extra_forbidden"}:
             # Normalisation can add levels the file does not have (``steps: [0]`` is validated as
             # ``{weight: 0}``): point at what the user wrote.
-            while loc and loc not in lines:
-                loc = loc[:-1]
+            # A path not in the file at all (a key that is not a string: ``1: x``) is kept as it is.
+            written = loc
+            while written and written not in lines:
+                written = written[:-1]
+            loc = written or loc
         errors.append(
             PolicyError(
                 path=path,

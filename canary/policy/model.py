@@ -62,10 +62,16 @@ TEMPLATE_VARIABLES = frozenset(
 )
 
 
+def _written_duration(seconds: float) -> str | float:
+    """``"1h30m"`` when that says exactly ``seconds`` (format_duration rounds, for messages), else seconds."""
+    text = format_duration(seconds)
+    return text if parse_duration(text) == seconds else seconds
+
+
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
+    PlainSerializer(_written_duration, return_type=str | float),
     WithJsonSchema(
         {
             "anyOf": [

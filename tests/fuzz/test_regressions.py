@@ -182,3 +182,19 @@ def test_a_grouped_answer_with_labels_that_are_not_strings_is_an_unexpected_resu
     server.response = Response(200, "application/json", json.dumps(body).encode())
     parsed = parse_grouped(client.instant("up", NOW))
     assert isinstance(parsed, QueryFailure) and parsed.error_class is ErrorClass.UNEXPECTED_RESULT
+
+
+def test_a_duration_the_short_form_would_round_round_trips_exactly() -> None:
+    # test_policy_fuzz (schema-drawn "bake: 1ms1.0s"): the policy's JSON form said "1s" for 1.001 s, so
+    # a policy written back from it was another policy.
+    policy = load_text(_policy("bake: 1ms1.0s"), "ml/fuzz.yaml").policies[0].policy
+    dumped = policy.model_dump(mode="json", by_alias=True)
+    assert dumped["spec"]["bake"] == 1.001 and dumped["spec"]["window"] == "10m"
+    again = load_text(json.dumps(dumped), "ml/fuzz.json")
+    assert [loaded.policy for loaded in again.policies] == [policy]
+
+
+def test_a_key_that_is_not_a_string_is_named() -> None:
+    # test_policy_fuzz (bytes mutated into a top-level "1: x"): "Keys should be strings" had no field.
+    result = load_text(_policy("window: 10m") + "1: x\n", "ml/fuzz.yaml")
+    assert [(error.field, error.message) for error in result.errors] == [("[1]", "Keys should be strings")]
