@@ -24,7 +24,13 @@ from canary.rollout.vocabulary import (
     notification_action,
 )
 
-__all__ = ["Announcements", "is_announced", "to_notification", "unreadable_state_notification"]
+__all__ = [
+    "Announcements",
+    "is_announced",
+    "policy_removed_notification",
+    "to_notification",
+    "unreadable_state_notification",
+]
 
 # Announced once per step of a revision when the rollout enters them.
 _ANNOUNCED_ON_TRANSITION = frozenset(
@@ -163,6 +169,38 @@ def unreadable_state_notification(
         summary=(
             f"The rollout state of {policy.key} cannot be read, so kserve-canary will not touch this "
             f"InferenceService until the ConfigMap {state_configmap_name(name)} is fixed or deleted: {error}"
+        ),
+        reason=reason.value,
+        inference_service_uid=uid,
+    )
+
+
+def policy_removed_notification(
+    policy: PromotionPolicy,
+    revision: str | None,
+    stable: str | None,
+    message: str,
+    now: datetime,
+    uid: str | None,
+) -> Notification:
+    """The policy of an active rollout was removed: the rollout is paused (never rolled back); say so
+    on the InferenceService, since the policy's own destinations went with it."""
+    reason = EventReason.CANARY_PAUSED
+    return Notification(
+        id=decision_id(policy.key, "policy-removed", revision, now.isoformat()),
+        time=now,
+        namespace=policy.metadata.namespace,
+        inference_service=policy.spec.target.inference_service,
+        policy=policy.metadata.name,
+        canary_revision=revision,
+        stable_revision=stable,
+        action=notification_action(Action.PAUSE, reason),
+        severity=Severity.WARNING,
+        phase="Paused",
+        summary=(
+            f"The policy {policy.metadata.name} of {policy.key} was removed: the rollout of {revision} is "
+            f"paused where it is, never rolled back ({message}). Restore the policy and run "
+            "`kserve-canary resume`, or `abort`."
         ),
         reason=reason.value,
         inference_service_uid=uid,

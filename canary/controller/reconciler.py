@@ -30,7 +30,12 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from structlog.typing import FilteringBoundLogger
 
-from canary.controller.announce import Announcements, to_notification, unreadable_state_notification
+from canary.controller.announce import (
+    Announcements,
+    policy_removed_notification,
+    to_notification,
+    unreadable_state_notification,
+)
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceRequest, EvidenceSource, EvidenceStatus
 from canary.kserve.client import ConflictError, InferenceServiceClient
@@ -147,6 +152,17 @@ class Reconciler:
                 inferenceService=name,
                 message=result.message,
             )
+            # The policy's destinations are gone with it; the default ones (Events) still tell.
+            self._dispatcher.submit(
+                policy_removed_notification(
+                    policy,
+                    state.revision,
+                    state.stable_revision,
+                    result.message,
+                    self._clock(),
+                    state.inference_service_uid,
+                )
+            )
 
     # -- the reconcile -------------------------------------------------------------------------
 
@@ -211,7 +227,9 @@ class Reconciler:
                 return outcome
 
         # A stored command is consumed by saving the state without it, even if nothing else changed.
-        if (
+        # An InferenceService that does not exist gets no state: a ConfigMap written for it would have
+        # no owner, outlive it, and wait for the next object of that name.
+        if observed.exists and (
             decision.new_state != state
             or stored.command_json is not None
             or stored.state_json is None
