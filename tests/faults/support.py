@@ -512,7 +512,8 @@ def assert_signal(
         reasons = {reason} if isinstance(reason, str) else reason
         has_event = any(event.reason in reasons for event in events(stack, case.namespace, case.name))
         logged = any(log_text in controller.log() for controller in stack.controllers)
-        stated = state_text in raw_state(stack, case.namespace, case.name)
+        # The stored JSON is compact: compare without spaces.
+        stated = state_text.replace(" ", "") in raw_state(stack, case.namespace, case.name).replace(" ", "")
         return has_event and logged and stated
 
     assert wait_until(shown, timeout, interval=0.5), (
