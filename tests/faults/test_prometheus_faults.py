@@ -115,7 +115,13 @@ def test_every_whole_answer_fault_and_an_outage_hold_and_the_rollouts_finish_aft
         outage.evidence_failing.append((start, time.time()))
         assert rule.hits > 0, f"{kind}: the controller never met it"
     assert written(stack, NAMESPACE, "outage") == [10], "no step passes while its evidence is failing"
-    assert_signal(stack, outage, reason="PrometheusUnavailable", log_text="PrometheusUnavailable")
+    assert_signal(
+        stack,
+        outage,
+        reason="PrometheusUnavailable",
+        log_text="PrometheusUnavailable",
+        state_text='"queryError": true',
+    )
 
     # Prometheus down for everyone (connections reset, label APIs included).
     cases = {name: world.case(name) for name in MODELS}
