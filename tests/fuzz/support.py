@@ -1,8 +1,10 @@
-"""Shared by the fuzz properties: one budget knob and reproducible settings.
+"""Shared by the fuzz properties: the budget knobs and reproducible settings.
 
-``FUZZ_EXAMPLES=N`` runs every property with N examples instead of its default (the defaults keep the
-whole directory well under 90 s on two cores inside ``make test``); ``derandomize`` makes CI draw the
-same inputs every run, so a failure reproduces from the test name alone.
+Each property has a default number of examples that keeps the whole directory within about 90 s on two
+cores. ``FUZZ_SCALE=F`` multiplies every default (``FUZZ_SCALE=1.2`` runs the policy properties' 10,000
+inputs in total; ``FUZZ_SCALE=10`` for a long local run); ``FUZZ_EXAMPLES=N`` runs every property
+with exactly N. ``derandomize`` makes CI draw the same inputs on every run, so a failure reproduces
+from the test name alone.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from hypothesis import HealthCheck, settings
 
 
 def examples(default: int) -> int:
-    override = os.environ.get("FUZZ_EXAMPLES")
-    return int(override) if override else default
+    exact = os.environ.get("FUZZ_EXAMPLES")
+    if exact:
+        return int(exact)
+    return max(1, round(default * float(os.environ.get("FUZZ_SCALE") or 1)))
 
 
 def fuzz_settings(default: int) -> settings:

@@ -307,7 +307,7 @@ def _check_failure(failure: QueryFailure) -> None:
     assert SECRET not in failure.detail, failure.detail
 
 
-@fuzz_settings(900)
+@fuzz_settings(300)
 @given(response=st.one_of(responses(), plausible_responses()))
 def test_instant_queries_and_label_lookups(
     prometheus: FuzzedPrometheus, client: PrometheusClient, response: Response
@@ -387,7 +387,7 @@ def test_evidence_collection(prometheus: FuzzedPrometheus, client: PrometheusCli
         prometheus_config(prometheus.url), client=client, max_parallel_queries=1
     )
 
-    @fuzz_settings(250)
+    @fuzz_settings(120)
     @given(response=st.one_of(responses(), plausible_responses()))
     def run(response: Response) -> None:
         prometheus.response = response

@@ -1,0 +1,105 @@
+"""Fuzzing operator commands: any sequence of commands, by anyone, at any time, on any stored state.
+
+States are what ``state.json`` can hold (drawn documents read by :meth:`RolloutState.from_json`, so
+also the inconsistent ones someone may write: Paused without a pause, a step without a start), the
+commands are the five kinds and names that are none of them.
+
+What must hold after every command: an unknown name raises ``ValueError`` (documented) and nothing
+else ever raises; a refused command leaves the state exactly as it was; an accepted one records
+itself as the newest history entry, at the time it was given, within :data:`MAX_HISTORY`; a
+pending abort refuses everything after it; the resulting state is stored and read back unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from canary.rollout.commands import apply_command
+from canary.rollout.state import MAX_HISTORY, CommandKind, RolloutState, StateFormatError
+
+from .support import fuzz_settings
+from .test_state_fuzz import STATES
+
+_KINDS = [kind.value for kind in CommandKind]
+COMMANDS = st.lists(
+    st.tuples(
+        st.one_of(st.sampled_from(_KINDS), st.sampled_from(["PAUSE", "", "stop", " abort"])),
+        st.one_of(st.none(), st.sampled_from(["alice", ""]), st.text(max_size=30)),
+        st.integers(-(10**6), 10**8),  # seconds after the state's clock
+    ),
+    min_size=1,
+    max_size=6,
+)
+_AT = "2026-12-01T11:00:00+00:00"
+# Two times in three a state in the middle of a rollout (the only states most commands apply to).
+ROLLOUTS = st.fixed_dictionaries(
+    {
+        "schemaVersion": st.just(1),
+        "phase": st.sampled_from(["Pending", "Progressing", "Promoting", "Baking", "Paused"]),
+        "revision": st.just("llama-00002"),
+        "startedAt": st.just(_AT),
+    },
+    optional={
+        "step": st.builds(
+            lambda weight: {"index": 0, "weight": weight, "startedAt": _AT}, st.sampled_from([10, 50])
+        ),
+        "pause": st.builds(
+            lambda kind, phase: {"kind": kind, "reason": "r", "since": _AT, "resumePhase": phase},
+            st.sampled_from(["manual", "approval", "external-change", "no-data"]),
+            st.sampled_from(["Pending", "Progressing", "Baking"]),
+        ),
+        "approvals": st.lists(st.sampled_from([10, 50]), max_size=2),
+        "command": st.builds(lambda kind: {"kind": kind, "at": _AT}, st.sampled_from(_KINDS)),
+    },
+)
+STORED = st.integers(0, 2).flatmap(
+    lambda n: STATES if n == 0 else st.builds(lambda base, rollout: {**base, **rollout}, STATES, ROLLOUTS)
+)
+ZONES = st.sampled_from([UTC, timezone(timedelta(hours=14)), timezone(-timedelta(hours=12))])
+BASE = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def test_command_sequences_on_stored_states() -> None:
+    outcomes: Counter[str] = Counter()
+
+    @fuzz_settings(500)
+    @given(document=STORED, commands=COMMANDS, zone=ZONES)
+    def run(document: dict[str, object], commands: list[tuple[str, str | None, int]], zone: timezone) -> None:
+        try:
+            state = RolloutState.from_json(json.dumps(document))
+        except StateFormatError:
+            outcomes["unreadable state"] += 1
+            return
+        for name, by, offset in commands:
+            now = (BASE + timedelta(seconds=offset)).astimezone(zone)
+            if name not in _KINDS:
+                with pytest.raises(ValueError, match="is not a valid CommandKind"):
+                    apply_command(state, name, now, by=by)
+                outcomes["unknown"] += 1
+                continue
+            abort_pending = state.command is not None and state.command.kind is CommandKind.ABORT
+            result = apply_command(state, name, now, by=by)
+            assert isinstance(result.message, str) and result.message
+            if not result.accepted:
+                assert result.state is state or result.state == state
+                outcomes["refused"] += 1
+            else:
+                assert not abort_pending, "a command was accepted over a pending abort"
+                entry = result.state.history[-1]
+                assert entry.action == f"command:{name}" and entry.at == now
+                assert len(result.state.history) <= MAX_HISTORY
+                assert len(result.state.history) == min(len(state.history) + 1, MAX_HISTORY)
+                outcomes[f"accepted {name}"] += 1
+            state = RolloutState.from_json(result.state.to_json())
+            assert state == result.state
+
+    run()
+    # Every kind of command is accepted somewhere and refused somewhere: both paths are exercised.
+    assert all(outcomes[f"accepted {kind}"] >= 1 for kind in _KINDS), outcomes
+    assert outcomes["refused"] >= 50 and outcomes["unknown"] >= 10, outcomes
