@@ -338,4 +338,8 @@ def describe_time(moment: datetime | None) -> str:
     """A timestamp for people: ``2026-03-01T12:00:00Z`` (UTC, whole seconds)."""
     if moment is None:
         return "never"
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:  # "0001-01-01T00:00+23:59" in a hand-written command.json has no UTC time
+        return moment.isoformat(timespec="seconds")
+    return utc.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from canary.rollout.commands import apply_command
+from canary.rollout.records import CommandFormatError, CommandRequest
 from canary.rollout.state import MAX_HISTORY, CommandKind, RolloutState, StateFormatError
 
 from .support import fuzz_settings
@@ -103,3 +104,72 @@ def test_command_sequences_on_stored_states() -> None:
     # Every kind of command is accepted somewhere and refused somewhere: both paths are exercised.
     assert all(outcomes[f"accepted {kind}"] >= 1 for kind in _KINDS), outcomes
     assert outcomes["refused"] >= 50 and outcomes["unknown"] >= 10, outcomes
+
+
+# -- commands as the CLI writes them (command.json), bound to a revision, a step and a time -----------
+
+_OFFSETS = st.one_of(st.integers(-3000, 0), st.integers(-7200, 600), st.integers(-(10**9), 10**9))
+RECORDS = st.fixed_dictionaries(
+    {
+        "command": st.sampled_from(_KINDS),
+        "revision": st.sampled_from(["llama-00002", "llama-00002", "llama-00001", None, ""]),
+        "step": st.sampled_from([0, 0, None, 1, -1]),
+    },
+    optional={
+        "by": st.one_of(st.none(), st.text(max_size=12)),
+        "reason": st.one_of(st.none(), st.text(max_size=12)),
+        "id": st.one_of(st.none(), st.text(max_size=8)),
+        "stateResourceVersion": st.one_of(st.none(), st.just("42")),
+    },
+)
+EXTREME_TIMES = st.sampled_from(
+    ["0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "2026-12-01T12:00:00"]
+)
+
+
+def test_command_records_on_stored_states() -> None:
+    outcomes: Counter[str] = Counter()
+
+    @fuzz_settings(500)
+    @given(
+        document=STORED,
+        record=RECORDS,
+        offset=_OFFSETS,
+        extreme=st.one_of(st.none(), EXTREME_TIMES),
+        zone=ZONES,
+    )
+    def run(
+        document: dict[str, object],
+        record: dict[str, object],
+        offset: int,
+        extreme: str | None,
+        zone: timezone,
+    ) -> None:
+        try:
+            state = RolloutState.from_json(json.dumps(document))
+        except StateFormatError:
+            outcomes["unreadable state"] += 1
+            return
+        issued = extreme if extreme is not None else (BASE + timedelta(seconds=offset)).isoformat()
+        try:
+            command = CommandRequest.from_json(json.dumps({**record, "at": issued}))
+        except CommandFormatError:
+            outcomes["unreadable command"] += 1
+            return
+        now = BASE.astimezone(zone)
+        result = apply_command(state, command, now)
+        assert isinstance(result.message, str) and result.message
+        if not result.accepted:
+            assert result.state is state or result.state == state
+            outcomes["refused"] += 1
+            return
+        # Accepted only when bound: its revision, its step, issued within the hour before now.
+        assert command.revision == state.revision and command.at is not None
+        assert command.step == (state.step.index if state.step is not None else None)
+        assert timedelta(0) <= now - command.at <= timedelta(hours=1) or command.at > now
+        assert result.state.history[-1].action == f"command:{command.command.value}"
+        assert RolloutState.from_json(result.state.to_json()) == result.state
+        outcomes["accepted"] += 1
+
+    run()
+    assert outcomes["accepted"] >= 10 and outcomes["refused"] >= 10, outcomes

@@ -16,6 +16,7 @@ from canary.metrics.client import PrometheusClient, QueryFailure
 from canary.metrics.plan import parse_grouped
 from canary.policy.loader import load_text
 from canary.rollout.commands import apply_command
+from canary.rollout.records import CommandRequest
 from canary.rollout.state import Phase, RolloutState
 
 from .test_prometheus_fuzz import FuzzedPrometheus, Response, prometheus_config
@@ -198,3 +199,14 @@ def test_a_key_that_is_not_a_string_is_named() -> None:
     # test_policy_fuzz (bytes mutated into a top-level "1: x"): "Keys should be strings" had no field.
     result = load_text(_policy("window: 10m") + "1: x\n", "ml/fuzz.yaml")
     assert [(error.field, error.message) for error in result.errors] == [("[1]", "Keys should be strings")]
+
+
+@pytest.mark.parametrize("issued", ["0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59"])
+def test_a_command_issued_at_a_time_with_no_utc_equivalent_is_refused_not_an_overflow(issued: str) -> None:
+    # test_commands_fuzz: command.json {"command": "pause", "at": "0001-01-01T00:00:00+23:59"} raised
+    # OverflowError (date value out of range) out of apply_command while saying why it was refused.
+    state = RolloutState.from_json('{"schemaVersion": 1, "phase": "Progressing", "revision": "r"}')
+    command = CommandRequest.from_json(json.dumps({"command": "pause", "at": issued, "revision": "r"}))
+    result = apply_command(state, command, NOW)
+    assert not result.accepted and result.state == state
+    assert issued[:19] in result.message
