@@ -189,6 +189,27 @@ class _Tick:
     # Entry
 
     def run(self) -> Decision:
+        decision = self.decide()
+        revision = decision.revision
+        if (
+            decision.action.writes
+            and decision.action is not Action.ROLLBACK
+            and revision is not None
+            and self.rolled_back_before(revision)
+        ):
+            # The last word, whatever path led here (a resume restoring a value adopted after the
+            # state was lost, a command, a restored copy): a rolled-back revision gets no traffic
+            # from the controller again. What was about to be written is said, then nothing is.
+            refused = f"{decision.action} {decision.weight if decision.weight is not None else 'unset'}"
+            self.reasons = []
+            self.severity = Severity.WARNING
+            self.lead = None
+            self.resumed_by = None
+            self.reasons.append(f"Not writing {refused} for {revision}: it was rolled back before.")
+            return self.not_retried(revision)
+        return decision
+
+    def decide(self) -> Decision:
         observed = self.observed
         if not observed.exists:
             return self.wait(

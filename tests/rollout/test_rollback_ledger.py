@@ -73,6 +73,31 @@ def test_deleting_the_state_after_a_rollback_never_writes_the_rolled_back_revisi
     assert any("rollback ledger records" in reason for reason in first.reasons)
 
 
+def test_a_resume_never_restores_traffic_to_a_rolled_back_revision_after_the_state_was_lost() -> None:
+    """Found by the ledger property: state lost, someone removes the field (the rolled-back revision
+    takes 100 %), the controller adopts that, someone writes 0, the controller pauses for the outside
+    change, and a resume 'restores the controller's value' — which was the field's absence."""
+    from canary.rollout import apply_command
+
+    sim, _, ledger = rolled_back()
+    policy = make_policy()
+    sim.set_percent(None)
+    sim.reconcile()
+    adopted = decide(policy, seen(sim), RolloutState(), None, at(minutes=6), ledger=ledger)
+    assert not adopted.action.writes
+    sim.set_percent(0)
+    sim.reconcile()
+    state = adopted.new_state
+    for minute in (7, 8):
+        decision = decide(policy, seen(sim), state, None, at(minutes=minute), ledger=ledger)
+        assert not decision.action.writes or decision.weight == 0, decision.reasons
+        state = decision.new_state
+    resumed = apply_command(state, "resume", at(minutes=9), by="alice").state
+    decision = decide(policy, seen(sim), resumed, None, at(minutes=10), ledger=ledger)
+    assert not decision.action.writes or (decision.action, decision.weight) == (Action.ROLLBACK, 0)
+    assert decision.new_state.was_rolled_back(CANARY)
+
+
 def test_a_ready_revision_at_zero_without_state_or_ledger_pauses() -> None:
     sim, _, _ = rolled_back()
     decision = decide(make_policy(), seen(sim), RolloutState(), None, at(minutes=6))
