@@ -65,9 +65,17 @@ def state_map(name: str) -> str:
 
 
 def replace_state_data(world: World, name: str, data: dict[str, str]) -> None:
-    found = core(world).read_namespaced_config_map(state_map(name), NAMESPACE)
-    found.data = data
-    core(world).replace_namespaced_config_map(state_map(name), NAMESPACE, found)
+    """Read and replace, as ``kubectl edit`` does: again when the controller wrote in between (409)."""
+    for _ in range(10):
+        found = core(world).read_namespaced_config_map(state_map(name), NAMESPACE)
+        found.data = data
+        try:
+            core(world).replace_namespaced_config_map(state_map(name), NAMESPACE, found)
+            return
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+    raise AssertionError(f"could not replace the state of {name}: the controller kept writing")
 
 
 def delete_state(world: World, name: str) -> None:
