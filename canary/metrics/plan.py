@@ -302,12 +302,12 @@ def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
         labels = series.get("metric", {}) if isinstance(series, dict) else {}
         if not isinstance(labels, dict):  # Prometheus' labels are an object of strings
             return QueryFailure(
-                ErrorClass.UNEXPECTED_RESULT, f"a series whose labels are not an object: {labels}"
+                ErrorClass.UNEXPECTED_RESULT, f"a series whose labels are not an object: {_brief(labels)}"
             )
         namespace, revision = labels.get("namespace"), labels.get("revision")
         if not isinstance(namespace, str) or not isinstance(revision, str):
             return QueryFailure(
-                ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {labels}"
+                ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {_brief(labels)}"
             )
         field = labels.get(FIELD_LABEL, _VALUE)
         if not isinstance(field, str):
@@ -315,11 +315,12 @@ def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
         fields = values.setdefault(RevisionKey(namespace, revision), {})
         if field in fields:
             return QueryFailure(
-                ErrorClass.UNEXPECTED_RESULT, f"several series for {namespace}/{revision} ({field})"
+                ErrorClass.UNEXPECTED_RESULT,
+                f"several series for {_brief(namespace)}/{_brief(revision)} ({_brief(field)})",
             )
         parsed = _sample_value(series)
         if parsed is None:
-            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable sample: {series}")
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable sample: {_brief(series)}")
         fields[field] = parsed
     return GroupedAnswer(values)
 
@@ -352,7 +353,9 @@ def parse_single(outcome: QueryOutcome) -> float | QueryFailure | None:
     if not result:
         return None
     if len(result) > 1:
-        shown = ", ".join(str(series.get("metric", {})) for series in result[:3] if isinstance(series, dict))
+        shown = ", ".join(
+            _brief(series.get("metric", {})) for series in result[:3] if isinstance(series, dict)
+        )
         return QueryFailure(
             ErrorClass.UNEXPECTED_RESULT,
             f"{len(result)} series where one was expected ({shown}{', ...' if len(result) > 3 else ''}); "
@@ -360,6 +363,12 @@ def parse_single(outcome: QueryOutcome) -> float | QueryFailure | None:
         )
     value = _sample_value(result[0])
     return value if value is not None else QueryFailure(ErrorClass.UNEXPECTED_RESULT, "an unreadable sample")
+
+
+def _brief(value: object, limit: int = 120) -> str:
+    """A piece of Prometheus' answer quoted in a detail: labels can be any length, a detail is short."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _sample_value(series: object) -> float | None:

@@ -295,8 +295,11 @@ def plausible_responses(draw: st.DrawFn) -> Response:
 
 
 def _envelope(response: Response) -> Any:
+    """The body as the client reads it: in the charset the response declares (UTF-16 makes UTF-8 bytes
+    garbage), UTF-8 otherwise (an unknown charset too)."""
+    declared = "utf-16" if "charset=utf-16" in (response.content_type or "") else "utf-8"
     try:
-        return json.loads(response.body)
+        return json.loads(response.body.decode(declared, "replace"))
     except (ValueError, RecursionError):
         return None
 

@@ -13,7 +13,7 @@ import pytest
 
 from canary.evidence import ErrorClass
 from canary.metrics.client import PrometheusClient, QueryFailure
-from canary.metrics.plan import parse_grouped
+from canary.metrics.plan import parse_grouped, parse_single
 from canary.policy.loader import load_text
 from canary.rollout.commands import apply_command
 from canary.rollout.records import CommandRequest
@@ -210,3 +210,18 @@ def test_a_command_issued_at_a_time_with_no_utc_equivalent_is_refused_not_an_ove
     result = apply_command(state, command, NOW)
     assert not result.accepted and result.state == state
     assert issued[:19] in result.message
+
+
+def test_an_unexpected_answer_quotes_prometheus_briefly(
+    served: tuple[FuzzedPrometheus, PrometheusClient],
+) -> None:
+    # test_prometheus_fuzz (FUZZ_SCALE=4): the detail of "5 series where one was expected" quoted three
+    # label sets whole (501 characters there; a label can be any length), and details travel into
+    # explain.json, logs and notifications.
+    server, client = served
+    labels = {"namespace": "ml", "revision": "r" * 100_000}
+    body = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": labels}] * 5}}
+    server.response = Response(200, "application/json", json.dumps(body).encode())
+    outcome = client.instant("up", NOW)
+    for parsed in (parse_single(outcome), parse_grouped(outcome)):
+        assert isinstance(parsed, QueryFailure) and len(parsed.detail) <= 500, parsed
