@@ -124,8 +124,20 @@ class Reconciler:
         finally:
             self._metrics.reconcile_duration.observe(time.monotonic() - started)
 
-    def pause_removed(self, policy: PromotionPolicy) -> None:
-        """A policy was removed from the directory: pause its rollout (never roll it back)."""
+    def pause_removed(self, policy: PromotionPolicy, attempts: int = 5) -> None:
+        """A policy was removed from the directory: pause its rollout (never roll it back).
+
+        Called once, at the reload that removed it: a reconcile still in flight may write the state
+        in between (409), so the pause is read and written again rather than lost."""
+        for _ in range(attempts):
+            try:
+                self._pause_removed_once(policy)
+                return
+            except ConflictError:
+                continue
+        log.error("policy removed: the rollout could not be paused (its state kept changing)", key=policy.key)
+
+    def _pause_removed_once(self, policy: PromotionPolicy) -> None:
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         stored = self._load(policy.key, namespace, name)
         if stored.state_json is None:

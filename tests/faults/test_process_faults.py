@@ -35,11 +35,14 @@ def test_sigkill_at_seeded_random_moments_resumes_without_skipping_or_shortening
     stack.set_storage_uri(NAMESPACE, "random", V2)
     kills = []
     for number in range(1, 5):
-        delay = rng.uniform(0.3, 3.0)
+        # A random moment of the process's life: starting, listing, deciding, writing, telling.
+        delay = rng.uniform(1.0, 4.0)
         wait_until(lambda: False, delay)  # a bounded pause of a random length
         kills.append(round(delay, 2))
         controller.kill()
-        controller = stack.start_controller(f"random-{number}", extra_args=["-n", NAMESPACE])
+        controller = stack.start_controller(
+            f"random-{number}", extra_args=["-n", NAMESPACE], wait_ready=number == 4
+        )
     assert wait_for_phase(stack, NAMESPACE, "random", TERMINAL, 60) == "Succeeded", kills
     assert [w for w in written(stack, NAMESPACE, "random") if w != 10][-3:] == [30, 50, None]
     case = world.case("random")
