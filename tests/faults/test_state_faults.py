@@ -284,7 +284,9 @@ def test_a_policy_broken_mid_step_keeps_the_previous_version_running(world: Worl
     check_told(stack, case)
 
 
-def test_a_policy_deleted_mid_step_pauses_and_never_rolls_back(world: World, faulted: Faulted) -> None:
+def test_a_policy_deleted_mid_step_pauses_says_so_even_racing_a_reconcile_and_never_rolls_back(
+    world: World, faulted: Faulted
+) -> None:
     stack = world.stack
     assert wait_for_phase(stack, NAMESPACE, "poldel", {"Paused"}, 20) == "Paused"
     wait_until(lambda: False, 3.0)
