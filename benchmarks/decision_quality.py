@@ -11,11 +11,11 @@ world:
 * **kserve-canary**: the real pure core (:func:`canary.rollout.decide`) driving a KServe status
   simulator; evidence over ``[step start, now]`` — the noise of a p99 shrinks as the window grows;
   no data and query errors are inconclusive; the canary is compared with the stable revision.
-* **Flagger semantics** (from its source; the peers are compared in docs/design.md §10): each tick evaluates the
-  last ``interval`` (1 min) only; an empty result or a query error is a *failed* check; failed checks
-  accumulate over the whole run (never reset) and roll back at ``threshold``; a step is held for one
-  passing tick; limits are absolute (there is no variable for the stable revision), set at the
-  stable revision's typical value × 1.2.
+* **Flagger semantics** (from its source; the peers are compared in docs/design.md §10): each
+  tick evaluates the last ``interval`` (1 min) only; an empty result or a query error is a *failed*
+  check; failed checks accumulate over the whole run (never reset) and roll back at ``threshold``; a
+  step is held for one passing tick; limits are absolute (there is no variable for the stable
+  revision), set at the stable revision's typical value × 1.2.
 
 Reported per decider: healthy canaries rolled back (false rollbacks), regressed canaries promoted
 (missed regressions), and the median time to the final decision; then the ratios between them.

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator.client import EmulatorAdminClient
 from canary_sandbox.emulator.clock import ManualClock, ScaledClock
