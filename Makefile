@@ -44,10 +44,11 @@ test: setup lint typecheck
 	$(VENV)/bin/coverage report --precision=1 --include='canary/rollout/*' --fail-under=95
 
 # Everything but the slow suites: tests/integration (real Prometheus), tests/e2e (the controller as
-# a process) and tests/faults (the same with faults injected), marked by directory in tests/conftest.py,
+# a process), tests/faults (the same with faults injected) and tests/fuzz, marked by directory in
+# tests/conftest.py,
 # and the deploy tests that run the controller.
 test-fast: setup
-	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e and not faults"
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e and not faults and not fuzz"
 
 # The whole story on this machine: emulator, simulated fleet, real Prometheus, the controller; about a
 # minute. Options through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--speed 2 --no-ui"` or "--keep-running".

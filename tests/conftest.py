@@ -3,6 +3,7 @@
 - ``tests/integration/`` — against a real Prometheus server (Debian's package): ``integration``;
 - ``tests/e2e/`` — the controller as a separate process, the emulator and Prometheus: ``e2e``;
 - ``tests/faults/`` — the same stack with faults injected (Prometheus, the API, the receiver, kills): ``faults``;
+- ``tests/fuzz/`` — thousands of generated policies, states, commands and Prometheus answers: ``fuzz``;
 - ``tests/deploy/`` marks its controller-process tests ``e2e`` itself (its conftest knows which).
 
 Everything else mirrors a package (``tests/policy`` for ``canary.policy``, ``tests/sandbox`` for
@@ -20,6 +21,7 @@ _MARK_BY_DIRECTORY = {
     "integration": pytest.mark.integration,
     "e2e": pytest.mark.e2e,
     "faults": pytest.mark.faults,
+    "fuzz": pytest.mark.fuzz,
 }
 
 
