@@ -26,8 +26,6 @@ __all__ = [
     "InferenceServiceClient",
     "WatchEvent",
     "is_not_found",
-    "owned_configmap",
-    "write_configmap",
 ]
 
 GROUP = "serving.kserve.io"
@@ -42,57 +40,6 @@ class ConflictError(Exception):
 
 def is_not_found(error: ApiException) -> bool:
     return getattr(error, "status", None) == 404
-
-
-def owned_configmap(
-    name: str,
-    namespace: str,
-    *,
-    inference_service: str,
-    owner_uid: str | None,
-    labels: Mapping[str, str],
-    resource_version: str | None,
-    data: dict[str, str],
-) -> client.V1ConfigMap:
-    """A ConfigMap of the controller's next to its InferenceService: the state, the rollback ledger,
-    the outbox. Owned by the InferenceService object (uid) it describes so the garbage collector
-    removes it with the model, never blocking that deletion (no finalizers needed)."""
-    owners = None
-    if owner_uid:
-        owners = [
-            client.V1OwnerReference(
-                api_version=f"{GROUP}/{VERSION}",
-                kind="InferenceService",
-                name=inference_service,
-                uid=owner_uid,
-                controller=False,
-                block_owner_deletion=False,
-            )
-        ]
-    return client.V1ConfigMap(
-        api_version="v1",
-        kind="ConfigMap",
-        metadata=client.V1ObjectMeta(
-            name=name,
-            namespace=namespace,
-            labels=dict(labels),
-            owner_references=owners,
-            resource_version=resource_version,
-        ),
-        data=data,
-    )
-
-
-def write_configmap(
-    core: client.CoreV1Api, name: str, namespace: str, body: client.V1ConfigMap, timeout: float
-) -> str:
-    """Create (no resourceVersion in ``body``) or replace under its resourceVersion; the new
-    resourceVersion. A 409 (changed or created meanwhile) is raised as the ApiException it is."""
-    if body.metadata is None or body.metadata.resource_version is None:
-        written = core.create_namespaced_config_map(namespace, body, _request_timeout=timeout)
-    else:
-        written = core.replace_namespaced_config_map(name, namespace, body, _request_timeout=timeout)
-    return str(written.metadata.resource_version if written.metadata else "")
 
 
 @dataclass(frozen=True)

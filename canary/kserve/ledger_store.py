@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.kserve.client import ConflictError, is_not_found, owned_configmap, write_configmap
+from canary.kserve.client import GROUP, VERSION, ConflictError, is_not_found
 from canary.kserve.store import LABEL_INFERENCE_SERVICE, LABEL_MANAGED_BY, MANAGED_BY, state_configmap_name
 from canary.rollout.ledger import RollbackLedger
 
@@ -78,25 +78,47 @@ class ConfigMapLedgerStore:
         """Write the ledger, owned by the InferenceService object it describes; returns the new
         resourceVersion. Raises :class:`ConflictError` on 409 (someone wrote it since it was read)."""
         name = ledger_configmap_name(inference_service)
-        body = owned_configmap(
-            name,
-            namespace,
-            inference_service=inference_service,
-            owner_uid=ledger.inference_service_uid,
-            labels={
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_INFERENCE_SERVICE: inference_service + LEDGER_SUFFIX,
-                LABEL_RECORD: LEDGER_RECORD,
-            },
-            resource_version=resource_version,
+        owners = None
+        if ledger.inference_service_uid:
+            owners = [
+                client.V1OwnerReference(
+                    api_version=f"{GROUP}/{VERSION}",
+                    kind="InferenceService",
+                    name=inference_service,
+                    uid=ledger.inference_service_uid,
+                    controller=False,
+                    block_owner_deletion=False,
+                )
+            ]
+        body = client.V1ConfigMap(
+            api_version="v1",
+            kind="ConfigMap",
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels={
+                    LABEL_MANAGED_BY: MANAGED_BY,
+                    LABEL_INFERENCE_SERVICE: inference_service + LEDGER_SUFFIX,
+                    LABEL_RECORD: LEDGER_RECORD,
+                },
+                owner_references=owners,
+                resource_version=resource_version,
+            ),
             data={LEDGER_KEY: ledger.to_json()},
         )
         try:
-            resource_version_written = write_configmap(self._core, name, namespace, body, self._timeout)
+            if resource_version is None:
+                written = self._core.create_namespaced_config_map(
+                    namespace, body, _request_timeout=self._timeout
+                )
+            else:
+                written = self._core.replace_namespaced_config_map(
+                    name, namespace, body, _request_timeout=self._timeout
+                )
         except ApiException as error:
             if error.status == 409:
                 raise ConflictError(
                     f"rollback ledger of {namespace}/{inference_service} changed since it was read"
                 ) from error
             raise
-        return resource_version_written
+        return str(written.metadata.resource_version if written.metadata else "")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.kserve.client import is_not_found, owned_configmap, write_configmap
+from canary.kserve.client import GROUP, VERSION, is_not_found
 from canary.kserve.store import LABEL_INFERENCE_SERVICE, LABEL_MANAGED_BY, MANAGED_BY
 
 __all__ = ["OUTBOX_KEY", "OUTBOX_SUFFIX", "ConfigMapOutboxStore", "outbox_configmap_name"]
@@ -56,19 +56,41 @@ class ConfigMapOutboxStore:
     ) -> str | None:
         """Create (``resource_version`` None) or replace; the new resourceVersion, None on a conflict."""
         name = outbox_configmap_name(inference_service)
-        body = owned_configmap(
-            name,
-            namespace,
-            inference_service=inference_service,
-            owner_uid=owner_uid,
-            labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INFERENCE_SERVICE: inference_service},
-            resource_version=resource_version,
+        owners = None
+        if owner_uid:
+            owners = [
+                client.V1OwnerReference(
+                    api_version=f"{GROUP}/{VERSION}",
+                    kind="InferenceService",
+                    name=inference_service,
+                    uid=owner_uid,
+                    controller=False,
+                    block_owner_deletion=False,
+                )
+            ]
+        body = client.V1ConfigMap(
+            api_version="v1",
+            kind="ConfigMap",
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INFERENCE_SERVICE: inference_service},
+                owner_references=owners,
+                resource_version=resource_version,
+            ),
             data={OUTBOX_KEY: text},
         )
         try:
-            resource_version_written = write_configmap(self._core, name, namespace, body, self._timeout)
+            if resource_version is None:
+                written = self._core.create_namespaced_config_map(
+                    namespace, body, _request_timeout=self._timeout
+                )
+            else:
+                written = self._core.replace_namespaced_config_map(
+                    name, namespace, body, _request_timeout=self._timeout
+                )
         except ApiException as error:
             if error.status == 409:  # changed since read, or created by somebody else meanwhile
                 return None
             raise
-        return resource_version_written
+        return str(written.metadata.resource_version if written.metadata else "")

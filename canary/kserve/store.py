@@ -14,13 +14,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.kserve.client import (
-    MERGE_PATCH,
-    ConflictError,
-    is_not_found,
-    owned_configmap,
-    write_configmap,
-)
+from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, is_not_found
 from canary.rollout.records import CommandFormatError, CommandOutcome, CommandRequest, ExplainDocument
 from canary.rollout.state import RolloutState
 
@@ -177,24 +171,46 @@ class ConfigMapStateStore:
                 f"state of {namespace}/{inference_service} is {size} bytes (limit {MAX_STATE_BYTES})"
             )
         name = state_configmap_name(inference_service)
-        body = owned_configmap(
-            name,
-            namespace,
-            inference_service=inference_service,
-            owner_uid=owner_uid,
-            labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INFERENCE_SERVICE: inference_service},
-            resource_version=resource_version,
+        owners = None
+        if owner_uid:
+            owners = [
+                client.V1OwnerReference(
+                    api_version=f"{GROUP}/{VERSION}",
+                    kind="InferenceService",
+                    name=inference_service,
+                    uid=owner_uid,
+                    controller=False,
+                    block_owner_deletion=False,
+                )
+            ]
+        body = client.V1ConfigMap(
+            api_version="v1",
+            kind="ConfigMap",
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INFERENCE_SERVICE: inference_service},
+                owner_references=owners,
+                resource_version=resource_version,
+            ),
             data=files,
         )
         try:
-            resource_version_written = write_configmap(self._core, name, namespace, body, self._timeout)
+            if resource_version is None:
+                written = self._core.create_namespaced_config_map(
+                    namespace, body, _request_timeout=self._timeout
+                )
+            else:
+                written = self._core.replace_namespaced_config_map(
+                    name, namespace, body, _request_timeout=self._timeout
+                )
         except ApiException as error:
             if error.status == 409:
                 raise ConflictError(
                     f"state of {namespace}/{inference_service} changed since it was read"
                 ) from error
             raise
-        return resource_version_written
+        return str(written.metadata.resource_version if written.metadata else "")
 
     def request_command(
         self,
