@@ -32,12 +32,15 @@ from canary.policy.units import Unit
 __all__ = [
     "FRACTION_SUFFIX",
     "REQUESTS",
+    "CountSeries",
     "ErrorClass",
     "Evidence",
     "EvidenceRequest",
     "EvidenceSource",
     "EvidenceStatus",
+    "Histogram",
     "Measurement",
+    "Tally",
     "fraction_key",
 ]
 
@@ -143,6 +146,16 @@ class EvidenceRequest:
     at: datetime  # evaluation time T: every query is evaluated at T with its window ending at T
     checks: tuple[Check, ...]
     compare_with_stable: bool = True  # False while baking: absolute limits only
+    # Where the rollout's evidence begins (its first step's start): counts are wanted over
+    # [history_start, at] so the judge can pool steps; None means the window's start.
+    history_start: datetime | None = None
+
+    @property
+    def counts_start(self) -> datetime:
+        """The start of the range the counts must cover."""
+        if self.history_start is None or self.history_start > self.window_start:
+            return self.window_start
+        return self.history_start
 
     @property
     def window_seconds(self) -> float:
@@ -150,11 +163,111 @@ class EvidenceRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Histogram:
+    """Requests by latency bucket over some range: raw differences of the bucket counters.
+
+    ``at_most[i]`` requests took at most ``edges[i]`` seconds (cumulative, as Prometheus' ``le``);
+    ``total`` is the ``+Inf`` bucket, every request the histogram saw. The edges are read from the
+    series themselves (never assumed), in seconds, ascending.
+    """
+
+    edges: tuple[float, ...]
+    at_most: tuple[int, ...]
+    total: int
+
+    def slower_than(self, index: int) -> int:
+        """Requests slower than ``edges[index]``."""
+        return self.total - self.at_most[index]
+
+    def __add__(self, other: Histogram) -> Histogram:
+        if other.edges != self.edges:
+            return _merge_histograms(self, other)
+        return Histogram(
+            self.edges,
+            tuple(a + b for a, b in zip(self.at_most, other.at_most, strict=True)),
+            self.total + other.total,
+        )
+
+
+def _merge_histograms(first: Histogram, second: Histogram) -> Histogram:
+    # Two layouts (a revision whose pods export different buckets): keep the edges both have.
+    common = sorted(set(first.edges) & set(second.edges))
+    at_most = tuple(
+        first.at_most[first.edges.index(edge)] + second.at_most[second.edges.index(edge)] for edge in common
+    )
+    return Histogram(tuple(common), at_most, first.total + second.total)
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What one revision's counters say happened in ``(start, end]``: raw counter differences.
+
+    Integers, never extrapolated: the sum over the revision's series of each series' increase
+    between the two samples, a reset counting from zero. ``histograms`` maps a latency measure
+    (``latency``, ``ttft``, ``e2e-latency``) to its bucket counts when the revision exports it.
+    """
+
+    start: datetime
+    end: datetime
+    requests: int
+    errors: int  # 5xx responses
+    client_errors: int = 0  # 4xx responses
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+
+    def __add__(self, other: Tally) -> Tally:
+        histograms = dict(self.histograms)
+        for measure, histogram in other.histograms.items():
+            mine = histograms.get(measure)
+            histograms[measure] = histogram if mine is None else mine + histogram
+        return Tally(
+            min(self.start, other.start),
+            max(self.end, other.end),
+            self.requests + other.requests,
+            self.errors + other.errors,
+            self.client_errors + other.client_errors,
+            histograms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CountSeries:
+    """One revision's consecutive tallies over ``[request.counts_start, request.at]``, oldest first.
+
+    Each tally covers the time between two samples of the revision's counters (one per tick of the
+    evidence pipeline); tallies do not overlap and leave no gap. ``status`` is ``ok`` with the tallies
+    (possibly empty: the range is shorter than one tick), ``no-data`` when the revision has no
+    request series at all, ``error`` (with ``error_class``) when the counters could not be read.
+    """
+
+    status: EvidenceStatus
+    tallies: tuple[Tally, ...] = ()
+    detail: str = ""
+    error_class: ErrorClass | None = None
+    query: str = ""  # the PromQL the counters come from (for explain)
+
+    def since(self, start: datetime) -> tuple[Tally, ...]:
+        """The tallies that began at or after ``start`` (a step's own evidence)."""
+        return tuple(tally for tally in self.tallies if tally.start >= start)
+
+    @staticmethod
+    def total(tallies: tuple[Tally, ...]) -> Tally | None:
+        if not tallies:
+            return None
+        combined = tallies[0]
+        for tally in tallies[1:]:
+            combined = combined + tally
+        return combined
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """The answer to an :class:`EvidenceRequest`.
 
     ``canary`` and ``stable`` map a check name (and :data:`REQUESTS`) to its measurement; a check
-    without relative limits has no stable measurement.
+    without relative limits has no stable measurement. ``counts`` carries the revisions' request,
+    error and latency-bucket counts (``"canary"``, ``"stable"``) as :class:`CountSeries`: the judge
+    tests error-rate and latency checks on them (docs/design.md §4.2); a check it has no counts for
+    is judged on its measurement, as measured.
     """
 
     request: EvidenceRequest
@@ -162,6 +275,7 @@ class Evidence:
     stable: Mapping[str, Measurement] = field(default_factory=dict)
     queries: int = 0  # HTTP round trips it took
     profile: Mapping[str, str] = field(default_factory=dict)  # metric family -> profile used
+    counts: Mapping[str, CountSeries] = field(default_factory=dict)  # "canary" / "stable"
 
 
 class EvidenceSource(Protocol):
