@@ -1,0 +1,302 @@
+"""Which state changes are written (canary.rollout.persistence): every one a restart needs, no other.
+
+The property at the end is the reason the rule exists: replaying decide() from the state as last
+stored — a restart at any tick — gives the same phases, steps and writes as a controller that
+stores every state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from canary.kserve.status_model import KServeSim
+from canary.rollout import Decision, RolloutState, decide, evidence_request
+from canary.rollout.persistence import explain_change, explain_due, must_store, no_data_clock, store_reason
+from canary.rollout.records import ExplainCheck, ExplainDocument
+from canary.rollout.state import (
+    CommandKind,
+    EvaluationRecord,
+    EvaluationVerdict,
+    HistoryEntry,
+    Pause,
+    PauseKind,
+    PendingCommand,
+    Phase,
+    RolledBackRevision,
+    StepProgress,
+    WeightRecord,
+)
+from tests.rollout.helpers import HEALTHY_EVIDENCE, T0, EvidenceMaker, make_policy, no_data, query_error
+
+MINUTE = timedelta(minutes=1)
+STEP = StepProgress(0, 10, started_at=T0)
+HOLDING = RolloutState(
+    phase=Phase.PROGRESSING,
+    inference_service_uid="uid-1",
+    revision="llama-predictor-00002",
+    fingerprint="f1",
+    stable_revision="llama-predictor-00001",
+    started_at=T0,
+    step=STEP,
+    evaluation=EvaluationRecord(at=T0 + MINUTE, verdict=EvaluationVerdict.PASS, requests=50.0),
+)
+
+# One change of each field that must be stored, with the reason reported.
+STORED_CHANGES = {
+    "phase": (replace(HOLDING, phase=Phase.ROLLED_BACK), "phase"),
+    "uid": (replace(HOLDING, inference_service_uid="uid-2"), "uid"),
+    "revision": (replace(HOLDING, revision="llama-predictor-00003"), "revision"),
+    "fingerprint": (replace(HOLDING, fingerprint="f2"), "revision"),
+    "stable": (replace(HOLDING, stable_revision="llama-predictor-00000"), "stable-revision"),
+    "rollout start": (replace(HOLDING, started_at=T0 + MINUTE), "rollout-start"),
+    "step index": (replace(HOLDING, step=StepProgress(1, 30, started_at=T0)), "step"),
+    "step weight": (replace(HOLDING, step=StepProgress(0, 20, started_at=T0)), "step"),
+    "step started": (replace(HOLDING, step=replace(STEP, started_at=T0 + MINUTE)), "step"),
+    "step passed": (replace(HOLDING, step=replace(STEP, passed_at=T0 + 3 * MINUTE)), "step"),
+    "unready": (replace(HOLDING, unready_since=T0), "unready-clock"),
+    "spec change": (replace(HOLDING, spec_change_seen_at=T0), "spec-change"),
+    "bake": (replace(HOLDING, bake_started_at=T0), "bake"),
+    "pause": (
+        replace(HOLDING, pause=Pause(PauseKind.MANUAL, "paused", T0, Phase.PROGRESSING)),
+        "pause",
+    ),
+    "command": (replace(HOLDING, command=PendingCommand(CommandKind.ABORT, T0, "ops")), "command"),
+    "intent": (replace(HOLDING, intent=WeightRecord(10, "llama-predictor-00002", T0)), "intent"),
+    "spec weight": (replace(HOLDING, spec_weight=WeightRecord(10, "llama-predictor-00002", T0)), "weights"),
+    "unguarded": (replace(HOLDING, unguarded=True), "unguarded"),
+    "approvals": (replace(HOLDING, approvals=(30,)), "approvals"),
+    "rolled back": (
+        replace(HOLDING, rolled_back=(RolledBackRevision("llama-predictor-00002", T0),)),
+        "rolled-back",
+    ),
+    "history": (
+        replace(HOLDING, history=(HistoryEntry(T0, "advance", 30, Phase.PROGRESSING, "e", "r", "id"),)),
+        "history",
+    ),
+    "failure streak up": (
+        replace(HOLDING, evaluation=replace(HOLDING.evaluation, failure_streak=1)),
+        "failure-streak",
+    ),
+    "no-data clock (conclusive)": (
+        replace(HOLDING, evaluation=replace(HOLDING.evaluation, last_conclusive_at=T0 + 2 * MINUTE)),
+        "no-data-clock",
+    ),
+    "no-data clock (query error)": (
+        replace(HOLDING, evaluation=replace(HOLDING.evaluation, no_data_clock_from=T0 + 2 * MINUTE)),
+        "no-data-clock",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORED_CHANGES))
+def test_every_change_a_restart_needs_is_stored_with_its_reason(name: str) -> None:
+    changed, reason = STORED_CHANGES[name]
+    assert must_store(HOLDING, changed)
+    assert store_reason(HOLDING, changed).reason == reason
+    assert must_store(changed, HOLDING)  # and back
+
+
+def test_a_failure_streak_reset_is_stored() -> None:
+    failing = replace(HOLDING, evaluation=replace(HOLDING.evaluation, failure_streak=1))
+    assert store_reason(failing, HOLDING).reason == "failure-streak"
+
+
+def test_the_same_state_is_not_stored() -> None:
+    assert not must_store(HOLDING, HOLDING)
+    assert store_reason(HOLDING, HOLDING).reason == ""
+    assert not store_reason(HOLDING, HOLDING)
+
+
+@given(
+    at=st.integers(min_value=0, max_value=10_000),
+    verdict=st.sampled_from([None, *EvaluationVerdict]),
+    requests=st.none() | st.floats(min_value=0, max_value=1e9),
+    failed=st.lists(st.sampled_from(["p99", "errors", "oom"]), max_size=3).map(tuple),
+    query_error=st.booleans(),
+)
+def test_an_evaluation_that_only_refreshes_numbers_is_not_stored(
+    at: int,
+    verdict: EvaluationVerdict | None,
+    requests: float | None,
+    failed: tuple[str, ...],
+    query_error: bool,
+) -> None:
+    refreshed = replace(
+        HOLDING,
+        evaluation=replace(
+            HOLDING.evaluation,
+            at=T0 + timedelta(seconds=at),
+            verdict=verdict,
+            requests=requests,
+            failed_checks=failed,
+            query_error=query_error,
+        ),
+    )
+    assert not must_store(HOLDING, refreshed)
+
+
+@given(
+    conclusive=st.none() | st.integers(min_value=0, max_value=600),
+    error=st.none() | st.integers(min_value=0, max_value=600),
+    phase=st.sampled_from(list(Phase)),
+    started=st.booleans(),
+)
+def test_the_raw_clocks_matter_only_when_they_move_the_no_data_clock(
+    conclusive: int | None, error: int | None, phase: Phase, started: bool
+) -> None:
+    """Before a step has started, while pending or baking, the conclusive and query-error times of an
+    evaluation do not move the onNoData clock (it counts from the later step start then)."""
+    base = replace(
+        HOLDING, phase=phase, step=replace(STEP, started_at=T0 + 700 * MINUTE if started else None)
+    )
+    if phase is Phase.PAUSED:
+        base = replace(base, pause=Pause(PauseKind.MANUAL, "p", T0, Phase.PROGRESSING))
+    moved = replace(
+        base,
+        evaluation=replace(
+            base.evaluation,
+            last_conclusive_at=None if conclusive is None else T0 + timedelta(seconds=conclusive),
+            no_data_clock_from=None if error is None else T0 + timedelta(seconds=error),
+        ),
+    )
+    assert no_data_clock(base) == no_data_clock(moved)
+    assert not must_store(base, moved)
+
+
+def _explain(
+    verdict: str = "pass", reasons: tuple[str, ...] = ("held 8s of 10s",), **checks: str
+) -> ExplainDocument:
+    return ExplainDocument(
+        at=T0,
+        decision_id="d",
+        revision="r2",
+        stable_revision="r1",
+        action="wait",
+        verdict=verdict,
+        reasons=reasons,
+        checks=tuple(
+            ExplainCheck(name=name, verdict=value) for name, value in (checks or {"p99": "pass"}).items()
+        ),
+    )
+
+
+def test_explain_is_written_when_a_verdict_or_a_reason_changes_not_when_numbers_do() -> None:
+    assert explain_change(None, _explain()) == "first"
+    assert explain_change(_explain(), None) == ""
+    assert explain_change(_explain(), _explain(reasons=("held 9s of 10s",))) == ""
+    assert explain_change(_explain(), _explain(verdict="fail")) == "verdict"
+    assert explain_change(_explain(p99="pass"), _explain(p99="fail")) == "check-verdict"
+    assert explain_change(_explain(), _explain(reasons=("held 9s of 10s", "Prometheus queries failed"))) == (
+        "reason"
+    )
+    assert explain_change(_explain(), replace(_explain(), revision="r3")) == "revision"
+
+
+def test_explain_writes_are_rate_limited_per_rollout() -> None:
+    changed = _explain(verdict="fail")
+    kwargs = {"interval": MINUTE, "every_intervals": 5.0}
+    assert explain_due(_explain(), changed, last_written=None, now=T0, **kwargs) == "verdict"
+    assert explain_due(_explain(), changed, last_written=T0, now=T0 + 4 * MINUTE, **kwargs) == ""
+    assert explain_due(_explain(), changed, last_written=T0, now=T0 + 5 * MINUTE, **kwargs) == "verdict"
+    assert explain_due(_explain(), _explain(), last_written=None, now=T0, **kwargs) == ""
+
+
+# -- the property: a restart from the state as last stored decides as if every state was stored --
+
+SLOW = HEALTHY_EVIDENCE.failing(p99=0.95)
+FEW = EvidenceMaker(requests=20.0)
+QUIET = EvidenceMaker(requests=no_data())
+DOWN = EvidenceMaker(requests=query_error(), canary={"p99": query_error()})
+ANSWERS = {"healthy": HEALTHY_EVIDENCE, "slow": SLOW, "few": FEW, "quiet": QUIET, "down": DOWN}
+POLICIES = [
+    make_policy(window="3m", interval="1m", failureLimit=2, onNoData={"after": "4m", "action": "hold"}),
+    make_policy(
+        window="2m", interval="1m", failureLimit=1, bake="3m", onNoData={"after": "3m", "action": "rollback"}
+    ),
+    make_policy(window="5m", interval="1m", failureLimit=3, onNoData={"after": "3m", "action": "pause"}),
+]
+
+
+class Run:
+    """A controller's shell around the core against the KServe simulator: stores every state, or
+    only what :func:`must_store` says and, at a restart, starts again from the state as stored."""
+
+    def __init__(self, policy_index: int, *, skip: bool) -> None:
+        self.policy = POLICIES[policy_index]
+        self.sim = KServeSim.serving()
+        self.skip = skip
+        self.memory = RolloutState()
+        self.stored = RolloutState()
+        self.now = T0
+        self.writes = 0
+
+    def tick(self, after: float, answer: str | None, *, restart: bool = False) -> Decision:
+        self.now += timedelta(seconds=after)
+        if restart:
+            self.memory = RolloutState.from_json(self.stored.to_json())
+        observed = self.sim.observe()
+        request = evidence_request(self.policy, observed, self.memory, self.now)
+        evidence = ANSWERS[answer](request) if request is not None and answer is not None else None
+        decision = decide(self.policy, observed, self.memory, evidence, self.now)
+        if not self.skip or must_store(self.stored, decision.new_state):
+            self.stored = RolloutState.from_json(decision.new_state.to_json())
+            self.writes += 1
+        self.memory = decision.new_state
+        if decision.action.writes:
+            self.sim.set_percent(decision.weight)
+        self.sim.reconcile()
+        return decision
+
+    def start(self) -> None:
+        self.tick(0, None)
+        self.sim.change_model("s3://m/v2")
+        self.sim.reconcile()
+        self.tick(1, None)
+        self.sim.make_ready()
+        self.sim.reconcile()
+        self.tick(59, None)
+
+
+def _outcome(decision: Decision) -> tuple[object, ...]:
+    state = decision.new_state
+    step = state.step
+    return (
+        decision.action,
+        decision.weight,
+        state.phase,
+        None if step is None else (step.index, step.weight, step.started_at, step.passed_at),
+        state.evaluation.failure_streak,
+        None if state.pause is None else state.pause.kind,
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.integers(min_value=0, max_value=len(POLICIES) - 1),
+    ticks=st.lists(st.tuples(st.sampled_from(sorted(ANSWERS)), st.booleans()), min_size=5, max_size=30),
+)
+def test_a_restart_from_the_stored_state_reaches_the_same_decisions(
+    policy: int, ticks: list[tuple[str, bool]]
+) -> None:
+    always, skipping = Run(policy, skip=False), Run(policy, skip=True)
+    always.start()
+    skipping.start()
+    for answer, restart in ticks:
+        expected = always.tick(60, answer)
+        got = skipping.tick(60, answer, restart=restart)
+        assert _outcome(got) == _outcome(expected), (answer, restart)
+    assert skipping.writes <= always.writes
+
+
+def test_a_healthy_hold_without_enough_requests_writes_nothing_between_decisions() -> None:
+    run = Run(0, skip=True)
+    run.start()
+    before = run.writes
+    for _ in range(2):
+        run.tick(60, "few")
+    assert run.writes == before
