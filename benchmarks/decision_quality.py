@@ -1,343 +1,606 @@
-"""Decision quality: kserve-canary's core against Flagger's analysis semantics, same rollouts, same run.
+"""Decision quality: kserve-canary's core against a Flagger-style rule, cell by cell, same worlds, same run.
 
-Run: ``.venv/bin/python -m benchmarks.decision_quality [--rollouts 400] [--seed 7]``
+Run: ``.venv/bin/python -m benchmarks.decision_quality [--rollouts N] [--seed S] [--cells KEY=V,V ...]
+[--outage] [--json PATH]``
 
-Each simulated rollout has a ground truth — a healthy canary, or one that regresses (p99 +60 %, or
-5xx ×8) — and lives through what production throws at a canary: request counts that vary per
-minute (a low-traffic model gets a handful of requests at 10 %), quiet periods with no traffic at
-all, and Prometheus outages where every query fails. Minute by minute, both deciders see the same
-world:
+**The worlds** (:mod:`canary_sandbox.worlds`): an InferenceService with a stable and a canary revision,
+scraped every 15 s. Per interval each revision serves ``Poisson(rps × multiplier × share × 15 s)``
+requests — the share read from the KServe simulator's status traffic, the multiplier 1 (Poisson) or
+a Markov-modulated burst chain shared by both revisions (bursty: ×5 bursts, 10 % of intervals,
+30 s long on average, mean rate kept); errors are binomial per request, in bursty worlds clustered
+in error storms (×5, 10 % of intervals, shared by both revisions); latencies are lognormal per
+revision (p50, p99), binned into Knative's real bucket layouts — OpenCensus (Knative ≤ 1.18) for
+even-numbered rollouts, OpenTelemetry (≥ 1.19) for odd ones. ``--outage`` adds a Prometheus outage
+(every query fails) of 5 minutes starting 1–10 minutes into every rollout.
 
-* **kserve-canary**: the real pure core (:func:`canary.rollout.decide`) driving a KServe status
-  simulator; evidence over ``[step start, now]`` — the noise of a p99 shrinks as the window grows;
-  no data and query errors are inconclusive; the canary is compared with the stable revision.
-* **Flagger semantics** (from its source; the peers are compared in docs/design.md §10): each
-  tick evaluates the last ``interval`` (1 min) only; an empty result or a query error is a *failed*
-  check; failed checks accumulate over the whole run (never reset) and roll back at ``threshold``; a
-  step is held for one passing tick; limits are absolute (there is no variable for the stable
-  revision), set at the stable revision's typical value × 1.2.
+The stable revision: p50 150 ms, p99 600 ms, 0.3 % errors. The canary, per scenario:
 
-Reported per decider: healthy canaries rolled back (false rollbacks), regressed canaries promoted
-(missed regressions), and the median time to the final decision; then the ratios between them.
+=============  ==================================================================  ============
+scenario       canary (absolute limits / relative limits)                          truth
+=============  ==================================================================  ============
+healthy        as stable                                                           promote
+inside         p99 +10 % vs stable (660 ms); errors at 60 % of the limit           promote
+               (0.6 % / stable × 1.6 = 0.48 %)
+tail           p99 1.4 × the limit (1.4 s / 1.4 × 750 ms = 1.05 s), same median    roll back
+median         every request ×2 (p50 300 ms, p99 1.2 s)                            roll back
+errors         errors 2.5 × the limit (2.5 % / 2.5 × 0.6 % = 1.5 %)                roll back
+load           healthy below 50 % of the traffic, the tail regression from 50 %    roll back
+=============  ==================================================================  ============
+
+Limits: *absolute* — p99 ≤ 1 s, errors ≤ 1 %; *relative* — p99 ≤ +25 % vs stable, errors ≤ +100 %
+vs stable (minStable 0.1 %). Policies: steps 10, 30, 50, 100; interval 1m; minRequests 100;
+failureLimit 2; window 2m, or 10m.
+
+**The deciders**, on worlds of the same spec and seed (the same bursts and storms at the same times):
+
+* **kserve-canary**: the real :func:`canary.rollout.decide` (whatever judge is on main) driving
+  :class:`canary.kserve.status_model.KServeSim`, ticking every 15 s; its evidence is the world's
+  answer to :func:`canary.rollout.evidence_request` — count series of both revisions over the
+  rollout so far and point measurements over the window (``--min-samples`` 20).
+* **Flagger-style rule**: every minute, the last minute's p99 (``histogram_quantile`` over the
+  minute's buckets) and error rate; an empty or NaN result or a query error is a failed check;
+  one failed analysis is one failed check, failed checks are never reset, 5 of them roll back
+  (Flagger's ``threshold``); a passing analysis advances a step (10 → 30 → 50 → promoted); the
+  policy's limits, the relative ones against the stable revision's last-minute value (and its
+  minStable). It does not depend on the window, so it runs once per world and appears in both.
+
+**Per cell**: the share of right decisions (a promotion of a healthy/inside canary, a rollback of
+a regressed one; undecided after 240 minutes is wrong) with its Monte-Carlo standard error, the
+median minutes to the decision (undecided counted as 240), and promotions in which a held step
+served fewer canary requests than minRequests.
+
+**Targets** (each printed met / NOT met with its numbers):
+
+1. ≥ 99 % right in every cell at ≥ 20 requests/s;
+2. with a 2-minute window, the median time to the decision ≤ 2 × the Flagger-style rule's, in every
+   cell;
+3. at 2 requests/s, the mean share right over the cells no worse than the Flagger-style rule's (per
+   window);
+4. never a promotion below minRequests.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from canary.evidence import REQUESTS, ErrorClass, Evidence, EvidenceRequest, Measurement
+from canary_sandbox.worlds import (
+    SCRAPE_INTERVAL,
+    Arrivals,
+    Behaviour,
+    Bursts,
+    Latency,
+    RevisionModel,
+    World,
+    WorldSpec,
+    histogram_quantile,
+)
+from rich.console import Console
+from rich.table import Table
+
 from canary.kserve.status_model import KServeSim
 from canary.policy.model import PromotionPolicy
-from canary.policy.units import Unit
 from canary.rollout import Action, RolloutState, decide, evidence_request
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-TICK = 60.0  # seconds
-STEPS = (10, 30, 50)
+TICK = timedelta(seconds=SCRAPE_INTERVAL)  # the controller's decision tick
 MAX_MINUTES = 240
-MIN_SAMPLES = 20  # the controller's --min-samples default
+STEPS = (10, 30, 50)
+MIN_REQUESTS = 100
+FLAGGER_THRESHOLD = 5
+DEFAULT_ROLLOUTS = 100
 
-POLICY = PromotionPolicy.model_validate(
-    {
-        "apiVersion": "kserve-canary.dev/v1alpha1",
-        "kind": "PromotionPolicy",
-        "metadata": {"name": "bench", "namespace": "ml"},
-        "spec": {
-            "target": {"inferenceService": "llama"},
-            "steps": [*STEPS, 100],
-            "window": "10m",
-            "interval": "1m",
-            "minRequests": 100,
-            "progressDeadline": "15m",
-            "failureLimit": 2,
-            "onNoData": {"after": "30m", "action": "hold"},
-            "checks": [
-                {"name": "p99", "metric": "latency", "quantile": 0.99, "max": "2s", "maxIncrease": "20%"},
-                {
-                    "name": "errors",
-                    "metric": "error-rate",
-                    "max": "1%",
-                    "maxIncrease": "100%",
-                    "minStable": "0.2%",
-                },
-            ],
-        },
-    }
-)
+# The stable revision and the limits.
+STABLE = Behaviour(Latency(0.15, 0.6), 0.003)
+P99_MAX = 1.0
+ERRORS_MAX = 0.01
+P99_INCREASE = 0.25
+ERRORS_INCREASE = 1.0
+MIN_STABLE = 0.001
+
+WINDOWS = ("2m", "10m")
+LIMITS = ("absolute", "relative")
+ARRIVALS = ("poisson", "bursty")
+RATES = (2.0, 20.0, 200.0)
+SCENARIOS = ("healthy", "inside", "tail", "median", "errors", "load")
+PROMOTE = {"healthy", "inside"}
 
 
-@dataclass
-class World:
-    """One rollout's ground truth and circumstances, drawn from the seed."""
-
-    regression: str | None  # None (healthy), "latency" or "errors"
-    stable_p99: float  # seconds; differs per model and drifts a little per minute
-    error_rate: float
-    rps: float  # requests per second to the whole model
-    quiet: tuple[int, int] | None  # minutes [from, to) without any traffic
-    outage: tuple[int, int] | None  # minutes [from, to) with Prometheus down
-    rng: random.Random = field(repr=False, default_factory=random.Random)
-
-    @classmethod
-    def draw(cls, rng: random.Random) -> World:
-        regression = rng.choices([None, "latency", "errors"], weights=[6, 2, 2])[0]
-        quiet = None
-        if rng.random() < 0.3:
-            start = rng.randint(3, 40)
-            quiet = (start, start + rng.randint(5, 25))
-        outage = None
-        if rng.random() < 0.3:
-            start = rng.randint(3, 40)
-            outage = (start, start + rng.randint(2, 10))
-        return cls(
-            regression=regression,
-            stable_p99=rng.uniform(0.2, 0.8),
-            error_rate=rng.uniform(0.0005, 0.004),
-            rps=rng.choice([0.5, 2.0, 5.0, 20.0]),  # low-traffic models are where semantics matter
-            quiet=quiet,
-            outage=outage,
-            rng=random.Random(rng.random()),
-        )
-
-    def traffic(self, minute: int) -> float:
-        if self.quiet and self.quiet[0] <= minute < self.quiet[1]:
-            return 0.0
-        # Diurnal-ish wobble.
-        return self.rps * (0.6 + 0.8 * self.rng.random())
-
-    def down(self, minute: int) -> bool:
-        return bool(self.outage and self.outage[0] <= minute < self.outage[1])
-
-    def canary_truth(self) -> tuple[float, float]:
-        p99 = self.stable_p99 * (1.6 if self.regression == "latency" else 1.0)
-        errors = self.error_rate * (8.0 if self.regression == "errors" else 1.0)
-        return p99, errors
+def policy(window: str, limits: str) -> PromotionPolicy:
+    if limits == "absolute":
+        checks: list[dict[str, Any]] = [
+            {"name": "p99", "metric": "latency", "quantile": 0.99, "max": f"{P99_MAX:g}s"},
+            {"name": "errors", "metric": "error-rate", "max": f"{ERRORS_MAX:.0%}"},
+        ]
+    else:
+        checks = [
+            {"name": "p99", "metric": "latency", "quantile": 0.99, "maxIncrease": f"{P99_INCREASE:.0%}"},
+            {
+                "name": "errors",
+                "metric": "error-rate",
+                "maxIncrease": f"{ERRORS_INCREASE:.0%}",
+                "minStable": f"{MIN_STABLE:.1%}",
+            },
+        ]
+    return PromotionPolicy.model_validate(
+        {
+            "apiVersion": "kserve-canary.dev/v1alpha1",
+            "kind": "PromotionPolicy",
+            "metadata": {"name": "bench", "namespace": "ml"},
+            "spec": {
+                "target": {"inferenceService": "llama"},
+                "steps": [*STEPS, 100],
+                "window": window,
+                "interval": "1m",
+                "minRequests": MIN_REQUESTS,
+                "progressDeadline": "15m",
+                "failureLimit": 2,
+                "onNoData": {"after": "30m", "action": "hold"},
+                "checks": checks,
+            },
+        }
+    )
 
 
-@dataclass
-class Minute:
-    """What one revision served in one minute: its requests, errors, and its p99's sampling noise."""
-
-    requests: float
-    errors: int
-    p99_noise: float  # standard normal; a p99 from n requests has a log-sd of about 1.3/sqrt(n)
-
-
-def serve(world: World, requests: float, error_rate: float) -> Minute:
-    return Minute(requests, _poisson(world.rng, error_rate * requests), world.rng.gauss(0.0, 1.0))
-
-
-def window_p99(truth: float, minutes: list[Minute]) -> float:
-    """The p99 over several minutes: the minutes' sampling noises average out, weighted by requests."""
-    total = sum(m.requests for m in minutes)
-    noise = sum(m.p99_noise * math.sqrt(m.requests) for m in minutes) / math.sqrt(total)
-    return truth * math.exp(1.3 * noise / math.sqrt(total))
-
-
-def window_rate(minutes: list[Minute]) -> float:
-    total = sum(m.requests for m in minutes)
-    return sum(m.errors for m in minutes) / total
+def canary_model(scenario: str, limits: str) -> RevisionModel:
+    """The canary's truth in a scenario (see the module docstring's table)."""
+    latency, errors = STABLE.latency, STABLE.error_rate
+    absolute = limits == "absolute"
+    p99_limit = P99_MAX if absolute else latency.p99 * (1 + P99_INCREASE)
+    errors_limit = ERRORS_MAX if absolute else errors * (1 + ERRORS_INCREASE)
+    tail = Behaviour(latency.with_p99(1.4 * p99_limit), errors)
+    if scenario == "healthy":
+        return RevisionModel(STABLE)
+    if scenario == "inside":
+        inside_errors = 0.6 * ERRORS_MAX if absolute else errors * (1 + 0.6 * ERRORS_INCREASE)
+        return RevisionModel(Behaviour(latency.with_p99(latency.p99 * 1.1), inside_errors))
+    if scenario == "tail":
+        return RevisionModel(tail)
+    if scenario == "median":
+        return RevisionModel(Behaviour(latency.scaled(2.0), errors))
+    if scenario == "errors":
+        return RevisionModel(Behaviour(latency, 2.5 * errors_limit))
+    if scenario == "load":
+        return RevisionModel(STABLE, loaded=tail, load_share=0.5)
+    raise ValueError(f"unknown scenario {scenario!r}")
 
 
-def _poisson(rng: random.Random, mean: float) -> int:
-    if mean > 50:
-        return max(0, round(rng.gauss(mean, math.sqrt(mean))))
-    threshold, count, product = math.exp(-mean), 0, rng.random()
-    while product > threshold:
-        count += 1
-        product *= rng.random()
-    return count
+@dataclass(frozen=True, slots=True)
+class Cell:
+    window: str
+    limits: str
+    arrivals: str
+    rps: float
+    scenario: str
+
+    @property
+    def truth(self) -> str:
+        return "promoted" if self.scenario in PROMOTE else "rolled-back"
+
+    @property
+    def world_key(self) -> str:  # what the worlds depend on (not the window)
+        return f"{self.limits}/{self.arrivals}/{self.rps:g}/{self.scenario}"
+
+
+def world_spec(cell: Cell, index: int, *, outage: bool, rng: random.Random) -> WorldSpec:
+    outages: tuple[tuple[float, float], ...] = ()
+    if outage:
+        start = rng.uniform(60.0, 600.0)
+        outages = ((start, start + 300.0),)
+    bursty = cell.arrivals == "bursty"
+    return WorldSpec(
+        rps=cell.rps,
+        stable=RevisionModel(STABLE),
+        canary=canary_model(cell.scenario, cell.limits),
+        arrivals=Arrivals.BURSTY if bursty else Arrivals.POISSON,
+        error_bursts=Bursts() if bursty else None,
+        layout="opencensus" if index % 2 == 0 else "otel",
+        outages=outages,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    decision: str  # promoted | rolled-back | undecided
+    minutes: float
+    below_min_requests: bool  # promoted although a held step served < minRequests canary requests
+
+
+def _outcome(decision: str, now: datetime, world: World) -> Outcome:
+    minutes = (now - T0).total_seconds() / 60.0
+    below = False
+    if decision == "promoted":
+        served: dict[float, int] = {}
+        for tally, share in zip(world.tallies("canary"), world.shares("canary"), strict=True):
+            served[share] = served.get(share, 0) + tally.requests
+        below = any(served.get(step / 100, 0) < MIN_REQUESTS for step in STEPS)
+    return Outcome(decision, minutes, below)
 
 
 # ---------------------------------------------------------------------------------------------
 # kserve-canary: the real core
 
 
-def run_kserve_canary(world: World) -> tuple[str, int]:
+def run_kserve_canary(rollout_policy: PromotionPolicy, spec: WorldSpec, seed: int) -> Outcome:
+    world = World(spec, start=T0, seed=seed)
     sim = KServeSim.serving()
-    state = RolloutState()
-    now = T0
-    state = decide(POLICY, sim.observe(), state, None, now).new_state
+    state = decide(rollout_policy, sim.observe(), RolloutState(), None, T0 - TICK).new_state
     sim.change_model("s3://m/v2")
     sim.reconcile()
-    sim.make_ready()
-    truth_p99, truth_errors = world.canary_truth()
-    canary: list[Minute] = []
-    stable: list[Minute] = []
-    for minute in range(MAX_MINUTES):
-        now = T0 + timedelta(seconds=TICK * (minute + 1))
+    canary = sim.latest_created
+    ticks = int(MAX_MINUTES * 60 / TICK.total_seconds())
+    now = T0
+    for tick in range(ticks + 1):
+        now = T0 + TICK * tick
         observed = sim.observe()
-        share = observed.weight_of(observed.latest_ready_revision) / 100
-        traffic = world.traffic(minute) * 60
-        canary.append(serve(world, traffic * share, truth_errors))
-        stable.append(serve(world, traffic * (1 - share), world.error_rate))
-        request = evidence_request(POLICY, observed, state, now)
-        evidence = None
-        if request is not None:
-            evidence = _evidence(world, request, canary, stable, truth_p99, down=world.down(minute))
-        decision = decide(POLICY, observed, state, evidence, now)
+        world.advance(now, observed.weight_of(canary) / 100)
+        request = evidence_request(rollout_policy, observed, state, now)
+        evidence = world.evidence(request) if request is not None else None
+        decision = decide(rollout_policy, observed, state, evidence, now)
         state = decision.new_state
         if decision.action.writes:
             sim.set_percent(decision.weight)
         sim.reconcile()
+        if tick == 0:  # the canary becomes Ready at once: model loading is not what is measured here
+            sim.make_ready()
+            sim.reconcile()
         if decision.action is Action.ROLLBACK:
-            return "rolled-back", minute + 1
+            return _outcome("rolled-back", now, world)
         if decision.action is Action.PROMOTE:
-            return "promoted", minute + 1
-    return "undecided", MAX_MINUTES
-
-
-def _evidence(
-    world: World,
-    request: EvidenceRequest,
-    canary_minutes: list[Minute],
-    stable_minutes: list[Minute],
-    truth_p99: float,
-    *,
-    down: bool,
-) -> Evidence:
-    """What the evidence layer would answer: values over [step start, now], honest no-data."""
-    if down:
-        failure = Measurement.error(ErrorClass.UNREACHABLE, "connection refused")
-        return Evidence(request, {REQUESTS: failure, **{c.name: failure for c in request.checks}})
-    span = max(1, round(request.window_seconds / 60))
-    window, stable_window = canary_minutes[-span:], stable_minutes[-span:]
-    requests = sum(m.requests for m in window)
-    stable_requests = sum(m.requests for m in stable_window)
-    canary: dict[str, Measurement] = {REQUESTS: Measurement.ok(requests, Unit.COUNT)}
-    stable: dict[str, Measurement] = {}
-    for check in request.checks:
-        for side, minutes, count, truth in (
-            (canary, window, requests, truth_p99),
-            (stable, stable_window, stable_requests, world.stable_p99),
-        ):
-            if side is stable and not (request.compare_with_stable and check.comparable_to_stable):
-                continue
-            if count < MIN_SAMPLES:  # the evidence layer's --min-samples: too few requests is no data
-                side[check.name] = Measurement.no_data("too few requests", check.value_unit, samples=count)
-            elif check.name == "p99":
-                side[check.name] = Measurement.ok(window_p99(truth, minutes), Unit.SECONDS, samples=count)
-            else:
-                side[check.name] = Measurement.ok(window_rate(minutes), Unit.RATIO, samples=count)
-    return Evidence(request, canary, stable)
+            return _outcome("promoted", now, world)
+    return _outcome("undecided", now, world)
 
 
 # ---------------------------------------------------------------------------------------------
-# Flagger's semantics (baseline)
+# The Flagger-style rule (baseline)
 
 
-def run_flagger_semantics(world: World, threshold: int) -> tuple[str, int]:
-    failed_checks = 0
-    step = -1  # the first tick applies the first weight without analysis
-    truth_p99, truth_errors = world.canary_truth()
-    p99_limit = world.stable_p99 * 1.2  # a fixed threshold: there is no stable revision to compare with
-    for minute in range(MAX_MINUTES):
-        if failed_checks >= threshold:
-            return "rolled-back", minute + 1
-        if step < 0:
-            step = 0
+def run_flagger_rule(limits: str, spec: WorldSpec, seed: int) -> Outcome:
+    world = World(spec, start=T0, seed=seed)
+    step, failed = 0, 0
+    minute = timedelta(minutes=1)
+    now = T0
+    for elapsed in range(1, MAX_MINUTES + 1):
+        now = T0 + minute * elapsed
+        world.advance(now, STEPS[step] / 100)
+        if world.down(now) or not _flagger_checks_pass(world, limits, now - minute, now):
+            failed += 1
+            if failed >= FLAGGER_THRESHOLD:
+                return _outcome("rolled-back", now, world)
             continue
-        served = serve(world, world.traffic(minute) * 60 * STEPS[step] / 100, truth_errors)
-        passed = True
-        if world.down(minute) or served.requests < 1:  # query error or empty result: a failed check
-            failed_checks += 1
-            passed = False
-        else:
-            if window_p99(truth_p99, [served]) > p99_limit:
-                failed_checks += 1
-                passed = False
-            if window_rate([served]) > 0.01:
-                failed_checks += 1
-                passed = False
-        if passed:
-            step += 1
-            if step == len(STEPS):
-                return "promoted", minute + 1
-    return "undecided", MAX_MINUTES
+        step += 1
+        if step == len(STEPS):
+            return _outcome("promoted", now, world)
+    return _outcome("undecided", now, world)
+
+
+def _flagger_checks_pass(world: World, limits: str, start: datetime, end: datetime) -> bool:
+    canary = world.total("canary", start, end)
+    p99 = histogram_quantile(0.99, canary.histograms["latency"])
+    errors = canary.errors / canary.requests if canary.requests else math.nan
+    if math.isnan(p99) or math.isnan(errors):
+        return False
+    if limits == "absolute":
+        return p99 <= P99_MAX and errors <= ERRORS_MAX
+    stable = world.total("stable", start, end)
+    stable_p99 = histogram_quantile(0.99, stable.histograms["latency"])
+    stable_errors = stable.errors / stable.requests if stable.requests else math.nan
+    if math.isnan(stable_p99) or math.isnan(stable_errors):
+        return False
+    if p99 > stable_p99 * (1 + P99_INCREASE):
+        return False
+    return stable_errors < MIN_STABLE or errors <= stable_errors * (1 + ERRORS_INCREASE)
 
 
 # ---------------------------------------------------------------------------------------------
+# Cells
 
 
 @dataclass
-class Tally:
-    false_rollbacks: int = 0
-    healthy: int = 0
-    missed: int = 0
-    regressed: int = 0
+class Score:
+    rollouts: int = 0
+    right: int = 0
+    promoted: int = 0
     undecided: int = 0
-    minutes: list[int] = field(default_factory=list)
+    below_min_requests: int = 0
+    minutes: list[float] = field(default_factory=list)
 
-    def add(self, world: World, outcome: str, minutes: int) -> None:
-        self.minutes.append(minutes)
-        if outcome == "undecided":
-            self.undecided += 1
-        if world.regression is None:
-            self.healthy += 1
-            self.false_rollbacks += outcome == "rolled-back"
-        else:
-            self.regressed += 1
-            self.missed += outcome == "promoted"
+    def add(self, outcome: Outcome, truth: str) -> None:
+        self.rollouts += 1
+        self.right += outcome.decision == truth
+        self.promoted += outcome.decision == "promoted"
+        self.undecided += outcome.decision == "undecided"
+        self.below_min_requests += outcome.below_min_requests
+        self.minutes.append(outcome.minutes)
 
-    def row(self, name: str) -> str:
-        return (
-            f"{name:<34} {100 * self.false_rollbacks / max(self.healthy, 1):>7.1f}% "
-            f"{100 * self.missed / max(self.regressed, 1):>7.1f}% {statistics.median(self.minutes):>8.0f} "
-            f"{self.undecided:>9}"
+    @property
+    def share(self) -> float:
+        return self.right / self.rollouts if self.rollouts else math.nan
+
+    @property
+    def standard_error(self) -> float:
+        p = self.share
+        return math.sqrt(p * (1 - p) / self.rollouts) if self.rollouts else math.nan
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.minutes) if self.minutes else math.nan
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rollouts": self.rollouts,
+            "right": self.right,
+            "share_right": self.share,
+            "standard_error": self.standard_error,
+            "median_minutes": self.median,
+            "promoted": self.promoted,
+            "undecided": self.undecided,
+            "promotions_below_min_requests": self.below_min_requests,
+        }
+
+
+def all_cells() -> list[Cell]:
+    return [
+        Cell(window, limits, arrivals, rps, scenario)
+        for window in WINDOWS
+        for limits in LIMITS
+        for arrivals in ARRIVALS
+        for rps in RATES
+        for scenario in SCENARIOS
+    ]
+
+
+def select_cells(filters: Sequence[str]) -> list[Cell]:
+    """``KEY=V[,V...]`` filters (window, limits, arrivals, rps, scenario), all of which must match."""
+    wanted: dict[str, set[str]] = {}
+    for item in filters:
+        key, _, values = item.partition("=")
+        if key not in {"window", "limits", "arrivals", "rps", "scenario"} or not values:
+            raise SystemExit(
+                f"--cells: {item!r} is not KEY=V[,V...] with KEY window|limits|arrivals|rps|scenario"
+            )
+        wanted.setdefault(key, set()).update(values.split(","))
+
+    def matches(cell: Cell) -> bool:
+        fields = {
+            "window": cell.window,
+            "limits": cell.limits,
+            "arrivals": cell.arrivals,
+            "rps": f"{cell.rps:g}",
+            "scenario": cell.scenario,
+        }
+        return all(fields[key] in values for key, values in wanted.items())
+
+    cells = [cell for cell in all_cells() if matches(cell)]
+    if not cells:
+        raise SystemExit(f"--cells {' '.join(filters)}: no cell matches")
+    return cells
+
+
+def rollout_seed(seed: int, cell: Cell, index: int) -> int:
+    return random.Random(f"{seed}/{cell.world_key}/{index}").getrandbits(63)
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    ours: Score
+    flagger: Score
+
+
+def run_cells(cells: Iterable[Cell], rollouts: int, seed: int, *, outage: bool) -> list[CellResult]:
+    policies: dict[tuple[str, str], PromotionPolicy] = {}
+    flagger_scores: dict[str, Score] = {}
+    results = []
+    for cell in cells:
+        rollout_policy = policies.setdefault((cell.window, cell.limits), policy(cell.window, cell.limits))
+        ours = Score()
+        flagger = flagger_scores.get(cell.world_key)
+        run_flagger = flagger is None
+        if flagger is None:
+            flagger = flagger_scores[cell.world_key] = Score()
+        for index in range(rollouts):
+            world_seed = rollout_seed(seed, cell, index)
+            spec = world_spec(cell, index, outage=outage, rng=random.Random(world_seed))
+            ours.add(run_kserve_canary(rollout_policy, spec, world_seed), cell.truth)
+            if run_flagger:
+                flagger.add(run_flagger_rule(cell.limits, spec, world_seed), cell.truth)
+        results.append(CellResult(cell, ours, flagger))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    met: bool
+    numbers: str
+
+
+def targets(results: Sequence[CellResult]) -> list[Target]:
+    found: list[Target] = []
+    busy = [r for r in results if r.cell.rps >= 20]
+    if busy:
+        worst = min(busy, key=lambda r: r.ours.share)
+        missed = [r for r in busy if r.ours.share < 0.99]
+        found.append(
+            Target(
+                "≥ 99 % right in every cell at ≥ 20 requests/s",
+                not missed,
+                f"{len(missed)} of {len(busy)} cells below; worst {_pct(worst.ours)} in {_name(worst.cell)}",
+            )
         )
+    short = [r for r in results if r.cell.window == "2m"]
+    if short:
+        ratios = [(r.ours.median / r.flagger.median if r.flagger.median > 0 else math.inf, r) for r in short]
+        broken = [(ratio, r) for ratio, r in ratios if ratio > 2.0]
+        ratio, worst_result = max(ratios, key=lambda item: item[0])
+        pooled_ours = statistics.median(m for r in short for m in r.ours.minutes)
+        pooled_flagger = statistics.median(m for r in short for m in r.flagger.minutes)
+        found.append(
+            Target(
+                "median time with a 2-minute window ≤ 2 × the Flagger-style rule's",
+                not broken,
+                f"{len(broken)} of {len(short)} cells above 2×; worst {ratio:.2f}× "
+                f"({worst_result.ours.median:g} vs {worst_result.flagger.median:g} min) in "
+                f"{_name(worst_result.cell)}; all 2m cells pooled: {pooled_ours:g} vs {pooled_flagger:g} min",
+            )
+        )
+    quiet = [r for r in results if r.cell.rps < 20]
+    if quiet:
+        parts, met = [], True
+        for window in WINDOWS:
+            cells = [r for r in quiet if r.cell.window == window]
+            if not cells:
+                continue
+            ours_mean = statistics.fmean(r.ours.share for r in cells)
+            flagger_mean = statistics.fmean(r.flagger.share for r in cells)
+            met = met and ours_mean >= flagger_mean
+            parts.append(
+                f"window {window}: {100 * ours_mean:.1f} % vs {100 * flagger_mean:.1f} % "
+                f"over {len(cells)} cells"
+            )
+        found.append(
+            Target("at 2 requests/s mean over cells no worse than that rule's", met, "; ".join(parts))
+        )
+    too_few = sum(r.ours.below_min_requests for r in results)
+    promoted = sum(r.ours.promoted for r in results)
+    flagger = {r.cell.world_key: r.flagger for r in results}.values()  # one per world, not per window
+    flagger_below = sum(score.below_min_requests for score in flagger)
+    flagger_promoted = sum(score.promoted for score in flagger)
+    found.append(
+        Target(
+            "never a promotion below minRequests",
+            too_few == 0,
+            f"{too_few} of {promoted} promotions (the Flagger-style rule, which has no minRequests: "
+            f"{flagger_below} of {flagger_promoted})",
+        )
+    )
+    return found
+
+
+def _pct(score: Score) -> str:
+    return f"{100 * score.share:.1f} % ± {100 * score.standard_error:.1f}"
+
+
+def _name(cell: Cell) -> str:
+    return f"{cell.window}/{cell.limits}/{cell.arrivals}/{cell.rps:g} rps/{cell.scenario}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def table(results: Sequence[CellResult], title: str) -> Table:
+    grid = Table(title=title, title_justify="left", show_lines=False, pad_edge=False)
+    for name, justify in (
+        ("window", "left"),
+        ("limits", "left"),
+        ("arrivals", "left"),
+        ("req/s", "right"),
+        ("scenario", "left"),
+        ("truth", "left"),
+        ("kserve-canary right", "right"),
+        ("median min", "right"),
+        ("undecided", "right"),
+        ("Flagger-style right", "right"),
+        ("median min ", "right"),
+    ):
+        grid.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for result in results:
+        cell, ours, flagger = result.cell, result.ours, result.flagger
+        grid.add_row(
+            cell.window,
+            cell.limits,
+            cell.arrivals,
+            f"{cell.rps:g}",
+            cell.scenario,
+            "promote" if cell.truth == "promoted" else "roll back",
+            _pct(ours),
+            f"{ours.median:g}",
+            f"{ours.undecided}",
+            _pct(flagger),
+            f"{flagger.median:g}",
+        )
+    return grid
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, default=400)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=DEFAULT_ROLLOUTS, help="rollouts per cell")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--cells",
+        nargs="*",
+        default=[],
+        metavar="KEY=V[,V]",
+        help="only the cells matching every filter: window=2m,10m limits=absolute,relative "
+        "arrivals=poisson,bursty rps=2,20,200 scenario=healthy,inside,tail,median,errors,load",
+    )
+    parser.add_argument("--outage", action="store_true", help="a 5-minute Prometheus outage in every rollout")
+    parser.add_argument("--json", type=Path, help="write the results there")
     args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
-    worlds = [World.draw(rng) for _ in range(args.rollouts)]
-    deciders: list[tuple[str, Callable[[World], tuple[str, int]]]] = [
-        ("kserve-canary (this project)", run_kserve_canary),
-        ("Flagger semantics, threshold 2", lambda w: run_flagger_semantics(w, 2)),
-        ("Flagger semantics, threshold 5", lambda w: run_flagger_semantics(w, 5)),
-    ]
-    tallies: dict[str, Tally] = {}
-    for name, run in deciders:
-        tally = Tally()
-        for world in worlds:
-            # Each decider sees the same world, with the same random draws.
-            replay = World(**{**world.__dict__, "rng": random.Random(world.rng.random())})
-            outcome, minutes = run(replay)
-            tally.add(world, outcome, minutes)
-        tallies[name] = tally
-    healthy = sum(w.regression is None for w in worlds)
-    print(
-        f"{args.rollouts} simulated rollouts (seed {args.seed}): "
-        f"{healthy} healthy, {args.rollouts - healthy} regressed;"
+    cells = select_cells(args.cells)
+    started = time.perf_counter()
+    results = run_cells(cells, args.rollouts, args.seed, outage=args.outage)
+    runtime = time.perf_counter() - started
+    commit = _commit()
+    console = Console(width=max(150, Console().width), highlight=False)
+    console.print(
+        f"{len(cells)} cells × {args.rollouts} rollouts (seed {args.seed}, commit {commit}"
+        f"{', Prometheus outage in every rollout' if args.outage else ''}) in {runtime:.0f} s; "
+        "right share ± Monte-Carlo standard error; median minutes to the decision (undecided = "
+        f"{MAX_MINUTES})"
     )
-    print(
-        f"{sum(w.quiet is not None for w in worlds)} with a quiet period, "
-        f"{sum(w.outage is not None for w in worlds)} with a Prometheus outage\n"
-    )
-    print(f"{'decider':<34} {'false rollbacks':>8} {'missed':>8} {'median min':>10} {'undecided':>9}")
-    for name, tally in tallies.items():
-        print(tally.row(name))
-    ours = tallies["kserve-canary (this project)"]
-    for name in list(tallies)[1:]:
-        base = tallies[name]
-        fr = (base.false_rollbacks / max(base.healthy, 1)) / max(
-            ours.false_rollbacks / max(ours.healthy, 1), 1e-9
-        )
-        print(
-            f"\nvs {name}: false-rollback rate {base.false_rollbacks}/{base.healthy} vs "
-            f"{ours.false_rollbacks}/{ours.healthy}"
-            + (f" ({fr:.1f}x fewer)" if ours.false_rollbacks else " (none here)")
-            + f"; missed regressions {base.missed}/{base.regressed} vs {ours.missed}/{ours.regressed}"
-        )
+    console.print(table(results, "decision quality per cell"))
+    found = targets(results)
+    for target in found:
+        console.print(f"{'met' if target.met else 'NOT met'}: {target.name} — {target.numbers}")
+    if args.json is not None:
+        document = {
+            "meta": {
+                "seed": args.seed,
+                "rollouts": args.rollouts,
+                "outage": args.outage,
+                "commit": commit,
+                "runtime_seconds": runtime,
+                "python": sys.version.split()[0],
+            },
+            "cells": [
+                {
+                    **asdict(r.cell),
+                    "truth": r.cell.truth,
+                    "kserve_canary": r.ours.summary(),
+                    "flagger_rule": r.flagger.summary(),
+                }
+                for r in results
+            ],
+            "targets": [asdict(target) for target in found],
+        }
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
     return 0
 
 
