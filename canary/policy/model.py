@@ -282,6 +282,14 @@ class Check(_Model):
         description="gpu-memory-peak only: used / (used + free + reserved) must stay at or below this.",
     )
     critical: bool = Field(default=False, description="A failure rolls back at once, whatever failureLimit.")
+    tolerance: Annotated[float, _RATIO_JSON] = Field(
+        default=0.1,
+        description=(
+            "Error rates and latency quantiles: a canary is bad at or above a limit L and good at or below "
+            "L / (1 + tolerance); in between either decision is right. Smaller tolerances need more "
+            "requests (`kserve-canary validate` prints how many at most)."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -333,6 +341,14 @@ class Check(_Model):
     @classmethod
     def _fraction(cls, value: object) -> object:
         return None if value is None else parse_ratio(value)
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _tolerance(cls, value: object) -> object:
+        tolerance = parse_ratio(value, allow_above_one=True)
+        if not 0.01 <= tolerance <= 10:
+            raise ValueError(f"must be between 1% and 1000% (got {value!r})")
+        return tolerance
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -565,7 +581,22 @@ class PolicySpec(_Model):
     interval: Duration = Field(default=60.0, description="Evaluation cadence.")
     min_requests: int = Field(default=100, ge=0, description="Canary requests per step before it can pass.")
     progress_deadline: Duration = Field(default=900.0, description="The canary must be Ready by then.")
-    failure_limit: int = Field(default=2, ge=1, description="Consecutive failed evaluations -> rollback.")
+    failure_limit: int = Field(
+        default=2,
+        ge=1,
+        description=(
+            "Consecutive failed evaluations of checks judged on a value (gauges, counts, custom PromQL) "
+            "-> rollback. Error rates and latencies are judged by sequential tests and fail at once."
+        ),
+    )
+    confidence: Annotated[float, _RATIO_JSON] = Field(
+        default=0.95,
+        description=(
+            "The rollout's error budget: a canary that meets every limit within its tolerance is rolled "
+            "back with probability at most 1 - confidence, one that breaks a limit is promoted with "
+            "probability at most 1 - confidence (checks estimated from requests)."
+        ),
+    )
     on_no_data: OnNoData = Field(default_factory=OnNoData)
     bake: Duration = Field(default=0.0, description="Keep evaluating absolute limits after promotion.")
     auto_start: bool = Field(
@@ -575,6 +606,14 @@ class PolicySpec(_Model):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     checks: list[Check] = Field(min_length=1, description="At least one check.")
     notify: list[NotifyTarget] = Field(default_factory=list)
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, value: object) -> object:
+        confidence = parse_ratio(value)
+        if not 0.5 <= confidence <= 0.9999:
+            raise ValueError(f"must be between 50% and 99.99% (got {value!r})")
+        return confidence
 
     @field_validator("interval")
     @classmethod

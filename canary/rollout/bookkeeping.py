@@ -4,12 +4,17 @@ The rules (docs/design.md §4), each a small pure function so the tick in :mod:`
 reads as a story and the counting can be read on its own:
 
 * **due** — every ``interval`` after the window's start, and once more when the window ends between two;
-* **streak** — consecutive failed evaluations (a pass resets it; an inconclusive one leaves it);
-* **conclusive** — a step's evaluation is conclusive when it fails, or passes on enough requests; an
-  evaluation of absolute limits (pending, baking) when it is not inconclusive;
+* **streak** — consecutive evaluations in which a *measured* check failed (counted checks fail at
+  once, their sequential test already holds its error budget); an evaluation without such a failure
+  resets it, unless a query failed (an outage is no evidence either way);
+* **conclusive** — a step's evaluation is conclusive when it fails, or when requests arrived since the
+  previous one and no check lacks data ("not yet" with data flowing is not silence); an evaluation
+  of absolute limits (pending, baking) when no check lacks data;
 * **no-data clock** — ``onNoData`` counts from the latest of the step's start, the last conclusive
   evaluation and the last query error (or resume): Prometheus being down is not the canary's silence;
-* **step passed** — a pass, on enough requests, after the step's window has been held.
+* **step passed** — after the step's window, on enough requests: below the highest step when nothing
+  failed or lacks data (counted checks may still be "not yet": advance on exposure); at the highest
+  step when every check is met (promote on evidence).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from enum import StrEnum
 
 from canary.rollout.judge import Evaluation
 from canary.rollout.state import EvaluationRecord, EvaluationVerdict
+from canary.rollout.vocabulary import CheckVerdict
 
 __all__ = [
     "EvaluationMode",
@@ -67,9 +73,9 @@ def record_evaluation(
     """The record after ``evaluation`` at ``at``: its verdict, the failure streak and both clocks."""
     verdict = evaluation.verdict
     streak = previous.failure_streak
-    if verdict is EvaluationVerdict.FAIL:
+    if evaluation.measured_failures:
         streak += 1
-    elif verdict is EvaluationVerdict.PASS:
+    elif not evaluation.has_error:
         streak = 0
     return EvaluationRecord(
         at=at,
@@ -83,18 +89,28 @@ def record_evaluation(
     )
 
 
-def is_conclusive(mode: EvaluationMode, verdict: EvaluationVerdict, enough_requests: bool) -> bool:
-    """Whether an evaluation settles anything (else it counts towards ``onNoData``)."""
+def is_conclusive(mode: EvaluationMode, evaluation: Evaluation, flowing: bool) -> bool:
+    """Whether an evaluation is evidence at all (else its time counts towards ``onNoData``)."""
+    if evaluation.verdict is EvaluationVerdict.FAIL:
+        return True
+    lacking = any(judgement.verdict is CheckVerdict.NO_DATA for judgement in evaluation.judgements)
+    if lacking or evaluation.has_error:
+        return False
     if mode is EvaluationMode.STEP:
-        return verdict is EvaluationVerdict.FAIL or (verdict is EvaluationVerdict.PASS and enough_requests)
-    return verdict is not EvaluationVerdict.INCONCLUSIVE
+        return flowing
+    return True
 
 
 def step_passed(
-    verdict: EvaluationVerdict, enough_requests: bool, held: timedelta, window: timedelta
+    evaluation: Evaluation, enough_requests: bool, held: timedelta, window: timedelta, *, final_step: bool
 ) -> bool:
-    """A step passes on a passing evaluation of enough requests once its window has been held."""
-    return verdict is EvaluationVerdict.PASS and enough_requests and held >= window
+    """Below the highest step: held, enough requests, nothing failed or lacking (advance on exposure).
+    The highest step: the same, and every check met on the pooled evidence (promote on evidence)."""
+    if not enough_requests or held < window:
+        return False
+    if final_step:
+        return evaluation.verdict is EvaluationVerdict.PASS
+    return evaluation.advance_ok
 
 
 def no_data_clock_from(step_started_at: datetime, record: EvaluationRecord) -> datetime:

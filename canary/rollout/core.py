@@ -49,10 +49,11 @@ from canary.rollout.intent import (
     record_write,
     reissued_action,
 )
-from canary.rollout.judge import CheckVerdict, Evaluation, has_absolute_limit, judge_evidence
+from canary.rollout.judge import CheckVerdict, CountContext, Evaluation, has_absolute_limit, judge_evidence
 from canary.rollout.ledger import RollbackLedger
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService
+from canary.rollout.sampled import ErrorBudget
 from canary.rollout.state import (
     MAX_HISTORY,
     MAX_REASON_CHARS,
@@ -126,6 +127,10 @@ class _PolicyPlan:
     interval: timedelta
     progress_deadline: timedelta
     bake: timedelta
+    budget: ErrorBudget
+    # Per step: its weight's share of the weights up to it — the share of the pooled evidence the
+    # highest step must carry before a promotion.
+    fair_shares: tuple[float, ...]
 
     @classmethod
     def of(cls, policy: PromotionPolicy) -> _PolicyPlan:
@@ -142,6 +147,11 @@ class _PolicyPlan:
             interval=_seconds(spec.interval),
             progress_deadline=_seconds(spec.progress_deadline),
             bake=_seconds(spec.bake),
+            budget=ErrorBudget.of(policy),
+            fair_shares=tuple(
+                step.weight / sum(earlier.weight for earlier in steps[: index + 1])
+                for index, step in enumerate(steps)
+            ),
         )
 
 
@@ -485,7 +495,11 @@ class _Tick:
         self.reasons.append(f"canaryTrafficPercent is already the first step {first}% ({origin}).")
         if ready and self.observed.weight_of(canary) == first:
             # Its clock starts now, as it would on the next tick: decide() is idempotent.
-            self.state = replace(self.state, step=StepProgress(0, first, started_at=self.now))
+            self.state = replace(
+                self.state,
+                step=StepProgress(0, first, started_at=self.now),
+                evidence_since=self.state.evidence_since or self.now,
+            )
         return self.wait(
             f"Rollout of {canary} started at the first step {first}% ({origin}); "
             + ("evaluating once status traffic shows it." if ready else "waiting for it to become Ready."),
@@ -778,7 +792,11 @@ class _Tick:
                     EventReason.CANARY_WAITING,
                 )
             # Nothing can be due at the very moment the step starts: its window is empty.
-            self.state = replace(state, step=replace(step, started_at=self.now))
+            self.state = replace(
+                state,
+                step=replace(step, started_at=self.now),
+                evidence_since=state.evidence_since or self.now,
+            )
             window = self.plan.window_texts[step.index]
             return self.wait(
                 f"Step {step.index + 1} of {len(self.steps)} ({step.weight}%) of {revision} started: status "
@@ -1013,6 +1031,7 @@ class _Tick:
         self, checks: tuple[Check, ...], window_start: datetime, stable: str | None, compare: bool
     ) -> EvidenceRequest:
         assert self.state.revision is not None
+        since = self.state.evidence_since if compare else None
         return EvidenceRequest(
             namespace=self.policy.metadata.namespace,
             inference_service=self.spec.target.inference_service,
@@ -1022,6 +1041,7 @@ class _Tick:
             at=self.now,
             checks=checks,
             compare_with_stable=compare,
+            history_start=since if since is not None and since < window_start else None,
         )
 
     def record_evaluation(
@@ -1033,23 +1053,46 @@ class _Tick:
     ) -> Decision | None:
         at = evidence.request.at
         compare = mode is EvaluationMode.STEP
-        evaluation = judge_evidence(checks, evidence.canary, evidence.stable, compare_with_stable=compare)
-        self.evaluation, self.evaluated_at = evaluation, at
         state = self.state
-        verdict = evaluation.verdict
-        has_error = evaluation.has_error
-        failed = evaluation.failures
         step = state.step
+        final = compare and step is not None and step.index == len(self.steps) - 1
+        context = CountContext(
+            step_start=window_start,
+            budget=self.plan.budget,
+            confidence=self.spec.confidence,
+            final_step=final,
+            share_needed=self.plan.fair_shares[step.index] if final and step is not None else 0.0,
+        )
+        evaluation = judge_evidence(
+            checks,
+            evidence.canary,
+            evidence.stable,
+            compare_with_stable=compare,
+            counts=evidence.counts,
+            context=context,
+        )
+        self.evaluation, self.evaluated_at = evaluation, at
+        has_error = evaluation.has_error
+        failed = evaluation.measured_failures
         min_requests = self.plan.min_requests[step.index] if compare and step else 0
         enough_requests = evaluation.requests is not None and evaluation.requests >= min_requests
-        conclusive = is_conclusive(mode, verdict, enough_requests)
-        record = record_evaluation(state.evaluation, evaluation, at, conclusive=conclusive)
+        previous = state.evaluation
+        # Requests arrived since the previous evaluation of this window: "not yet" with data flowing
+        # is not silence (onNoData counts only time without new requests or without series).
+        earlier = previous.requests if previous.at is not None and previous.at > window_start else 0.0
+        flowing = evaluation.requests is not None and evaluation.requests > (earlier or 0.0)
+        conclusive = is_conclusive(mode, evaluation, flowing)
+        record = record_evaluation(previous, evaluation, at, conclusive=conclusive)
         streak = record.failure_streak
         if mode is EvaluationMode.STEP:
             assert step is not None
             assert step.started_at is not None
             passed = step_passed(
-                verdict, enough_requests, at - step.started_at, self.plan.windows[step.index]
+                evaluation,
+                enough_requests,
+                at - step.started_at,
+                self.plan.windows[step.index],
+                final_step=final,
             )
             step = StepProgress(step.index, step.weight, step.started_at, at if passed else None)
         self.state = state = replace(state, evaluation=record, step=step)
@@ -1071,10 +1114,13 @@ class _Tick:
 
         critical = evaluation.critical_failures
         if critical:
+            counted = all(judgement.counted and not judgement.critical for judgement in critical)
             return self.rollback(
-                "Critical check failed: " + "; ".join(f"{j.name}: {j.detail}" for j in critical) + "."
+                ("Limit broken: " if counted else "Critical check failed: ")
+                + "; ".join(f"{j.name}: {j.detail}" for j in critical)
+                + "."
             )
-        if verdict is EvaluationVerdict.FAIL:
+        if failed:
             failures = "; ".join(f"{j.name}: {j.detail}" for j in failed)
             if streak >= self.spec.failure_limit:
                 return self.rollback(

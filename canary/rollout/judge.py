@@ -1,22 +1,28 @@
-"""Judging checks: the canary's measurements against absolute limits and against the stable revision.
+"""Judging checks: the canary's evidence against absolute limits and against the stable revision.
 
-Each check gets one of four verdicts (docs/design.md §4), never confused with each other:
+Each check gets one of five verdicts (docs/design.md §4), never confused with each other:
 
 * ``fail`` — a limit is broken (a failure always wins: a broken absolute limit is a failure even
   when the stable revision's value could not be read);
 * ``error`` — a query failed: the controller's problem, never the canary's;
 * ``no-data`` — nothing to judge (no requests, no pods, the stable revision has no value);
+* ``not-yet`` — counted checks only: requests are flowing, but neither the breach nor the limit
+  being met is shown at the policy's confidence yet;
 * ``pass`` — every limit that applies is met.
 
-A limit broken by a value measured from a few requests is not yet a failure: for error rates and
-latency quantiles a breach must be *significant* (see :func:`significant_breach`); until then the
-check has no data ("above the limit, not significant yet"): the step cannot pass, nothing is
-counted towards failureLimit, and the growing window soon settles it either way. Peers fail a
-canary on one unlucky error among twenty requests; this is the fix for that flapping.
+Two kinds of checks:
 
-An evaluation fails if any check fails, is inconclusive if none fails but one has no data or an
-error, and passes otherwise. Every :class:`Judgement` keeps the value, the limit, the stable value,
-the samples and the query, so every decision can be explained with its numbers.
+* **counted** — error rates and latency quantiles of the builtin metrics, estimated from a sample of
+  requests: judged on the revisions' raw counts (``Evidence.counts``) by the sequential tests of
+  :mod:`canary.rollout.sampled`, with the rollout's error budget. A significant breach fails at once;
+  a limit is met on the evidence pooled over the steps;
+* **measured** — gauges, counts of events (OOM kills, restarts), warm-up, custom PromQL and query
+  overrides, and any check without counts: the value as measured against its limits; a failure
+  counts towards ``failureLimit``.
+
+An evaluation fails if any check fails, passes if every check passes, and is inconclusive
+otherwise. Every :class:`Judgement` keeps the value, the limit, the stable value, the samples and
+the query, so every decision can be explained with its numbers.
 """
 
 from __future__ import annotations
@@ -24,18 +30,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import NamedTuple
 
-from canary.evidence import REQUESTS, EvidenceStatus, Measurement, fraction_key
-from canary.policy.model import Check, MetricKind
+from canary.evidence import REQUESTS, CountSeries, EvidenceStatus, Measurement, fraction_key
+from canary.policy.model import Check
 from canary.policy.units import Unit, format_value
 from canary.rollout.limits import limit_text, percent, relative_bound_text
 from canary.rollout.memo import IdentityMemo
+from canary.rollout.sampled import ErrorBudget, is_sampled, judge_sampled
 from canary.rollout.state import EvaluationVerdict
 from canary.rollout.vocabulary import CheckVerdict
 
 __all__ = [
     "CheckVerdict",
+    "CountContext",
     "Evaluation",
     "Judgement",
     "fraction_key",
@@ -65,18 +74,22 @@ class Judgement(NamedTuple):
     max_allowed: float | None = None  # the effective upper bound (tightest of max and relative)
     min_allowed: float | None = None
     fraction: float | None = None  # gpu-memory-peak: used / total, when maxFraction is judged
+    counted: bool = False  # judged on counts by a sequential test (detail is its statement)
 
     def describe(self) -> str:
-        """``p99: 612ms ≤ 800ms (stable 540ms, 1234 samples) -> pass``."""
+        """``p99: pass — p99 ≤ 800ms met at 95% (1,204 requests; …)`` for a counted check,
+        ``oom: 0, limit ≤ 0 (3 pods) -> pass`` for a measured one."""
+        if self.counted and self.detail:
+            return f"{self.name}: {self.verdict} — {self.detail}"
         value = "no value" if self.value is None else format_value(self.value, self.unit)
         extras = []
         if self.stable_value is not None:
             extras.append(f"stable {format_value(self.stable_value, self.unit)}")
         if self.samples is not None:
-            extras.append(f"{self.samples:.0f} samples")
+            extras.append(f"{self.samples:,.0f} samples")
         suffix = f" ({', '.join(extras)})" if extras else ""
         detail = f": {self.detail}" if self.detail and self.verdict is not CheckVerdict.PASS else ""
-        return f"{self.name}: {value} {self.limit}{suffix} -> {self.verdict}{detail}"
+        return f"{self.name}: {value}, limit {self.limit}{suffix} -> {self.verdict}{detail}"
 
 
 class Evaluation(NamedTuple):
@@ -88,10 +101,20 @@ class Evaluation(NamedTuple):
     requests_detail: str = ""
     failures: tuple[Judgement, ...] = ()  # the judgements that failed
     has_error: bool = False  # a query failed — for a check or for the request count
+    # No check failed, errored or lacks data, and every check is met or (counted) not yet decided:
+    # what a step below the highest one needs to advance ("advance on exposure").
+    advance_ok: bool = False
 
     @property
     def critical_failures(self) -> tuple[Judgement, ...]:
-        return tuple(judgement for judgement in self.failures if judgement.critical)
+        """Failures that roll back at once: critical checks, and counted checks (a sequential test
+        that rejected "good" already holds its error budget; repeating it would spend it again)."""
+        return tuple(judgement for judgement in self.failures if judgement.critical or judgement.counted)
+
+    @property
+    def measured_failures(self) -> tuple[Judgement, ...]:
+        """Failures of measured checks, which count towards failureLimit."""
+        return tuple(judgement for judgement in self.failures if not judgement.counted)
 
     def summary(self) -> str:
         """One line: ``fail (p99, errors); 1234 requests``."""
@@ -111,28 +134,103 @@ def has_absolute_limit(check: Check) -> bool:
     return check.max is not None or check.min is not None or check.max_fraction is not None
 
 
+@dataclass(frozen=True, slots=True)
+class CountContext:
+    """What judging counted checks needs besides the evidence: where the step began, the error
+    budget, and whether this is the highest step (which must carry its share of the evidence)."""
+
+    step_start: datetime
+    budget: ErrorBudget
+    confidence: float
+    final_step: bool = False
+    share_needed: float = 0.0  # of the pooled requests, the highest step's fair share
+
+
 def judge_evidence(
     checks: Sequence[Check],
     canary: Mapping[str, Measurement],
     stable: Mapping[str, Measurement],
     *,
     compare_with_stable: bool,
+    counts: Mapping[str, CountSeries] | None = None,
+    context: CountContext | None = None,
 ) -> Evaluation:
-    """Judge every check; without ``compare_with_stable`` only absolute limits apply."""
+    """Judge every check; without ``compare_with_stable`` only absolute limits apply.
+
+    Counted checks use ``counts`` (``"canary"``, ``"stable"``) when they are given with a
+    ``context``; without them every check is judged as measured.
+    """
+    canary_counts = counts.get("canary") if counts is not None and context is not None else None
     judgements = tuple(
-        judge_check(check, canary, stable, compare_with_stable=compare_with_stable) for check in checks
+        _judge_counted(check, canary_counts, counts, context, compare_with_stable)
+        if canary_counts is not None and context is not None and is_sampled(check)
+        else judge_check(check, canary, stable, compare_with_stable=compare_with_stable)
+        for check in checks
     )
     verdicts = {judgement.verdict for judgement in judgements}
     requests, requests_detail = _request_count(canary.get(REQUESTS))
+    if canary_counts is not None and context is not None:
+        requests, requests_detail = _counted_requests(canary_counts, context.step_start)
     if CheckVerdict.FAIL in verdicts:
         verdict = EvaluationVerdict.FAIL
         failures = tuple(judgement for judgement in judgements if judgement.verdict is CheckVerdict.FAIL)
-    elif CheckVerdict.NO_DATA in verdicts or CheckVerdict.ERROR in verdicts:
+    elif verdicts - {CheckVerdict.PASS}:
         verdict, failures = EvaluationVerdict.INCONCLUSIVE, ()
     else:
         verdict, failures = EvaluationVerdict.PASS, ()
     has_error = requests is None or CheckVerdict.ERROR in verdicts
-    return Evaluation(verdict, judgements, requests, requests_detail, failures, has_error)
+    advance_ok = not has_error and verdicts <= {CheckVerdict.PASS, CheckVerdict.NOT_YET}
+    return Evaluation(verdict, judgements, requests, requests_detail, failures, has_error, advance_ok)
+
+
+def _counted_requests(series: CountSeries, step_start: datetime) -> tuple[float | None, str]:
+    if series.status is EvidenceStatus.ERROR:
+        return None, f"request counts failed: {series.detail or series.error_class}"
+    if series.status is not EvidenceStatus.OK:
+        return 0.0, series.detail or "no request series"
+    total = CountSeries.total(series.since(step_start))
+    return (float(total.requests) if total is not None else 0.0), ""
+
+
+def _judge_counted(
+    check: Check,
+    canary: CountSeries,
+    counts: Mapping[str, CountSeries] | None,
+    context: CountContext,
+    compare_with_stable: bool,
+) -> Judgement:
+    plan = _plan(check)
+    stable = counts.get("stable") if counts is not None else None
+    result = judge_sampled(
+        check,
+        canary,
+        stable,
+        step_start=context.step_start,
+        budget=context.budget,
+        confidence=context.confidence,
+        compare_with_stable=compare_with_stable and plan.max_increase is not None,
+        final_step=context.final_step,
+        share_needed=context.share_needed if context.final_step else 0.0,
+    )
+    condition = (
+        plan.relative_limit_text if compare_with_stable and plan.max_increase else plan.absolute_limit_text
+    )
+    return Judgement(
+        plan.name,
+        result.verdict,
+        result.value,
+        plan.unit,
+        condition,
+        result.stable_value,
+        float(result.requests),
+        plan.critical,
+        result.statement,
+        canary.query,
+        result.max_allowed,
+        plan.min,
+        None,
+        counted=True,
+    )
 
 
 def _request_count(measurement: Measurement | None) -> tuple[float | None, str]:
@@ -170,19 +268,11 @@ class _CheckPlan:
     critical: bool
     absolute_limit_text: str
     relative_limit_text: str
-    # How a breach is tested for significance: a rate of events among requests, a quantile of
-    # request latencies (q), or nothing (gauges, counts, custom queries: taken as measured).
-    sampling: _Sampling | None
 
     @classmethod
     def of(cls, check: Check) -> _CheckPlan:
         unit = check.value_unit
         comparable = check.max_increase is not None and check.comparable_to_stable
-        sampling: _Sampling | None = None
-        if check.metric is MetricKind.ERROR_RATE:
-            sampling = _Sampling("rate", None)
-        elif check.effective_quantile is not None:
-            sampling = _Sampling("quantile", check.effective_quantile)
         return cls(
             name=check.name,
             unit=unit,
@@ -195,7 +285,6 @@ class _CheckPlan:
             critical=check.critical,
             absolute_limit_text=limit_text(check, relative=False),
             relative_limit_text=limit_text(check, relative=comparable),
-            sampling=sampling,
         )
 
 
@@ -225,17 +314,13 @@ def judge_check(
         )
     assert measurement is not None
     failures: list[str] = []
-    # Breaches of limits on sampled values, with the bound and its side, for the significance test.
-    breaches: list[tuple[float, bool]] = []
     # The worst missing piece (an error outranks no-data), reported when no limit broke.
     missing: tuple[CheckVerdict, str] | None = None
     max_allowed = plan.max
     if max_allowed is not None and value > max_allowed:
         failures.append(f"{format_value(value, unit)} is above max {format_value(max_allowed, unit)}")
-        breaches.append((max_allowed, True))
     if plan.min is not None and value < plan.min:
         failures.append(f"{format_value(value, unit)} is below min {format_value(plan.min, unit)}")
-        breaches.append((plan.min, False))
 
     fraction: float | None = None
     if plan.max_fraction is not None:
@@ -267,22 +352,7 @@ def judge_check(
                         f"{format_value(value, unit)} is above "
                         + relative_bound_text(max_increase, stable_value, allowed, unit)
                     )
-                    breaches.append((allowed, True))
 
-    fraction_failed = len(failures) > len(breaches)  # maxFraction: a gauge, taken as measured
-    if failures and plan.sampling is not None and not fraction_failed:
-        samples = measurement.samples
-        if not any(
-            significant_breach(plan.sampling, value, bound, samples, above) for bound, above in breaches
-        ):
-            failures, missing = (
-                [],
-                (
-                    CheckVerdict.NO_DATA,
-                    "; ".join(failures) + f", but not significant yet with {_samples_text(samples)}"
-                    f" ({plan.sampling.needs()})",
-                ),
-            )
     if failures:
         verdict, detail = CheckVerdict.FAIL, "; ".join(failures)
     elif missing is not None:
@@ -312,60 +382,6 @@ def judge_check(
         plan.min,
         fraction,
     )
-
-
-# A breach of a sampled value is significant at this one-sided confidence (z for 95 %).
-_Z = 1.645
-# A quantile is only as good as the samples in its tail: at least this many requests expected
-# beyond it (p99: 500 requests, p95: 100, p50: 10) before a breach of its limit can fail a check.
-TAIL_SAMPLES = 5.0
-
-
-class _Sampling(NamedTuple):
-    kind: str  # "rate" | "quantile"
-    quantile: float | None
-
-    def needs(self) -> str:
-        if self.kind == "rate":
-            return "a breach must hold at 95% confidence"
-        assert self.quantile is not None
-        needed = math.ceil(TAIL_SAMPLES / (1.0 - self.quantile) - 1e-9)
-        return f"a p{self.quantile * 100:g} needs {needed} requests"
-
-
-def significant_breach(
-    sampling: _Sampling, value: float, bound: float, samples: float | None, above: bool
-) -> bool:
-    """Whether a value measured from ``samples`` requests breaks ``bound`` beyond sampling noise.
-
-    * rates (errors / requests): the one-sided 95 % Wilson score bound of the rate must itself be
-      beyond the limit — one error among 20 requests (5 %) does not prove a 1 % limit broken;
-    * quantiles: at least :data:`TAIL_SAMPLES` requests must be expected beyond the quantile, else
-      the quantile is essentially the largest few samples of the window.
-
-    Unknown sample counts are taken at face value (the breach stands).
-    """
-    if samples is None or math.isinf(value):
-        return True
-    if samples <= 0:
-        return False
-    if sampling.kind == "rate":
-        low, high = _wilson(min(max(value, 0.0), 1.0), samples)
-        return low > bound if above else high < bound
-    assert sampling.quantile is not None
-    return samples * (1.0 - sampling.quantile) >= TAIL_SAMPLES - 1e-9
-
-
-def _wilson(rate: float, n: float) -> tuple[float, float]:
-    z2 = _Z * _Z
-    centre = rate + z2 / (2 * n)
-    spread = _Z * math.sqrt(rate * (1 - rate) / n + z2 / (4 * n * n))
-    denominator = 1 + z2 / n
-    return (centre - spread) / denominator, (centre + spread) / denominator
-
-
-def _samples_text(samples: float | None) -> str:
-    return "an unknown number of requests" if samples is None else f"{samples:.0f} requests"
 
 
 def _value_of(measurement: Measurement | None) -> float | None:

@@ -207,6 +207,9 @@ class RolloutState:
     stable_revision: str | None = None
     started_at: AwareDatetime | None = None  # when the rollout of ``revision`` began
     step: StepProgress | None = None
+    # When the first step's clock started: the counts pooled for the promotion begin here (and a
+    # restarted controller backfills them from Prometheus, so they are never stored).
+    evidence_since: AwareDatetime | None = None
     evaluation: EvaluationRecord = field(default_factory=EvaluationRecord)
     unready_since: AwareDatetime | None = None  # the canary turned un-Ready mid-rollout at
     spec_change_seen_at: AwareDatetime | None = None  # spec changed, KServe has not created a revision yet

@@ -67,10 +67,11 @@ class Severity(StrEnum):
 
 
 class CheckVerdict(StrEnum):
-    """A check's outcome in one evaluation: four outcomes, never confused with each other."""
+    """A check's outcome in one evaluation: five outcomes, never confused with each other."""
 
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     FAIL = "fail"
+    NOT_YET = "not-yet"  # counted checks: data flowing, neither limit shown broken nor met yet
     NO_DATA = "no-data"
     ERROR = "error"  # the query failed: the controller's problem, never the canary's
 

@@ -1,0 +1,205 @@
+"""Sequential tests on counts: always valid however often the controller looks, and always ending.
+
+The judge (:mod:`canary.rollout.judge`) asks two questions of every check estimated from a sample of
+requests (error rates, latency quantiles), each as its own one-sided test with its own share of the
+rollout's error budget:
+
+* **is the limit broken?** — the *fail test*: its null hypothesis is that the canary is good; it
+  rejects (the check fails) only when the data make that implausible at its budget ``alpha``;
+* **is the limit met?** — the *pass test*: its null hypothesis is that the canary is bad; it rejects
+  (the check is met) only when the data make *that* implausible at its budget ``beta``.
+
+Both are **mixture likelihood-ratio tests** of a binomial share (errors among requests; requests
+slower than a bucket edge among requests): the statistic is the average, over a grid of alternatives
+inside the zone the test is looking for, of the likelihood ratio of each alternative against the
+null's boundary. Under any share on the null's side, every one of those ratios is a non-negative
+supermartingale (its expected factor per request is below one), so is their average, and by Ville's
+inequality the chance that it *ever* reaches ``1 / budget`` is at most ``budget`` — however many
+times it is looked at, at whatever moments. This is the whole error guarantee; nothing is assumed
+about the distribution of latencies, only that requests are exchangeable within an interval.
+
+Real traffic is bursty: errors and slow requests come in clusters, so the per-interval counts vary
+more than a binomial would. The likelihoods are *tempered* by the dispersion ``phi`` measured across
+the intervals (Pearson's statistic over the per-interval counts divided by its degrees of freedom,
+never below one) — the quasi-likelihood correction: with ``phi = 3`` every request counts as a third.
+
+The grid of alternatives is geometric with the check's tolerance as its ratio (the resolution at
+which the policy says it cares), at most :data:`GRID_POINTS` points, equally weighted.
+
+A test in its indifference zone (the canary between "good" and "bad") may never reject either
+null; :func:`truncation` gives the number of requests after which the judge decides on the point
+estimate instead (a fixed-sample test with the other half of the budget): every check comes to a
+decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+__all__ = [
+    "GRID_POINTS",
+    "Direction",
+    "MixtureTest",
+    "cut",
+    "dispersion",
+    "paired_log_ratio",
+    "truncation",
+]
+
+# Equal weights over this many alternatives cost log(GRID_POINTS) of evidence: 24 points cover a
+# factor of ten at a 10 % tolerance and cost about 3.2 nats, the price of not knowing the effect size.
+GRID_POINTS = 24
+
+_TINY = 1e-12
+
+
+class Direction:
+    """Which side of the null the alternatives lie on."""
+
+    ABOVE = "above"  # the fail test of an upper limit: alternatives above the null's boundary
+    BELOW = "below"  # the pass test of an upper limit: alternatives below it
+
+
+def _log_ratio(events: float, trials: float, alternative: float, null: float) -> float:
+    """log of the binomial likelihood ratio, alternative against null, of ``events`` in ``trials``."""
+    misses = max(trials - events, 0.0)
+    return events * math.log(alternative / null) + misses * math.log((1.0 - alternative) / (1.0 - null))
+
+
+def _log_mean_exp(values: Sequence[float]) -> float:
+    top = max(values)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(value - top) for value in values) / len(values))
+
+
+@dataclass(frozen=True, slots=True)
+class MixtureTest:
+    """A one-sided sequential test of a binomial share ``p``.
+
+    ``Direction.ABOVE``: null ``p <= boundary``, rejected when the data show ``p`` above it.
+    ``Direction.BELOW``: null ``p >= boundary``, rejected when the data show ``p`` below it.
+    ``start`` is where the alternatives begin (``boundary`` itself when the zones touch, as for
+    quantiles; the tolerance's far edge for rates), ``ratio`` the grid's geometric step.
+    """
+
+    boundary: float
+    direction: str
+    budget: float
+    start: float
+    ratio: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.boundary < 1.0:
+            raise ValueError(f"the boundary of a binomial test must lie in (0, 1), got {self.boundary}")
+        if not 0.0 < self.budget < 1.0:
+            raise ValueError(f"the error budget must lie in (0, 1), got {self.budget}")
+        if self.ratio <= 1.0:
+            raise ValueError(f"the grid ratio must be above 1, got {self.ratio}")
+
+    @property
+    def threshold(self) -> float:
+        """The log-evidence at which the null is rejected: log(1 / budget)."""
+        return math.log(1.0 / self.budget)
+
+    @property
+    def alternatives(self) -> tuple[float, ...]:
+        points: list[float] = []
+        value = self.start
+        if math.isclose(value, self.boundary):
+            value = value * self.ratio if self.direction == Direction.ABOVE else value / self.ratio
+        for _ in range(GRID_POINTS):
+            if self.direction == Direction.ABOVE:
+                if value >= 1.0:
+                    break
+            elif value <= _TINY:
+                break
+            points.append(value)
+            value = value * self.ratio if self.direction == Direction.ABOVE else value / self.ratio
+        if not points:  # the zone is narrower than one grid step: its far end
+            points.append(min(1.0 - _TINY, self.start) if self.direction == Direction.ABOVE else self.start)
+        return tuple(points)
+
+    def log_evidence(self, events: float, trials: float, phi: float = 1.0) -> float:
+        """log of the mixture likelihood ratio against the null, tempered by ``phi`` (>= 1)."""
+        if trials <= 0:
+            return 0.0
+        tempered = max(phi, 1.0)
+        return _log_mean_exp(
+            [_log_ratio(events, trials, alt, self.boundary) / tempered for alt in self.alternatives]
+        )
+
+    def rejects(self, events: float, trials: float, phi: float = 1.0) -> bool:
+        return self.log_evidence(events, trials, phi) >= self.threshold
+
+
+def dispersion(intervals: Sequence[tuple[float, float]]) -> float:
+    """How much more the per-interval counts vary than a binomial's: Pearson's chi-square over
+    ``(events, trials)`` per interval divided by its degrees of freedom, at least 1.
+
+    Fewer than three intervals with trials, or no events at all, give 1: there is nothing to measure.
+    """
+    used = [(events, trials) for events, trials in intervals if trials > 0]
+    if len(used) < 3:
+        return 1.0
+    events_total = sum(events for events, _ in used)
+    trials_total = sum(trials for _, trials in used)
+    share = events_total / trials_total
+    if share <= 0.0 or share >= 1.0:
+        return 1.0
+    chi_square = sum(
+        (events - trials * share) ** 2 / (trials * share * (1.0 - share)) for events, trials in used
+    )
+    return max(1.0, chi_square / (len(used) - 1))
+
+
+def paired_log_ratio(
+    intervals: Sequence[tuple[int, int, int, int]], alternative: float, null: float
+) -> float:
+    """log likelihood ratio of two error-rate ratios ``rho = canary rate / stable rate``.
+
+    Per interval ``(canary errors, canary requests, stable errors, stable requests)``: given the
+    errors both revisions had in it, the canary's share of them is binomial with
+    ``pi = n_c rho / (n_c rho + n_s)``. Conditioning on each interval's errors cancels what both
+    revisions share — a burst of upstream failures, a quiet night — so the test compares the canary
+    with the stable revision *as they were at the same moment*.
+    """
+    total = 0.0
+    for canary_errors, canary_requests, stable_errors, stable_requests in intervals:
+        if canary_errors + stable_errors == 0 or canary_requests <= 0 or stable_requests <= 0:
+            continue
+        pi_alt = canary_requests * alternative / (canary_requests * alternative + stable_requests)
+        pi_null = canary_requests * null / (canary_requests * null + stable_requests)
+        total += canary_errors * math.log(pi_alt / pi_null) + stable_errors * math.log(
+            (1.0 - pi_alt) / (1.0 - pi_null)
+        )
+    return total
+
+
+def truncation(good: float, bad: float, alpha: float, beta: float, phi: float = 1.0) -> int:
+    """Requests after which a share between ``good`` and ``bad`` is decided on its estimate.
+
+    The size of the fixed-sample test that tells ``p = good`` from ``p = bad`` with errors
+    ``alpha`` and ``beta`` (normal approximation), inflated by the dispersion ``phi``: at that size
+    the estimate is below :func:`cut` with probability ``1 - alpha`` when the canary is good and
+    above it with probability ``1 - beta`` when it is bad.
+    """
+    if not 0.0 < good < bad < 1.0:
+        raise ValueError(f"need 0 < good < bad < 1, got {good}, {bad}")
+    z_alpha = NormalDist().inv_cdf(1.0 - alpha)
+    z_beta = NormalDist().inv_cdf(1.0 - beta)
+    spread = z_alpha * math.sqrt(good * (1.0 - good)) + z_beta * math.sqrt(bad * (1.0 - bad))
+    return math.ceil(max(phi, 1.0) * (spread / (bad - good)) ** 2)
+
+
+def cut(good: float, bad: float, alpha: float, beta: float) -> float:
+    """The share at which the truncated test decides: above it fails, at or below it passes."""
+    z_alpha = NormalDist().inv_cdf(1.0 - alpha)
+    z_beta = NormalDist().inv_cdf(1.0 - beta)
+    sd_good, sd_bad = math.sqrt(good * (1.0 - good)), math.sqrt(bad * (1.0 - bad))
+    # Where the two one-sided fixed-sample tests meet:
+    # good + z_a sd_good / sqrt(n) = bad - z_b sd_bad / sqrt(n).
+    return good + (bad - good) * z_alpha * sd_good / (z_alpha * sd_good + z_beta * sd_bad)
