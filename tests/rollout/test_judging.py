@@ -181,7 +181,10 @@ def test_every_judgement_records_value_limit_stable_samples_query_and_verdict() 
         min_allowed=None,
         fraction=None,
     )
-    assert judged.describe() == "c: 550ms ≤ 800ms and ≤ +20% vs stable (stable 500ms, 1234 samples) -> pass"
+    # The value, then the limit it is held against: never "3.67s ≤ 3.64s", which reads as a claim.
+    assert judged.describe() == (
+        "c: 550ms, limit ≤ 800ms and ≤ +20% vs stable (stable 500ms, 1,234 samples) -> pass"
+    )
 
 
 def test_critical_flag_is_carried() -> None:
@@ -189,7 +192,7 @@ def test_critical_flag_is_carried() -> None:
     judged = judge(oom, ok(1, Unit.COUNT))
     assert judged.critical
     assert judged.verdict is CheckVerdict.FAIL
-    assert judged.describe() == "c: 1 ≤ 0 (500 samples) -> fail: 1 is above max 0"
+    assert judged.describe() == "c: 1, limit ≤ 0 (500 samples) -> fail: 1 is above max 0"
 
 
 def evaluation_of(*verdicts: str, requests: Measurement | None = None) -> EvaluationVerdict:
@@ -255,41 +258,14 @@ def test_absolute_limit_detection() -> None:
     assert not has_absolute_limit(check(metric="latency", maxIncrease="20%"))
 
 
-def test_an_error_rate_breach_from_few_requests_is_not_yet_a_failure() -> None:
+def test_without_counts_a_rate_or_quantile_is_judged_as_measured() -> None:
+    # Overrides and custom queries give a value, not counts: no sequential test can be run on it, so
+    # the value stands as measured and failureLimit (not a significance test) guards against noise.
     errors = check(name="errors", metric="error-rate", max="1%")
-    # One error among 40 requests: 2.5% is above 1%, but a 1% canary shows that often.
-    unlucky = judge(errors, ok(1 / 40, Unit.RATIO, samples=40))
-    assert unlucky.verdict is CheckVerdict.NO_DATA
-    assert "not significant yet with 40 requests" in unlucky.detail
-    # The same 2.5% over 2,000 requests is beyond doubt.
-    assert judge(errors, ok(0.025, Unit.RATIO, samples=2000)).verdict is CheckVerdict.FAIL
-    # A rate far above its limit needs few requests: 10 errors in 20.
-    assert judge(errors, ok(0.5, Unit.RATIO, samples=20)).verdict is CheckVerdict.FAIL
-
-
-def test_a_quantile_breach_needs_requests_in_its_tail() -> None:
+    assert judge(errors, ok(1 / 40, Unit.RATIO, samples=40)).verdict is CheckVerdict.FAIL
     p99 = check(name="p99", metric="latency", quantile=0.99, max="800ms")
-    thin = judge(p99, ok(1.2, samples=200))
-    assert thin.verdict is CheckVerdict.NO_DATA
-    assert "a p99 needs 500 requests" in thin.detail
-    assert judge(p99, ok(1.2, samples=500)).verdict is CheckVerdict.FAIL
-    p50 = check(name="p50", metric="latency", quantile=0.5, max="100ms")
-    assert judge(p50, ok(0.2, samples=10)).verdict is CheckVerdict.FAIL
-
-
-def test_significance_applies_to_relative_and_lower_limits_too() -> None:
-    errors = check(name="errors", metric="error-rate", maxIncrease="50%")
-    assert (
-        judge(errors, ok(0.004, Unit.RATIO, samples=500), ok(0.002, Unit.RATIO)).verdict
-        is CheckVerdict.NO_DATA
-    )
-    assert (
-        judge(errors, ok(0.004, Unit.RATIO, samples=50_000), ok(0.002, Unit.RATIO)).verdict
-        is CheckVerdict.FAIL
-    )
-    floor = check(name="success", metric="error-rate", min="10%", max="90%")
-    assert judge(floor, ok(0.05, Unit.RATIO, samples=20)).verdict is CheckVerdict.NO_DATA
-    assert judge(floor, ok(0.05, Unit.RATIO, samples=5000)).verdict is CheckVerdict.FAIL
+    assert judge(p99, ok(1.2, samples=200)).verdict is CheckVerdict.FAIL
+    assert judge(p99, ok(0.7, samples=200)).verdict is CheckVerdict.PASS
 
 
 def test_breaches_without_a_sample_count_or_of_gauges_stand_as_measured() -> None:

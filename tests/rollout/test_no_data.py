@@ -74,18 +74,26 @@ def test_no_data_rolls_back_after_on_no_data_after_with_action_rollback() -> Non
 
 def test_on_no_data_counts_from_the_last_conclusive_evaluation() -> None:
     harness = progressing(make_policy(onNoData={"after": "5m", "action": "rollback"}))
-    answers = in_sequence(SILENT, SILENT, SILENT, HEALTHY_EVIDENCE, SILENT, SILENT, SILENT, SILENT, SILENT)
+    fresh = EvidenceMaker(requests=6000)  # new requests since the previous evaluation, every check has data
+    answers = in_sequence(SILENT, SILENT, SILENT, fresh, SILENT, SILENT, SILENT, SILENT, SILENT)
     actions = [harness.tick(60, evidence=answers).action for _ in range(9)]
     # The pass at minute 4 restarts the clock: the rollback comes 5 minutes after it, at minute 9.
     assert actions == [Action.WAIT] * 8 + [Action.ROLLBACK]
 
 
-def test_too_few_requests_is_no_data() -> None:
+def test_no_new_requests_is_no_data_however_good_the_values() -> None:
     harness = progressing(make_policy(onNoData={"after": "4m", "action": "rollback"}))
-    few = EvidenceMaker(requests=10)
-    decisions = [harness.tick(60, evidence=few) for _ in range(4)]
+    few = EvidenceMaker(requests=10)  # ten requests in the first minute, none after
+    decisions = [harness.tick(60, evidence=few) for _ in range(5)]
     assert all(d.verdict is EvaluationVerdict.PASS for d in decisions)
-    assert decisions[-1].action is Action.ROLLBACK
+    assert [d.action for d in decisions] == [Action.WAIT] * 4 + [Action.ROLLBACK]
+
+
+def test_a_trickle_of_requests_below_min_requests_is_not_no_data() -> None:
+    harness = progressing(make_policy(onNoData={"after": "4m", "action": "rollback"}))
+    decisions = [harness.tick(60, evidence=EvidenceMaker(requests=5 * (minute + 1))) for minute in range(12)]
+    assert all(d.action is Action.WAIT for d in decisions)
+    assert all("No conclusive evidence" not in d.summary for d in decisions)
 
 
 def test_query_errors_never_count_as_failures_and_never_trigger_on_no_data() -> None:

@@ -18,7 +18,15 @@ from canary.rollout import (
     evidence_request,
 )
 
-from .helpers import HEALTHY_EVIDENCE, EvidenceMaker, in_sequence, make_policy, no_data, progressing
+from .helpers import (
+    HEALTHY_EVIDENCE,
+    EvidenceMaker,
+    in_sequence,
+    make_policy,
+    no_data,
+    progressing,
+    query_error,
+)
 
 NEW = "llama-predictor-00002"
 SLOW = HEALTHY_EVIDENCE.failing(p99=0.95)  # above max 800ms
@@ -91,17 +99,27 @@ def test_step_passes_when_window_elapsed_min_requests_reached_and_latest_evaluat
 def test_a_step_does_not_pass_before_min_requests_are_reached() -> None:
     harness = progressing()
     step_start = harness.now
-    few = EvidenceMaker(requests=60)
-    for _ in range(15):
-        decision = harness.tick(60, evidence=few)
+    # A trickle of 6 requests a minute: the window is held at 10m, minRequests (100) at minute 17.
+    for minute in range(1, 17):
+        decision = harness.tick(60, evidence=EvidenceMaker(requests=6 * minute))
         assert decision.action is Action.WAIT
-        assert any("60 of 100 canary requests" in reason for reason in decision.reasons)
-    # Too few requests is no data (docs/design.md §3): after onNoData.after (15m) the hold is said loudly.
+        assert any(f"{6 * minute} of 100 canary requests" in reason for reason in decision.reasons)
+        # Requests are flowing: that is not silence, onNoData (15m) never speaks.
+        assert "No conclusive evidence" not in decision.summary
+    advanced = harness.tick(60, evidence=EvidenceMaker(requests=6 * 17))
+    assert advanced.action is Action.ADVANCE
+    assert harness.now - step_start == timedelta(minutes=17)
+
+
+def test_no_new_requests_is_no_data_even_below_min_requests() -> None:
+    harness = progressing()
+    stuck = EvidenceMaker(requests=60)  # the window's count never grows: nobody sends requests
+    for _ in range(16):
+        decision = harness.tick(60, evidence=stuck)
+        assert decision.action is Action.WAIT
+    # Counted from the last evaluation that saw new requests (the first one, at minute 1).
     assert decision.summary.startswith("No conclusive evidence for 10% of llama-predictor-00002 for 15m")
     assert decision.severity is Severity.WARNING
-    advanced = harness.tick(60, evidence=EvidenceMaker(requests=140))
-    assert advanced.action is Action.ADVANCE
-    assert harness.now - step_start == timedelta(minutes=16)
 
 
 def test_a_step_does_not_pass_when_the_latest_evaluation_is_not_a_pass() -> None:
@@ -147,11 +165,16 @@ def test_a_passing_evaluation_resets_the_failure_streak() -> None:
     assert streaks == [1, 0, 1, 0, 1]
 
 
-def test_an_inconclusive_evaluation_neither_adds_to_nor_resets_the_streak() -> None:
+def test_an_evaluation_without_the_failure_resets_the_streak_but_a_query_error_keeps_it() -> None:
+    # Cause 5 of issue 13: fail / no data / fail used to roll back on what is nearly one look.
     harness = progressing()
-    answers = in_sequence(SLOW, SILENT, SILENT)
+    answers = in_sequence(SLOW, SILENT, SLOW)
     streaks = [harness.tick(60, evidence=answers).new_state.evaluation.failure_streak for _ in range(3)]
-    assert streaks == [1, 1, 1]
+    assert streaks == [1, 0, 1]
+    assert harness.state.phase is Phase.PROGRESSING
+    # An outage between two failures is no evidence either way: the streak stays, the next one rolls back.
+    outage = EvidenceMaker(canary={name: query_error() for name in ("p99", "errors", "oom", "restarts")})
+    assert harness.tick(60, evidence=outage).new_state.evaluation.failure_streak == 1
     assert harness.tick(60, evidence=SLOW).action is Action.ROLLBACK
 
 
