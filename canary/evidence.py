@@ -75,6 +75,7 @@ class ErrorClass(StrEnum):
     SERVER = "server"  # any other non-2xx answer
     UNAVAILABLE = "unavailable"  # Prometheus (or its proxy) answered that it cannot serve: 503, 502, 429
     MALFORMED_RESPONSE = "malformed-response"  # not a Prometheus answer: not JSON, truncated, HTML, no data
+    DEFERRED = "deferred"  # not asked this tick: the per-tick budget of custom queries was spent
 
 
 @dataclass(frozen=True, slots=True)

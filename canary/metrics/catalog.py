@@ -55,6 +55,9 @@ from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 from canary.policy.units import Unit
 
 __all__ = [
+    "BUCKET_FIELD",
+    "CODE_CLASS_LABEL",
+    "COUNTER_FIELD",
     "DCGM_LABELS",
     "DCGM_METRICS",
     "FIELD_FRACTION",
@@ -63,12 +66,14 @@ __all__ = [
     "KIND_FAMILY",
     "REQUESTS_PROFILES",
     "BuiltinQuery",
+    "CounterQuery",
     "Family",
     "GpuLabels",
     "RequestsMetrics",
     "RevisionKey",
     "measure_unit",
     "render_builtin",
+    "render_counters",
 ]
 
 # The label that tells a value series from its companions (see the module docstring).
@@ -120,6 +125,12 @@ class RequestsMetrics:
     namespace_label: str
     revision_label: str | None  # None: the revision is known only from the pod name
     latency_divisor: float  # to seconds
+    pod_label: str = "pod"  # the label naming the queue-proxy's pod (a counter reset is per pod)
+    # Where the response class comes from: a label already holding "5xx" (OpenCensus), or a status
+    # code mapped to its class by the pattern ("503" -> "5xx").
+    code_label: str = "http_response_status_code"
+    code_pattern: str = "([1-5])[0-9][0-9]"
+    code_replacement: str = "${1}xx"
 
     @property
     def detection_metric(self) -> str:
@@ -137,6 +148,10 @@ REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
         namespace_label="namespace_name",
         revision_label="revision_name",
         latency_divisor=1000.0,  # OpenCensus reports milliseconds
+        pod_label="pod_name",  # the exporter's own label; Prometheus' `pod` depends on relabelling
+        code_label="response_code_class",
+        code_pattern="([1-5]xx)",
+        code_replacement="$1",
     ),
     RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
@@ -435,3 +450,56 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
         f"({selection.by_revision(f'increase({histogram}_count{{{matchers}}}[{window}])', revisions)})"
     )
     return _union(value, _with_field(behind, FIELD_SAMPLES))
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counters)
+
+CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no readable code
+COUNTER_FIELD = "count"  # evidence_field of the request counter's series
+BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
+_COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CounterQuery:
+    """What shapes a requests family's raw-counter query, except the revisions: one per tick each."""
+
+    profile: RequestsProfile
+    revision_label: str | None = None  # OTel profiles: a relabelled revision label instead of pod names
+
+    @property
+    def metrics(self) -> RequestsMetrics:
+        return REQUESTS_PROFILES[self.profile]
+
+
+def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> str:
+    """The raw cumulative request counters and latency buckets of every revision in ``revisions``.
+
+    No ``rate``, no ``increase``, no range selector: the values as the exporters count them, summed
+    only over labels that do not matter, ``by (namespace, revision, pod, code_class)`` (and ``le``
+    for the buckets), so a queue-proxy restart shows as a reset of that pod's series and a status
+    code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
+    ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
+    Valid as an instant query (one sample per series) and as a range query (the same, per step).
+    """
+    if not revisions:
+        raise ValueError("a counter query needs at least one revision")
+    if query.profile not in REQUESTS_PROFILES:
+        raise ValueError(f"the counters need a concrete requests profile, got {query.profile}")
+    metrics = query.metrics
+    selection = _Selection(metrics.namespace_label, metrics.revision_label or query.revision_label)
+
+    def normalised(metric: str) -> str:
+        series = f"{metric}{{{selection.matchers(revisions)}}}"
+        relabelled = selection.by_revision(series, revisions)
+        relabelled = _relabel(relabelled, "pod", metrics.pod_label, "(.+)")
+        replacement = string_literal(metrics.code_replacement)
+        return (
+            f'label_replace({relabelled}, "{CODE_CLASS_LABEL}", "{replacement}", '
+            f'"{metrics.code_label}", "{string_literal(metrics.code_pattern)}")'
+        )
+
+    counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
+    buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
+    return _union(_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD))

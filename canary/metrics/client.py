@@ -22,7 +22,7 @@ what Prometheus said — its ``errorType`` first (``bad_data``, ``execution``, `
 not a Prometheus answer at all (not JSON, truncated JSON, an empty body, a proxy's HTML page, JSON
 without ``status``/``data``) is ``malformed-response``; a connection that failed is ``unreachable``.
 Details never carry a secret: no header values, and the URL only as ``scheme://host[:port]``. Nothing
-raises out of :meth:`PrometheusClient.instant`.
+raises out of :meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
 """
 
 from __future__ import annotations
@@ -268,6 +268,9 @@ class PrometheusClient:
                 timeout=self._http_timeout,
             )
 
+        return self._outcome(promql, call)
+
+    def _outcome(self, promql: str, call: Callable[[], object]) -> QueryOutcome:
         started = self._clock()
         attempt, http_requests = self._with_retries(call)
         duration = self._clock() - started
@@ -279,6 +282,36 @@ class PrometheusClient:
             return QueryOutcome(promql, None, failure, http_requests, duration)
         answer = QueryAnswer(str(data["resultType"]), data["result"], attempt.warnings)
         return QueryOutcome(promql, answer, None, http_requests, duration)
+
+    def range_query(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
+        """Evaluate ``promql`` at ``start``, ``start + step``, ... up to ``end`` (``/api/v1/query_range``).
+
+        The same habits as :meth:`instant`: GET, a form-body POST when the query is long, Prometheus'
+        ``timeout`` sent, only what certainly never ran retried, every failure classified, nothing
+        raised. The answer is a matrix; keeping within Prometheus' 11,000 points per series is the
+        caller's job.
+        """
+        if step <= 0:
+            raise ValueError("a range query needs a positive step")
+        params = {
+            "start": f"{as_utc(start).timestamp():.3f}",
+            "end": f"{as_utc(end).timestamp():.3f}",
+            "step": f"{step:g}",
+            "timeout": f"{self.config.timeout:g}",
+        }
+        url = f"{self._connect.url}/api/v1/query_range"
+
+        def call() -> object:
+            form = {"query": promql, **params}
+            if len(urlencode(form)) <= self.config.max_get_length:
+                return self._session.get(
+                    url, params=form, headers=dict(self.config.headers), timeout=self._http_timeout
+                )
+            return self._session.post(
+                url, data=form, headers=dict(self.config.headers), timeout=self._http_timeout
+            )
+
+        return self._outcome(promql, call)
 
     def label_values(
         self, label: str, matches: Sequence[str], start: datetime, end: datetime

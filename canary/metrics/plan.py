@@ -9,9 +9,12 @@ revision — and every rollout collected in the same tick whose window is the sa
 
 Evidence keys
 -------------
-* :data:`~canary.evidence.REQUESTS` (``request-count``): requests the revision received in the window
-  (``increase`` of the request counter; counter resets handled; a float, as Prometheus extrapolates to
-  the window's edges). No request series at all is no-data; a series with no increase is ``0``.
+* :data:`~canary.evidence.REQUESTS` (``request-count``): requests the revision received in the window,
+  an integer from the counter book (:mod:`canary.metrics.counters`: raw counter differences between
+  the tick samples standing for the window's start and end; counter resets handled, no
+  extrapolation). No request series at all is no-data; a series with no increase is ``0``.
+  ``latency`` and ``error-rate`` come from the same counts (:class:`CountsAsk`): the 5xx share of the
+  requests, and the quantile interpolated inside its latency bucket as ``histogram_quantile`` does.
 * ``<check name>``: the check's value in its canonical unit; ``samples`` is what it rests on (requests
   for latency/error-rate/ttft/e2e-latency, pods for oom-kills/restarts/warm-up, GPUs for
   gpu-memory-peak, vLLM engines for kv-cache-usage).
@@ -52,6 +55,7 @@ from canary.metrics.catalog import (
     FIELD_SAMPLES,
     KIND_FAMILY,
     BuiltinQuery,
+    CounterQuery,
     Family,
     RevisionKey,
     measure_unit,
@@ -62,7 +66,9 @@ from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolic
 from canary.policy.units import Unit
 
 __all__ = [
+    "COUNTED_MEASURES",
     "FRACTION_SUFFIX",
+    "CountsAsk",
     "GroupedAnswer",
     "GroupedAsk",
     "Need",
@@ -120,7 +126,19 @@ class SingleAsk:
     at: datetime
 
 
-Ask = GroupedAsk | SingleAsk
+@dataclass(frozen=True, slots=True)
+class CountsAsk:
+    """A measure answered from the counter book (request-count, error-rate, latency): no query of its
+    own; the tick's counter sample of its requests family (``counter``) serves every rollout."""
+
+    counter: CounterQuery
+    quantile: float | None = None  # latency only
+
+
+Ask = GroupedAsk | SingleAsk | CountsAsk
+
+# The measures the counter book answers (canary.metrics.counters); the others are queried per window.
+COUNTED_MEASURES = frozenset({REQUESTS, MetricKind.LATENCY.value, MetricKind.ERROR_RATE.value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +240,9 @@ def plan_rollout(
             settled = _relabelled(resolution.unavailable, unit)
             return Need(rollout, side, key, revision, unit, measure, field, settled=settled)
         choice = resolution.choice
+        if measure in COUNTED_MEASURES and choice:
+            counter = CounterQuery(RequestsProfile(choice), metrics.revision_label)
+            return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))
         query = BuiltinQuery(
             measure=measure,
             window=window,
@@ -269,7 +290,7 @@ def merge_asks(needs: Sequence[Need]) -> tuple[dict[GroupedAsk, set[RevisionKey]
     grouped: dict[GroupedAsk, set[RevisionKey]] = {}
     singles: dict[SingleAsk, None] = {}
     for need in needs:
-        if isinstance(need.ask, GroupedAsk):
+        if isinstance(need.ask, GroupedAsk):  # CountsAsk needs no query of their own
             grouped.setdefault(need.ask, set()).add(need.revision)
         elif isinstance(need.ask, SingleAsk):
             singles[need.ask] = None

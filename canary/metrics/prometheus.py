@@ -20,15 +20,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 
-from canary.evidence import ErrorClass, Evidence, EvidenceRequest, Measurement
-from canary.metrics.catalog import Family, render_builtin
+from canary.evidence import (
+    REQUESTS,
+    CountSeries,
+    ErrorClass,
+    Evidence,
+    EvidenceRequest,
+    EvidenceStatus,
+    Measurement,
+    Tally,
+)
+from canary.metrics.catalog import CounterQuery, Family, RevisionKey, render_builtin, render_counters
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
@@ -36,8 +46,19 @@ from canary.metrics.client import (
     QueryOutcome,
     redact_url,
 )
+from canary.metrics.counters import (
+    CounterBook,
+    RevisionSample,
+    Snapshot,
+    count_measurement,
+    parse_counter_matrix,
+    parse_counter_vector,
+    plan_backfill,
+)
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
 from canary.metrics.plan import (
+    COUNTED_MEASURES,
+    CountsAsk,
     GroupedAnswer,
     GroupedAsk,
     Need,
@@ -77,16 +98,27 @@ class PrometheusEvidenceSource:
         detection_lookback: float = 900.0,
         client: PrometheusClient | None = None,
         clock: Callable[[], float] | None = None,
+        max_single_queries_per_tick: int = 200,
+        backfill_sample_budget: int = 5_000_000,
+        idle_revision_ttl: float = 900.0,
     ) -> None:
         """
         :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
         :param min_window: overrides ``2 * scrape_interval``.
         :param min_requests: a latency or error rate computed from fewer requests is no-data.
         :param max_parallel_queries: queries of one collect call in flight at once.
-        :param grouping: how far queries are shared (``per-revision`` is the naive baseline).
+        :param grouping: how far the other families' queries are shared (``per-revision`` is the
+            naive baseline); the counted measures are always sampled once per tick.
+        :param max_single_queries_per_tick: custom ``promql`` checks and overrides asked per tick (one
+            query per revision each); the others are ``error``/``deferred`` until a later tick.
+        :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
+            ``--query.max-samples`` is 50,000,000 by default).
+        :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
         """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
+        if max_single_queries_per_tick < 0:
+            raise ValueError("max_single_queries_per_tick must not be negative")
         self.config = config
         self.client = client if client is not None else PrometheusClient(config)
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
@@ -98,6 +130,17 @@ class PrometheusEvidenceSource:
         self._max_parallel = max_parallel_queries
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self.scrape_interval = scrape_interval
+        self.counts = CountsPipeline(
+            self._ask,
+            self._ask_range,
+            scrape_interval=scrape_interval,
+            sample_budget=backfill_sample_budget,
+            idle=idle_revision_ttl,
+            min_requests=min_requests,
+        )
+        self.max_single_queries_per_tick = max_single_queries_per_tick
+        self._budget = _TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
 
     # -- the EvidenceSource protocol -------------------------------------------------------------
 
@@ -105,7 +148,12 @@ class PrometheusEvidenceSource:
         return self.collect_many([(policy, request)])[0]
 
     def collect_many(self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]]) -> list[Evidence]:
-        """Evidence for several rollouts at once, in order; equal builtin queries are asked once."""
+        """Evidence for several rollouts at once, in order.
+
+        The counted measures come from the tick's counter sample (shared by every rollout of the
+        tick, whatever its window); equal builtin queries of the other families are asked once; custom
+        queries are asked within the per-tick budget.
+        """
         needs: list[Need] = []
         profiles: list[dict[str, str]] = []
         detection_cost = [0] * len(rollouts)
@@ -119,25 +167,37 @@ class PrometheusEvidenceSource:
                 )
             )
         grouped, singles = merge_asks(needs)
-        outcomes = self._run(grouped, singles)
+        granted = self._budget.grant(rollouts, needs, singles)
+        outcomes = self._run(grouped, [single for single in singles if single in granted])
         parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None] = {}
         for ask, outcome in outcomes.items():
             parsed[ask] = parse_grouped(outcome) if isinstance(ask, GroupedAsk) else parse_single(outcome)
+        counted = self.counts.serve(rollouts, needs)
 
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
         used_asks: list[set[GroupedAsk | SingleAsk]] = [set() for _ in rollouts]
+        deferred = _deferred_detail(self.max_single_queries_per_tick)
         for need in needs:
-            answered = outcomes.get(need.ask) if need.ask is not None else None
-            result = parsed.get(need.ask) if need.ask is not None else None
-            measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
+            if isinstance(need.ask, CountsAsk):
+                measurement = counted.measurements[id(need)]
+            elif isinstance(need.ask, SingleAsk) and need.ask not in granted:
+                measurement = Measurement.error(
+                    ErrorClass.DEFERRED, deferred, need.unit, query=need.ask.promql
+                )
+            else:
+                answered = outcomes.get(need.ask) if need.ask is not None else None
+                result = parsed.get(need.ask) if need.ask is not None else None
+                measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
+                if need.ask is not None:
+                    used_asks[need.rollout].add(need.ask)
             (canary if need.side is Side.CANARY else stable)[need.rollout][need.key] = measurement
-            if need.ask is not None:
-                used_asks[need.rollout].add(need.ask)
         evidence = []
-        for index, (_, request) in enumerate(rollouts):
-            http_requests = detection_cost[index] + sum(
-                outcomes[ask].http_requests for ask in used_asks[index]
+        for index, (policy, request) in enumerate(rollouts):
+            http_requests = (
+                detection_cost[index]
+                + sum(outcomes[ask].http_requests for ask in used_asks[index])
+                + counted.http_requests.get(index, 0)
             )
             evidence.append(
                 Evidence(
@@ -146,6 +206,7 @@ class PrometheusEvidenceSource:
                     stable=stable[index],
                     queries=http_requests,
                     profile=profiles[index],
+                    counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                 )
             )
             self._log_failures(request, canary[index], stable[index])
@@ -241,6 +302,14 @@ class PrometheusEvidenceSource:
             outcomes[ask] = future.result()
         return outcomes
 
+    def _ask_range(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
+        try:
+            return self.client.range_query(promql, start, end, step)
+        except Exception as error:  # as _ask: a backfill never crashes an evaluation
+            _log.exception("unexpected error while querying Prometheus", query=promql)
+            failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
+            return QueryOutcome(promql, None, failure, 1, 0.0)
+
     def _ask(self, promql: str, at: datetime) -> QueryOutcome:
         try:
             return self.client.instant(promql, at)
@@ -285,3 +354,329 @@ def _resolution_from(detection: Detection) -> Resolution:
     if detection.choice is None:
         return Resolution(unavailable=Measurement.no_data(detection.detail))
     return Resolution(detection.choice)
+
+
+# ---------------------------------------------------------------------------------------------
+# The counted measures: one counter sample per requests profile per tick, and the book
+
+
+@dataclass(slots=True)
+class _Refresh:
+    """One tick's counter sample of one requests profile, and what it cost the call that took it."""
+
+    at: datetime
+    revisions: set[RevisionKey]
+    failures: dict[RevisionKey, QueryFailure]
+    query: str
+    http_requests: int = 0
+    duration: float = 0.0
+
+
+@dataclass(slots=True)
+class Counted:
+    """What :meth:`CountsPipeline.serve` gives one collect call."""
+
+    measurements: dict[int, Measurement] = field(default_factory=dict)  # id(need) -> measurement
+    series: dict[int, dict[str, CountSeries]] = field(default_factory=dict)  # rollout -> side -> counts
+    http_requests: dict[int, int] = field(default_factory=dict)  # rollout -> round trips spent for it
+
+
+class CountsPipeline:
+    """Samples the raw request counters once per tick for every tracked revision, keeps the
+    :class:`~canary.metrics.counters.CounterBook` per requests profile, backfills a revision's past
+    once, and answers the counted measures (single-flight: safe from worker threads).
+
+    A sample taken at ``t`` serves every collect call whose ``at`` is within half a scrape interval
+    of ``t``; a revision new in that tick is sampled on its own at ``t``.
+    """
+
+    def __init__(
+        self,
+        instant: Callable[[str, datetime], QueryOutcome],
+        range_query: Callable[[str, datetime, datetime, float], QueryOutcome],
+        *,
+        scrape_interval: float,
+        sample_budget: int,
+        idle: float,
+        min_requests: float = 1.0,
+    ) -> None:
+        if scrape_interval <= 0:
+            raise ValueError("scrape_interval must be positive")
+        self._instant = instant
+        self._range = range_query
+        self.step = scrape_interval
+        self.tolerance = timedelta(seconds=scrape_interval / 2)
+        self.sample_budget = sample_budget
+        self.min_requests = min_requests
+        self._idle = timedelta(seconds=idle)
+        self._lock = threading.Lock()
+        self.books: dict[CounterQuery, CounterBook] = {}
+        self._last: dict[CounterQuery, _Refresh] = {}
+
+    def book(self, counter: CounterQuery) -> CounterBook:
+        book = self.books.get(counter)
+        if book is None:
+            book = self.books[counter] = CounterBook(tolerance=self.tolerance, idle=self._idle)
+        return book
+
+    def serve(
+        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
+    ) -> Counted:
+        counted = Counted()
+        # Per (profile, tick): the revisions wanted and the earliest start each must cover.
+        wanted: dict[tuple[CounterQuery, datetime], dict[RevisionKey, datetime]] = {}
+        askers: dict[CounterQuery, list[tuple[RevisionKey, Hashable, datetime, datetime]]] = {}
+        for need in needs:
+            if not isinstance(need.ask, CountsAsk):
+                continue
+            request = rollouts[need.rollout][1]
+            counter = need.ask.counter
+            starts = wanted.setdefault((counter, request.at), {})
+            start = request.counts_start
+            starts[need.revision] = min(start, starts.get(need.revision, start))
+            who = (request.namespace, request.inference_service)
+            askers.setdefault(counter, []).append((need.revision, who, start, request.at))
+        refreshes: dict[tuple[CounterQuery, datetime], tuple[_Refresh, bool]] = {}
+        for counter, at in sorted(wanted, key=lambda item: item[1]):
+            refreshes[(counter, at)] = self._refresh(counter, wanted[(counter, at)], askers[counter], at)
+        charged: set[tuple[int, CounterQuery, datetime]] = set()
+        with self._lock:
+            for need in needs:
+                if not isinstance(need.ask, CountsAsk):
+                    continue
+                request = rollouts[need.rollout][1]
+                refresh, paid = refreshes[(need.ask.counter, request.at)]
+                charge = (need.rollout, need.ask.counter, request.at)
+                if paid and charge not in charged:
+                    charged.add(charge)
+                    counted.http_requests[need.rollout] = (
+                        counted.http_requests.get(need.rollout, 0) + refresh.http_requests
+                    )
+                self._answer(counted, need, request, refresh)
+        return counted
+
+    def _answer(self, counted: Counted, need: Need, request: EvidenceRequest, refresh: _Refresh) -> None:
+        assert isinstance(need.ask, CountsAsk)
+        book = self.book(need.ask.counter)
+        failure = refresh.failures.get(need.revision)
+        side = counted.series.setdefault(need.rollout, {})
+        if need.side.value not in side:
+            if failure is not None:
+                side[need.side.value] = CountSeries(
+                    EvidenceStatus.ERROR,
+                    detail=failure.detail,
+                    error_class=failure.error_class,
+                    query=refresh.query,
+                )
+            else:
+                side[need.side.value] = book.count_series(
+                    need.revision, request.counts_start, request.at, query=refresh.query
+                )
+        counts: tuple[Tally | None, Snapshot | None] | QueryFailure
+        if failure is not None:
+            counts = failure
+        else:
+            counts = book.tally(need.revision, request.window_start, request.at)
+        counted.measurements[id(need)] = count_measurement(
+            need.measure or REQUESTS,
+            need.unit,
+            need.revision,
+            need.ask.quantile,
+            counts,
+            min_requests=self.min_requests,
+            query=refresh.query,
+            duration=refresh.duration,
+        )
+
+    def _refresh(
+        self,
+        counter: CounterQuery,
+        wanted: Mapping[RevisionKey, datetime],
+        askers: Sequence[tuple[RevisionKey, Hashable, datetime, datetime]],
+        at: datetime,
+    ) -> tuple[_Refresh, bool]:
+        """The sample standing for tick ``at`` (taken now unless one within tolerance exists); and
+        whether this call paid for a query."""
+        with self._lock:
+            book = self.book(counter)
+            for revision, who, start, asked_at in askers:
+                book.asked(revision, who, start, asked_at)
+            last = self._last.get(counter)
+            if last is not None and abs(last.at - at) <= self.tolerance:
+                missing = {
+                    revision: start for revision, start in wanted.items() if revision not in last.revisions
+                }
+                if not missing:
+                    return last, False
+                fresh = self._sample(counter, book, missing, last.at)
+                last.revisions |= fresh.revisions
+                last.failures.update(fresh.failures)
+                return _Refresh(
+                    last.at, last.revisions, last.failures, fresh.query, fresh.http_requests, fresh.duration
+                ), True
+            starts: dict[RevisionKey, datetime | None] = dict.fromkeys(book.tracked())
+            starts.update(wanted)
+            refresh = self._sample(counter, book, starts, at)
+            self._last[counter] = refresh
+            book.prune(at)
+            return refresh, True
+
+    def _sample(
+        self,
+        counter: CounterQuery,
+        book: CounterBook,
+        starts: Mapping[RevisionKey, datetime | None],
+        at: datetime,
+    ) -> _Refresh:
+        revisions = sorted(starts)
+        metrics = counter.metrics
+        try:
+            promql = render_counters(counter, revisions)
+        except ValueError as error:  # a catalog bug must not take the controller down
+            failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
+            return _Refresh(at, set(revisions), dict.fromkeys(revisions, failure), "")
+        outcome = self._instant(promql, at)
+        refresh = _Refresh(at, set(revisions), {}, promql, outcome.http_requests, outcome.duration)
+        parsed = parse_counter_vector(
+            outcome, revisions, divisor=metrics.latency_divisor, metric=metrics.count_metric
+        )
+        if isinstance(parsed, QueryFailure):
+            refresh.failures = dict.fromkeys(revisions, parsed)
+            return refresh
+        backfill = {
+            revision: start
+            for revision, start in starts.items()
+            if start is not None and start < at - self.tolerance and book.needs_backfill(revision, start)
+        }
+        filled = self._backfill(counter, book, backfill, parsed, at, refresh) if backfill else set()
+        for revision in revisions:
+            if revision not in filled:
+                book.record(revision, at, parsed[revision])
+        return refresh
+
+    def _backfill(
+        self,
+        counter: CounterQuery,
+        book: CounterBook,
+        starts: Mapping[RevisionKey, datetime],
+        live: Mapping[RevisionKey, RevisionSample],
+        at: datetime,
+        refresh: _Refresh,
+    ) -> set[RevisionKey]:
+        """Fill the revisions' past from [earliest start, at] with range queries; the ones filled."""
+        metrics = counter.metrics
+        start = min(starts.values())
+        estimate = {
+            revision: max(_MIN_SERIES_ESTIMATE, 2 * len(live[revision].values)) for revision in starts
+        }
+        chunks = plan_backfill(estimate, start, at, self.step, sample_budget=self.sample_budget)
+        history: dict[RevisionKey, list[tuple[datetime, RevisionSample]]] = {
+            revision: [] for revision in starts
+        }
+        failed: set[RevisionKey] = set()
+        for chunk in chunks:
+            promql = render_counters(counter, chunk.revisions)
+            outcome = self._range(promql, chunk.start, chunk.end, self.step)
+            refresh.http_requests += outcome.http_requests
+            refresh.duration += outcome.duration
+            matrix = parse_counter_matrix(
+                outcome, chunk.revisions, divisor=metrics.latency_divisor, metric=metrics.count_metric
+            )
+            if isinstance(matrix, QueryFailure):
+                for revision in chunk.revisions:
+                    failed.add(revision)
+                    refresh.failures[revision] = QueryFailure(
+                        matrix.error_class, f"backfill of the counters: {matrix.detail}", matrix.http_status
+                    )
+                continue
+            by_time = {round(moment, 3): samples for moment, samples in matrix.items()}
+            points = round((chunk.end - chunk.start).total_seconds() / self.step)
+            for index in range(points + 1):
+                moment = chunk.start + timedelta(seconds=index * self.step)
+                at_moment = by_time.get(round(moment.timestamp(), 3), {})
+                for revision in chunk.revisions:
+                    # A grid point without series is an empty sample, as a live tick without series.
+                    history[revision].append((moment, at_moment.get(revision, RevisionSample({}))))
+        filled = set()
+        for revision in starts:
+            if revision in failed:
+                continue
+            samples = [item for item in history[revision] if item[0] < at] + [(at, live[revision])]
+            book.replay(revision, samples)
+            book.mark_backfilled(revision, start)
+            filled.add(revision)
+        return filled
+
+
+_MIN_SERIES_ESTIMATE = 64  # a revision's series in the past: pods come and go (the live count x 2)
+
+
+def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int) -> dict[str, CountSeries]:
+    """The counts of a rollout whose requests family is not available (not detected, detection failed)."""
+    counts: dict[str, CountSeries] = {}
+    overrides = policy.spec.metrics.queries
+    for need in needs:
+        if need.rollout != rollout or need.settled is None or need.measure not in COUNTED_MEASURES:
+            continue
+        if need.measure in overrides or need.side.value in counts:
+            continue
+        settled = need.settled
+        status = settled.status if settled.status is EvidenceStatus.ERROR else EvidenceStatus.NO_DATA
+        counts[need.side.value] = CountSeries(status, detail=settled.detail, error_class=settled.error_class)
+    return counts
+
+
+def _deferred_detail(budget: int) -> str:
+    return f"not asked this tick: the per-tick budget of {budget} custom queries is spent; asked next tick"
+
+
+class _TickBudget:
+    """How many custom (per-revision) queries a tick may ask, shared fairly between rollouts.
+
+    A tick is every call whose ``at`` is within half a scrape interval of the tick's first one. The
+    rollouts whose queries were deferred longest go first, so nobody is starved tick after tick.
+    """
+
+    def __init__(self, budget: int, tolerance: timedelta) -> None:
+        self.budget = budget
+        self.tolerance = tolerance
+        self._lock = threading.Lock()
+        self._tick_at: datetime | None = None
+        self._tick = 0
+        self._spent = 0
+        self._served: dict[tuple[str, str], int] = {}  # rollout -> the tick it was last fully served
+
+    def grant(
+        self,
+        rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]],
+        needs: Sequence[Need],
+        singles: Sequence[SingleAsk],
+    ) -> set[SingleAsk]:
+        if not singles:
+            return set()
+        wanted: dict[int, list[SingleAsk]] = {}
+        for need in needs:
+            if isinstance(need.ask, SingleAsk) and need.ask not in wanted.setdefault(need.rollout, []):
+                wanted[need.rollout].append(need.ask)
+        at = max(rollouts[index][1].at for index in wanted)
+        granted: set[SingleAsk] = set()
+        with self._lock:
+            if self._tick_at is None or abs(at - self._tick_at) > self.tolerance:
+                self._tick_at, self._tick, self._spent = at, self._tick + 1, 0
+
+            def key(index: int) -> tuple[str, str]:
+                request = rollouts[index][1]
+                return (request.namespace, request.inference_service)
+
+            for index in sorted(wanted, key=lambda index: (self._served.get(key(index), -1), index)):
+                asks = [ask for ask in wanted[index] if ask not in granted]
+                fitting = asks[: max(0, self.budget - self._spent)]
+                granted.update(fitting)
+                self._spent += len(fitting)
+                if len(fitting) == len(asks):
+                    self._served[key(index)] = self._tick
+            if len(self._served) > 10_000:  # rollouts long gone
+                oldest = sorted(self._served.items(), key=lambda item: item[1])[: len(self._served) - 10_000]
+                for gone, _ in oldest:
+                    del self._served[gone]
+        return granted

@@ -1,0 +1,617 @@
+"""The counter book: per-tick samples of raw cumulative counters in, exact integer tallies out.
+
+Pure, no I/O. :class:`PrometheusEvidenceSource` samples, once per tick and for every tracked revision
+together, the raw cumulative request counters and latency buckets of the requests family
+(:func:`~canary.metrics.catalog.render_counters`: one instant query, no ``rate``/``increase``); after a
+restart it fills a revision's past once with a range query replayed through the same logic. This
+module turns those samples into clean cumulative totals and those into
+:class:`~canary.evidence.Tally` values:
+
+* per series (pod x response class [x ``le``]) the increment between two samples is ``value -
+  previous``; a series that went down means its pod's queue-proxy restarted, and then every series
+  of that pod counts from zero (``value``), including one whose value looks unchanged: it is taken
+  as stale (Prometheus' lookback still shows the old value) until it changes, and then it counts
+  its whole value;
+* a series seen for the first time after the revision's first sample counts its whole value (a new
+  pod, the first 5xx series appearing); at the revision's first sample everything is baseline;
+* a tally between two snapshots is the difference of the clean totals: integers, no extrapolation,
+  and consecutive tallies add up to the tally over the whole range.
+
+What sampling cannot see: the requests a pod served between the last sample and its restart are lost
+when samples are further apart than the scrape interval (the backfill and a live tick every scrape
+interval see them all).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from canary.evidence import (
+    REQUESTS,
+    CountSeries,
+    ErrorClass,
+    EvidenceStatus,
+    Histogram,
+    Measurement,
+    Tally,
+)
+from canary.metrics.catalog import (
+    BUCKET_FIELD,
+    CODE_CLASS_LABEL,
+    COUNTER_FIELD,
+    FIELD_LABEL,
+    RevisionKey,
+)
+from canary.metrics.client import QueryFailure, QueryOutcome
+from canary.policy.model import MetricKind
+from canary.policy.units import Unit
+
+__all__ = [
+    "BackfillChunk",
+    "CounterBook",
+    "RevisionSample",
+    "SeriesId",
+    "Snapshot",
+    "count_measurement",
+    "interpolated_quantile",
+    "parse_counter_matrix",
+    "parse_counter_vector",
+    "plan_backfill",
+]
+
+LATENCY = "latency"  # the measure under which the request latency histogram travels in a Tally
+_INF = math.inf
+_SERVER = "5xx"
+_CLIENT = "4xx"
+
+
+class SeriesId(NamedTuple):
+    """One counter series of a revision, as the counter query aggregates it."""
+
+    kind: str  # COUNTER_FIELD or BUCKET_FIELD
+    pod: str
+    code_class: str  # "2xx", "5xx", ... or "" when unknown
+    le: float = _INF  # buckets only: the upper bound in seconds (+Inf for the total)
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionSample:
+    """A revision's raw counter values at one moment; ``invalid`` names a non-finite value seen."""
+
+    values: Mapping[SeriesId, float]
+    invalid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Clean cumulative totals of one revision at ``at``, counted since the revision's first sample."""
+
+    at: datetime
+    by_class: Mapping[str, int]  # requests per response class ("" for unknown)
+    buckets: Mapping[float, int]  # requests at most ``le`` seconds (``+Inf``: all the histogram saw)
+    series: int  # request series present in the sample (0: the revision had none)
+    invalid: str = ""  # a non-finite value in the sample (those series were left out)
+
+    @property
+    def requests(self) -> int:
+        return sum(self.by_class.values())
+
+
+def _tally(first: Snapshot, last: Snapshot) -> Tally:
+    requests = last.requests - first.requests
+    errors = last.by_class.get(_SERVER, 0) - first.by_class.get(_SERVER, 0)
+    client_errors = last.by_class.get(_CLIENT, 0) - first.by_class.get(_CLIENT, 0)
+    histograms: dict[str, Histogram] = {}
+    if last.buckets:
+        edges = tuple(sorted(le for le in last.buckets if le != _INF))
+        at_most = tuple(last.buckets[le] - first.buckets.get(le, 0) for le in edges)
+        if _INF in last.buckets:
+            total = last.buckets[_INF] - first.buckets.get(_INF, 0)
+        else:
+            total = max(at_most, default=0)
+        histograms[LATENCY] = Histogram(edges, at_most, total)
+    return Tally(first.at, last.at, requests, errors, client_errors, histograms)
+
+
+@dataclass(slots=True)
+class _Track:
+    """Everything the book keeps about one revision."""
+
+    snapshots: list[Snapshot] = field(default_factory=list)
+    last: dict[SeriesId, float] = field(default_factory=dict)  # the last raw value of each series
+    seen: dict[SeriesId, datetime] = field(default_factory=dict)  # when each series was last present
+    stale: dict[SeriesId, float] = field(default_factory=dict)  # reset pods' series not yet re-counted
+    by_class: dict[str, int] = field(default_factory=dict)
+    buckets: dict[float, int] = field(default_factory=dict)
+    asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)  # who: (from, when)
+    backfilled_from: datetime | None = None
+
+
+class CounterBook:
+    """Clean cumulative counter totals per revision, one snapshot per sample (see the module docstring).
+
+    :param tolerance: how far a snapshot may be from a wanted moment and still stand for it (half the
+        scrape interval: the samples of one tick need not share the exact same ``at``).
+    :param idle: a revision nobody asked about for this long (in sample time) is forgotten, and so is
+        a series absent for this long.
+    :param max_snapshots: a hard cap per revision, whatever the ranges asked for.
+    """
+
+    def __init__(
+        self, *, tolerance: timedelta, idle: timedelta = timedelta(minutes=15), max_snapshots: int = 20_000
+    ) -> None:
+        if max_snapshots < 2:
+            raise ValueError("max_snapshots must be at least 2")
+        self.tolerance = tolerance
+        self.idle = idle
+        self.max_snapshots = max_snapshots
+        self._tracks: dict[RevisionKey, _Track] = {}
+
+    # -- what is tracked ------------------------------------------------------------------------
+
+    def tracked(self) -> set[RevisionKey]:
+        return set(self._tracks)
+
+    def snapshots(self, revision: RevisionKey) -> tuple[Snapshot, ...]:
+        track = self._tracks.get(revision)
+        return tuple(track.snapshots) if track is not None else ()
+
+    def asked(self, revision: RevisionKey, asker: Hashable, counts_start: datetime, at: datetime) -> None:
+        """``asker`` (a rollout) wants ``revision``'s counts from ``counts_start``, asked at ``at``."""
+        track = self._tracks.setdefault(revision, _Track())
+        track.asks[asker] = (counts_start, at)
+
+    def needs_backfill(self, revision: RevisionKey, counts_start: datetime) -> bool:
+        """Whether the book lacks ``revision``'s past from ``counts_start`` and has not filled it yet."""
+        track = self._tracks.get(revision)
+        if track is None:
+            return True
+        if track.backfilled_from is not None and track.backfilled_from <= counts_start + self.tolerance:
+            return False
+        return not track.snapshots or track.snapshots[0].at > counts_start + self.tolerance
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def record(self, revision: RevisionKey, at: datetime, sample: RevisionSample) -> bool:
+        """Add the sample taken at ``at``; False (ignored) when it is not newer than the last one."""
+        track = self._tracks.setdefault(revision, _Track())
+        if track.snapshots and at <= track.snapshots[-1].at:
+            return False
+        values = sample.values
+        if not track.snapshots:
+            track.last = dict(values)
+            track.seen = dict.fromkeys(values, at)
+            for series in values:  # everything is baseline: the totals start at zero
+                self._add(track, series, 0)
+        else:
+            self._advance(track, at, values)
+        present = sum(1 for series in values if series.kind == COUNTER_FIELD) or len(values)
+        track.snapshots.append(
+            Snapshot(at, dict(track.by_class), dict(track.buckets), present, sample.invalid)
+        )
+        if len(track.snapshots) > self.max_snapshots:
+            del track.snapshots[: len(track.snapshots) - self.max_snapshots]
+        return True
+
+    def replay(self, revision: RevisionKey, samples: Iterable[tuple[datetime, RevisionSample]]) -> None:
+        """Fill ``revision`` from samples of the past (a backfill): its earlier history is replaced."""
+        old = self._tracks.get(revision)
+        track = _Track(asks=dict(old.asks) if old is not None else {})
+        self._tracks[revision] = track
+        for at, sample in sorted(samples, key=lambda item: item[0]):
+            self.record(revision, at, sample)
+
+    def mark_backfilled(self, revision: RevisionKey, start: datetime) -> None:
+        track = self._tracks.setdefault(revision, _Track())
+        track.backfilled_from = start
+
+    def _advance(self, track: _Track, at: datetime, values: Mapping[SeriesId, float]) -> None:
+        reset_pods = {
+            (series.kind, series.pod)
+            for series, value in values.items()
+            if series in track.last and series not in track.stale and value < track.last[series]
+        }
+        for series, value in values.items():
+            previous = track.last.get(series)
+            if series in track.stale:
+                if value == track.stale[series]:
+                    increment = 0  # still the value from before the restart (stale)
+                else:
+                    increment = round(value)  # re-counted from zero since the restart
+                    del track.stale[series]
+            elif previous is None:
+                increment = round(value)  # a series born after the baseline: all of it is new
+            elif (series.kind, series.pod) in reset_pods:
+                if value == previous:
+                    increment = 0
+                    track.stale[series] = value
+                else:
+                    increment = round(value)
+            else:
+                increment = round(value - previous)
+            track.last[series] = value
+            track.seen[series] = at
+            self._add(track, series, increment)
+        # Series of a restarted pod that are absent now count from zero when they come back.
+        for series, value in track.last.items():
+            if series not in values and (series.kind, series.pod) in reset_pods:
+                track.stale[series] = value
+
+    @staticmethod
+    def _add(track: _Track, series: SeriesId, increment: int) -> None:
+        if series.kind == COUNTER_FIELD:
+            track.by_class[series.code_class] = track.by_class.get(series.code_class, 0) + increment
+        else:
+            track.buckets[series.le] = track.buckets.get(series.le, 0) + increment
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _span(self, track: _Track, start: datetime, end: datetime) -> tuple[int, int] | None:
+        """Indices of the snapshots standing for ``start`` and ``end``; None without a snapshot."""
+        snapshots = track.snapshots
+        last = None
+        for index in range(len(snapshots) - 1, -1, -1):
+            if snapshots[index].at <= end + self.tolerance:
+                last = index
+                break
+        if last is None:
+            return None
+        near = [
+            index
+            for index in range(last + 1)
+            if abs((snapshots[index].at - start).total_seconds()) <= self.tolerance.total_seconds()
+        ]
+        if near:
+            first = min(near, key=lambda index: abs((snapshots[index].at - start).total_seconds()))
+        else:
+            before = [index for index in range(last + 1) if snapshots[index].at < start]
+            first = before[-1] if before else 0
+        return first, last
+
+    def count_series(
+        self, revision: RevisionKey, start: datetime, end: datetime, *, query: str = ""
+    ) -> CountSeries:
+        """The tallies between consecutive snapshots from the one standing for ``start`` to ``end``."""
+        track = self._tracks.get(revision)
+        span = self._span(track, start, end) if track is not None else None
+        if track is None or span is None:
+            return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
+        first, last = span
+        chosen = track.snapshots[first : last + 1]
+        if chosen[-1].invalid:
+            return CountSeries(EvidenceStatus.INVALID_VALUE, detail=chosen[-1].invalid, query=query)
+        if not any(snapshot.series for snapshot in chosen):
+            return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
+        tallies = tuple(_tally(a, b) for a, b in itertools.pairwise(chosen))
+        return CountSeries(EvidenceStatus.OK, tallies, query=query)
+
+    def tally(
+        self, revision: RevisionKey, start: datetime, end: datetime
+    ) -> tuple[Tally | None, Snapshot | None]:
+        """The whole tally over [start, end] (None when nothing is known), and its last snapshot."""
+        track = self._tracks.get(revision)
+        span = self._span(track, start, end) if track is not None else None
+        if track is None or span is None:
+            return None, None
+        first, last = span
+        chosen = track.snapshots[first : last + 1]
+        if not any(snapshot.series for snapshot in chosen):
+            return None, chosen[-1]
+        return _tally(chosen[0], chosen[-1]), chosen[-1]
+
+    # -- forgetting -----------------------------------------------------------------------------
+
+    def prune(self, now: datetime) -> None:
+        """Forget what no range asked for can need any more (in sample time ``now``)."""
+        for revision in list(self._tracks):
+            track = self._tracks[revision]
+            track.asks = {who: ask for who, ask in track.asks.items() if ask[1] >= now - self.idle}
+            if not track.asks:
+                del self._tracks[revision]
+                continue
+            oldest = min(start for start, _ in track.asks.values())
+            keep_from = 0
+            for index, snapshot in enumerate(track.snapshots):
+                if snapshot.at <= oldest - self.tolerance:
+                    keep_from = index  # the snapshot standing for the oldest start stays
+            if keep_from:
+                del track.snapshots[:keep_from]
+            for series in [series for series, when in track.seen.items() if when < now - self.idle]:
+                del track.seen[series]
+                track.last.pop(series, None)
+                track.stale.pop(series, None)
+
+
+_NO_SERIES = "no request series"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the counter query's answers
+
+
+def _le_seconds(text: str, divisor: float) -> float | None:
+    try:
+        bound = float(text)
+    except ValueError:
+        return None
+    return bound if math.isinf(bound) else bound / divisor
+
+
+def _shown(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
+
+
+def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKey, SeriesId] | str:
+    namespace, revision = labels.get("namespace"), labels.get("revision")
+    if not isinstance(namespace, str) or not isinstance(revision, str):
+        return f"a counter series without namespace/revision: {_brief(labels)}"
+    kind = labels.get(FIELD_LABEL)
+    pod = labels.get("pod", "")
+    code = labels.get(CODE_CLASS_LABEL, "")
+    if kind not in (COUNTER_FIELD, BUCKET_FIELD) or not isinstance(pod, str) or not isinstance(code, str):
+        return f"an unexpected counter series: {_brief(labels)}"
+    le = _INF
+    if kind == BUCKET_FIELD:
+        parsed = _le_seconds(str(labels.get("le", "")), divisor)
+        if parsed is None:
+            return f"a bucket series without a readable le: {_brief(labels)}"
+        le = parsed
+    return RevisionKey(namespace, revision), SeriesId(str(kind), pod, code, le)
+
+
+def _brief(value: object, limit: int = 120) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.values: dict[RevisionKey, dict[SeriesId, float]] = {}
+        self.invalid: dict[RevisionKey, str] = {}
+
+    def add(self, key: RevisionKey, series: SeriesId, text: object, metric: str) -> str | None:
+        try:
+            value = float(str(text))
+        except ValueError:
+            return f"an unreadable sample: {_brief(text)}"
+        values = self.values.setdefault(key, {})
+        if not math.isfinite(value):
+            what = "request counter" if series.kind == COUNTER_FIELD else "latency bucket"
+            self.invalid.setdefault(
+                key, f"Prometheus answered {_shown(value)} for a {what} series of {metric}"
+            )
+            return None
+        if series in values:
+            return f"two series for {key.namespace}/{key.revision} {tuple(series)}"
+        values[series] = value
+        return None
+
+    def sample(self, key: RevisionKey) -> RevisionSample:
+        return RevisionSample(self.values.get(key, {}), self.invalid.get(key, ""))
+
+
+def _labels(series: object) -> Mapping[str, object] | None:
+    if not isinstance(series, dict):
+        return None
+    labels = series.get("metric", {})
+    return labels if isinstance(labels, dict) else None
+
+
+def parse_counter_vector(
+    outcome: QueryOutcome, revisions: Collection[RevisionKey], *, divisor: float = 1.0, metric: str = ""
+) -> dict[RevisionKey, RevisionSample] | QueryFailure:
+    """Per revision asked for, its raw counter values (an empty sample: no series)."""
+    if outcome.failure is not None:
+        return outcome.failure
+    answer = outcome.answer
+    if answer is None or answer.result_type != "vector" or not isinstance(answer.result, list):
+        kind = answer.result_type if answer is not None else "nothing"
+        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"expected an instant vector, got a {kind}")
+    wanted = set(revisions)
+    collector = _Collector()
+    for series in answer.result:
+        labels = _labels(series)
+        pair = series.get("value") if isinstance(series, dict) else None
+        if labels is None or not isinstance(pair, list) or len(pair) != 2:
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable series: {_brief(series)}")
+        identified = _series_id(labels, divisor)
+        if isinstance(identified, str):
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, identified)
+        key, series_id = identified
+        if key not in wanted:
+            continue  # a namespace x revision combination nobody asked for
+        problem = collector.add(key, series_id, pair[1], metric)
+        if problem is not None:
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, problem)
+    return {key: collector.sample(key) for key in wanted}
+
+
+def parse_counter_matrix(
+    outcome: QueryOutcome, revisions: Collection[RevisionKey], *, divisor: float = 1.0, metric: str = ""
+) -> dict[float, dict[RevisionKey, RevisionSample]] | QueryFailure:
+    """A range query's answer per evaluation time (Unix seconds), per revision asked for."""
+    if outcome.failure is not None:
+        return outcome.failure
+    answer = outcome.answer
+    if answer is None or answer.result_type != "matrix" or not isinstance(answer.result, list):
+        kind = answer.result_type if answer is not None else "nothing"
+        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"expected a range vector, got a {kind}")
+    wanted = set(revisions)
+    collectors: dict[float, _Collector] = {}
+    for series in answer.result:
+        labels = _labels(series)
+        points = series.get("values") if isinstance(series, dict) else None
+        if labels is None or not isinstance(points, list):
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable series: {_brief(series)}")
+        identified = _series_id(labels, divisor)
+        if isinstance(identified, str):
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, identified)
+        key, series_id = identified
+        if key not in wanted:
+            continue
+        for point in points:
+            if not isinstance(point, list) or len(point) != 2:
+                return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable point: {_brief(point)}")
+            try:
+                moment = float(point[0])
+            except (TypeError, ValueError):
+                return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable time: {_brief(point)}")
+            problem = collectors.setdefault(moment, _Collector()).add(key, series_id, point[1], metric)
+            if problem is not None:
+                return QueryFailure(ErrorClass.UNEXPECTED_RESULT, problem)
+    return {moment: {key: c.sample(key) for key in wanted} for moment, c in sorted(collectors.items())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Backfill: within Prometheus' limits
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillChunk:
+    """One range query of a backfill: these revisions, evaluated from ``start`` to ``end``."""
+
+    revisions: tuple[RevisionKey, ...]
+    start: datetime
+    end: datetime
+
+
+MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query with more points per series
+
+
+def plan_backfill(
+    series: Mapping[RevisionKey, int],
+    start: datetime,
+    end: datetime,
+    step: float,
+    *,
+    sample_budget: int,
+    max_points: int = MAX_POINTS_PER_SERIES,
+) -> list[BackfillChunk]:
+    """Range queries covering [start, end] at ``step`` for every revision of ``series`` (its estimated
+    series count), each within ``max_points`` points per series and ``sample_budget`` series x points.
+
+    The evaluation grid is the same in every chunk (``start + k * step``), so chunks of one revision
+    continue each other without a gap or an overlap.
+    """
+    if step <= 0 or sample_budget < 1 or max_points < 1:
+        raise ValueError("need a positive step, sample budget and point limit")
+    if not series or end < start:
+        return []
+    total_points = int((end - start).total_seconds() // step) + 1
+    revisions = sorted(series)
+    groups: list[tuple[list[RevisionKey], int]] = []  # revisions, points per chunk
+    current: list[RevisionKey] = []
+    current_series = 0
+    points = min(total_points, max_points)
+    for revision in revisions:
+        count = max(1, series[revision])
+        if count * points > sample_budget:
+            groups.append(([revision], max(1, min(points, sample_budget // count))))
+            continue
+        if current and (current_series + count) * points > sample_budget:
+            groups.append((current, points))
+            current, current_series = [], 0
+        current.append(revision)
+        current_series += count
+    if current:
+        groups.append((current, points))
+    chunks = []
+    for members, per_chunk in groups:
+        for first in range(0, total_points, per_chunk):
+            last = min(total_points, first + per_chunk) - 1
+            chunks.append(
+                BackfillChunk(
+                    tuple(members),
+                    start + timedelta(seconds=first * step),
+                    start + timedelta(seconds=last * step),
+                )
+            )
+    return chunks
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements from counts
+
+
+def interpolated_quantile(quantile: float, histogram: Histogram) -> float | None:
+    """``histogram_quantile``'s estimate from bucket counts: linear inside the bucket (from 0 in the
+    first one); the highest finite bound when the rank falls into ``+Inf``; None without observations."""
+    if histogram.total <= 0 or not histogram.edges:
+        return None
+    rank = quantile * histogram.total
+    for index, (bound, count) in enumerate(zip(histogram.edges, histogram.at_most, strict=True)):
+        if count < rank:
+            continue
+        if index == 0 and bound <= 0:
+            return bound
+        lower = 0.0 if index == 0 else histogram.edges[index - 1]
+        below = 0 if index == 0 else histogram.at_most[index - 1]
+        inside = count - below
+        if inside <= 0:
+            return lower
+        return lower + (bound - lower) * (rank - below) / inside
+    return histogram.edges[-1]
+
+
+def _where(revision: RevisionKey) -> str:
+    return f"revision {revision.revision!r} in namespace {revision.namespace!r}"
+
+
+def count_measurement(
+    measure: str,
+    unit: Unit,
+    revision: RevisionKey,
+    quantile: float | None,
+    counts: tuple[Tally | None, Snapshot | None] | QueryFailure,
+    *,
+    min_requests: float,
+    query: str = "",
+    duration: float = 0.0,
+) -> Measurement:
+    """``request-count``, ``error-rate`` or ``latency`` over a window, from the book's tally."""
+    if isinstance(counts, QueryFailure):
+        return Measurement.error(counts.error_class, counts.detail, unit, query=query, duration=duration)
+    tally, last = counts
+    if last is not None and last.invalid:
+        return Measurement.invalid(last.invalid, unit, query=query, duration=duration)
+    if tally is None:
+        if measure == REQUESTS:
+            detail = (
+                f"no request series for {_where(revision)} in the window "
+                "(no requests yet, or its metrics are not scraped)"
+            )
+        elif measure == MetricKind.ERROR_RATE.value:
+            detail = f"no request series for {_where(revision)} in the window: an error rate needs requests"
+        else:
+            detail = f"no latency series for {_where(revision)} in the window"
+        return Measurement.no_data(detail, unit, query=query, duration=duration)
+    if measure == REQUESTS:
+        return Measurement.ok(tally.requests, unit, samples=tally.requests, query=query, duration=duration)
+    if measure == MetricKind.ERROR_RATE.value:
+        samples, histogram = tally.requests, None
+    else:
+        histogram = tally.histograms.get(LATENCY)
+        if histogram is None:
+            detail = f"no latency series for {_where(revision)} in the window"
+            return Measurement.no_data(detail, unit, query=query, duration=duration)
+        samples = histogram.total
+    if samples < min_requests:
+        counted = "no requests" if samples == 0 else f"{samples} requests"
+        detail = f"{counted} in the window; a value needs at least {min_requests:g}"
+        return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
+    if histogram is None:
+        value = tally.errors / tally.requests
+    else:
+        estimated = interpolated_quantile(quantile if quantile is not None else 0.5, histogram)
+        if estimated is None:
+            detail = f"no latency observations for {_where(revision)} in the window"
+            return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
+        value = estimated
+    return Measurement.ok(value, unit, samples=samples, query=query, duration=duration)
