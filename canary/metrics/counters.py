@@ -11,7 +11,7 @@ module turns those samples into clean cumulative totals and those into
   previous``; a series that went down means its pod's queue-proxy restarted, and then every series
   of that pod counts from zero (``value``), including one whose value looks unchanged: it is taken
   as stale (Prometheus' lookback still shows the old value) until it changes, and then it counts
-  its whole value;
+  its whole value; one absent at the restart counts its whole value when it comes back;
 * a series seen for the first time after the revision's first sample counts its whole value (a new
   pod, the first 5xx series appearing); at the revision's first sample everything is baseline;
 * a tally between two snapshots is the difference of the clean totals: integers, no extrapolation,
@@ -126,6 +126,7 @@ class _Track:
     last: dict[SeriesId, float] = field(default_factory=dict)  # the last raw value of each series
     seen: dict[SeriesId, datetime] = field(default_factory=dict)  # when each series was last present
     stale: dict[SeriesId, float] = field(default_factory=dict)  # reset pods' series not yet re-counted
+    gone: set[SeriesId] = field(default_factory=set)  # reset pods' series absent since the restart
     by_class: dict[str, int] = field(default_factory=dict)
     buckets: dict[float, int] = field(default_factory=dict)
     asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)  # who: (from, when)
@@ -214,11 +215,17 @@ class CounterBook:
         reset_pods = {
             (series.kind, series.pod)
             for series, value in values.items()
-            if series in track.last and series not in track.stale and value < track.last[series]
+            if series in track.last
+            and series not in track.stale
+            and series not in track.gone
+            and value < track.last[series]
         }
         for series, value in values.items():
             previous = track.last.get(series)
-            if series in track.stale:
+            if series in track.gone:
+                increment = round(value)  # back after its pod's restart: all of it is new
+                track.gone.discard(series)
+            elif series in track.stale:
                 if value == track.stale[series]:
                     increment = 0  # still the value from before the restart (stale)
                 else:
@@ -238,9 +245,10 @@ class CounterBook:
             track.seen[series] = at
             self._add(track, series, increment)
         # Series of a restarted pod that are absent now count from zero when they come back.
-        for series, value in track.last.items():
+        for series in track.last:
             if series not in values and (series.kind, series.pod) in reset_pods:
-                track.stale[series] = value
+                track.gone.add(series)
+                track.stale.pop(series, None)
 
     @staticmethod
     def _add(track: _Track, series: SeriesId, increment: int) -> None:
@@ -325,6 +333,7 @@ class CounterBook:
                 del track.seen[series]
                 track.last.pop(series, None)
                 track.stale.pop(series, None)
+                track.gone.discard(series)
 
 
 _NO_SERIES = "no request series"

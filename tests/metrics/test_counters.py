@@ -1,0 +1,453 @@
+"""The counter book, pure: samples of raw cumulative counters in, exact integer tallies out."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from canary.evidence import REQUESTS, CountSeries, ErrorClass, EvidenceStatus, Histogram
+from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, RevisionKey
+from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
+from canary.metrics.counters import (
+    MAX_POINTS_PER_SERIES,
+    CounterBook,
+    RevisionSample,
+    SeriesId,
+    count_measurement,
+    interpolated_quantile,
+    parse_counter_matrix,
+    parse_counter_vector,
+    plan_backfill,
+)
+from canary.policy.model import MetricKind
+from canary.policy.units import Unit
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+REV = RevisionKey("ml", "llama-predictor-00002")
+TOLERANCE = timedelta(seconds=2.5)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def ok(pod: str = "p0") -> SeriesId:
+    return SeriesId(COUNTER_FIELD, pod, "2xx")
+
+
+def err(pod: str = "p0") -> SeriesId:
+    return SeriesId(COUNTER_FIELD, pod, "5xx")
+
+
+def sample(values: dict[SeriesId, float], invalid: str = "") -> RevisionSample:
+    return RevisionSample(values, invalid)
+
+
+def book_of(*samples: tuple[float, dict[SeriesId, float]]) -> CounterBook:
+    book = CounterBook(tolerance=TOLERANCE)
+    for seconds, values in samples:
+        assert book.record(REV, at(seconds), sample(values))
+    return book
+
+
+def totals(book: CounterBook, start: float, end: float) -> tuple[int, int]:
+    series = book.count_series(REV, at(start), at(end))
+    total = CountSeries.total(series.tallies)
+    assert total is not None
+    return total.requests, total.errors
+
+
+def test_the_first_sample_is_the_baseline() -> None:
+    book = book_of((0, {ok(): 1000.0, err(): 40.0}))
+    series = book.count_series(REV, at(0), at(0))
+    assert (series.status, series.tallies) == (EvidenceStatus.OK, ())  # nothing happened since
+    book.record(REV, at(5), sample({ok(): 1010.0, err(): 41.0}))
+    assert totals(book, 0, 5) == (11, 1)
+
+
+def test_a_series_that_goes_down_counts_from_zero() -> None:
+    book = book_of((0, {ok(): 100.0}), (5, {ok(): 110.0}), (10, {ok(): 4.0}), (15, {ok(): 9.0}))
+    assert totals(book, 0, 15) == (10 + 4 + 5, 0)
+
+
+def test_a_restarted_pod_counts_all_its_series_from_zero_and_stale_ones_when_they_change() -> None:
+    # p0's queue-proxy restarts between 5 and 10: its 2xx series drops. Its 5xx series still shows the
+    # old value (Prometheus' lookback) until the first 5xx after the restart, then starts at 1.
+    book = book_of(
+        (0, {ok(): 100.0, err(): 7.0, ok("p1"): 50.0}),
+        (5, {ok(): 110.0, err(): 7.0, ok("p1"): 55.0}),
+        (10, {ok(): 3.0, err(): 7.0, ok("p1"): 60.0}),
+        (15, {ok(): 8.0, err(): 7.0, ok("p1"): 65.0}),
+        (20, {ok(): 12.0, err(): 1.0, ok("p1"): 70.0}),
+        (25, {ok(): 15.0, err(): 2.0, ok("p1"): 75.0}),
+    )
+    # p0: 10 + 3 + 5 + 4 + 3 = 25 successes, 1 + 1 errors; p1: 25.
+    assert totals(book, 0, 25) == (25 + 2 + 25, 2)
+
+
+def test_a_series_bigger_after_a_restart_still_counts_from_zero() -> None:
+    # A sample a tick apart: the pod restarted and served more 5xx since than it had before.
+    book = book_of((0, {ok(): 100.0, err(): 2.0}), (30, {ok(): 20.0, err(): 5.0}))
+    assert totals(book, 0, 30) == (25, 5)
+
+
+def test_a_series_absent_after_a_restart_counts_from_zero_when_it_comes_back() -> None:
+    book = book_of(
+        (0, {ok(): 100.0, err(): 9.0}),
+        (5, {ok(): 5.0}),  # restarted; the 5xx series is gone (stale marker)
+        (10, {ok(): 9.0, err(): 9.0}),  # back: 9 new 5xx, not 0
+    )
+    assert totals(book, 0, 10) == (5 + 4 + 9, 9)
+
+
+def test_a_series_born_after_the_baseline_counts_its_whole_value() -> None:
+    book = book_of(
+        (0, {ok(): 100.0}),
+        (5, {ok(): 104.0, err(): 1.0}),  # the first 5xx: a new series with value 1
+        (10, {ok(): 108.0, err(): 1.0, ok("p-new"): 6.0}),  # a new pod
+    )
+    assert totals(book, 0, 10) == (8 + 1 + 6, 1)
+
+
+def test_a_revision_first_seen_without_series_counts_them_when_they_appear() -> None:
+    book = book_of((0, {}), (5, {ok(): 12.0}))
+    assert totals(book, 0, 5) == (12, 0)
+    assert book_of((0, {}), (5, {})).count_series(REV, at(0), at(5)).status is EvidenceStatus.NO_DATA
+
+
+def test_no_revision_is_no_data() -> None:
+    book = CounterBook(tolerance=TOLERANCE)
+    series = book.count_series(REV, at(0), at(5))
+    assert series.status is EvidenceStatus.NO_DATA
+    assert series.tallies == ()
+
+
+def test_tallies_start_at_the_snapshot_standing_for_the_start() -> None:
+    book = book_of(*((seconds, {ok(): float(seconds)}) for seconds in range(0, 60, 5)))
+    series = book.count_series(REV, at(21), at(54))  # 20 stands for 21, 55 for 54 (within 2.5 s)
+    assert (series.tallies[0].start, series.tallies[0].end) == (at(20), at(25))
+    assert series.tallies[-1].end == at(55)
+    assert series.since(at(30))[0].start == at(30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), pods=st.integers(1, 4), ticks=st.integers(2, 40))
+def test_tallies_are_integers_that_add_up_to_the_truth_and_to_the_whole_range(
+    seed: int, pods: int, ticks: int
+) -> None:
+    rng = random.Random(seed)
+    book = CounterBook(tolerance=TOLERANCE)
+    state = {pod: {"2xx": 0, "5xx": 0} for pod in range(pods)}
+    truth_requests = truth_errors = 0
+    for tick in range(ticks):
+        if tick > 0:
+            for pod, counts in state.items():
+                # A restart (visible: the success counter is above what one tick adds): counters
+                # from zero, the 5xx series gone until the next 5xx.
+                restarted = counts["2xx"] > 20 and rng.random() < 0.15
+                if restarted:
+                    state[pod] = counts = {"2xx": 0}
+                served_ok, served_err = rng.randint(1, 20), rng.choice([0, 0, 1, 3])
+                if restarted:
+                    # No 5xx in the tick of a restart: a 5xx series back at exactly its old value
+                    # cannot be told from a stale one (see the next test).
+                    served_err = 0
+                counts["2xx"] += served_ok
+                if served_err:
+                    counts["5xx"] = counts.get("5xx", 0) + served_err
+                truth_requests += served_ok + served_err
+                truth_errors += served_err
+        values = {
+            SeriesId(COUNTER_FIELD, f"p{pod}", code): float(value)
+            for pod, counts in state.items()
+            for code, value in counts.items()
+        }
+        book.record(REV, at(tick * 5), sample(values))
+    series = book.count_series(REV, at(0), at((ticks - 1) * 5))
+    assert len(series.tallies) == ticks - 1
+    assert all(isinstance(t.requests, int) and isinstance(t.errors, int) for t in series.tallies)
+    assert all(t.requests >= 0 and t.errors >= 0 for t in series.tallies)
+    total = CountSeries.total(series.tallies)
+    assert total is not None
+    assert (total.requests, total.errors) == (truth_requests, truth_errors)
+    whole, _ = book.tally(REV, at(0), at((ticks - 1) * 5))
+    assert whole is not None
+    assert (whole.requests, whole.errors) == (truth_requests, truth_errors)
+
+
+def test_the_limit_a_series_back_at_its_old_value_in_the_restart_tick_counts_when_it_next_changes() -> None:
+    book = book_of(
+        (0, {ok(): 100.0, err(): 1.0}),
+        (5, {ok(): 4.0, err(): 1.0}),  # restarted, and one fresh 5xx: the same value as before
+    )
+    assert totals(book, 0, 5) == (4, 0)  # taken as stale
+    book.record(REV, at(10), sample({ok(): 8.0, err(): 2.0}))
+    assert totals(book, 0, 10) == (8 + 2, 2)  # counted from zero once it changes: nothing lost
+
+
+def test_bucket_counts_become_a_histogram_with_edges_read_from_the_series() -> None:
+    def buckets(pod: str, counts: tuple[int, int, int]) -> dict[SeriesId, float]:
+        return {
+            SeriesId(BUCKET_FIELD, pod, "2xx", le): float(count)
+            for le, count in zip((0.1, 0.5, math.inf), counts, strict=True)
+        }
+
+    book = book_of(
+        (0, {ok(): 10.0, **buckets("p0", (5, 8, 10))}),
+        (5, {ok(): 20.0, **buckets("p0", (9, 16, 20))}),
+        (10, {ok(): 3.0, **buckets("p0", (1, 2, 3))}),  # a restart
+    )
+    series = book.count_series(REV, at(0), at(10))
+    histograms = [tally.histograms["latency"] for tally in series.tallies]
+    assert histograms == [Histogram((0.1, 0.5), (4, 8), 10), Histogram((0.1, 0.5), (1, 2), 3)]
+    assert CountSeries.total(series.tallies) is not None
+
+
+def test_a_non_finite_value_makes_the_answer_invalid_only_while_it_lasts() -> None:
+    book = book_of((0, {ok(): 10.0}))
+    book.record(REV, at(5), sample({}, invalid="Prometheus answered NaN for a request counter series"))
+    series = book.count_series(REV, at(0), at(5))
+    assert series.status is EvidenceStatus.INVALID_VALUE
+    assert "NaN" in series.detail
+    book.record(REV, at(10), sample({ok(): 20.0}))
+    assert totals(book, 0, 10) == (10, 0)
+
+
+def test_memory_is_bounded_by_the_oldest_range_asked_for_and_idle_revisions_are_forgotten() -> None:
+    book = CounterBook(tolerance=TOLERANCE, idle=timedelta(minutes=5))
+    other = RevisionKey("ml", "other")
+    for tick in range(200):
+        now = at(tick * 5)
+        book.asked(REV, "rollout-a", now - timedelta(seconds=60), now)  # a one-minute window
+        if tick < 10:
+            book.asked(other, "rollout-b", at(0), now)
+        book.record(REV, now, sample({ok(): float(tick)}))
+        book.record(other, now, sample({ok(): float(tick)}))
+        book.prune(now)
+    assert len(book.snapshots(REV)) <= 60 / 5 + 2
+    assert other not in book.tracked()  # nobody asked for 5 minutes
+    series = book.count_series(REV, at(995 - 60), at(995))
+    total = CountSeries.total(series.tallies)
+    assert total is not None and total.requests == 12
+
+
+def test_a_hard_cap_on_snapshots() -> None:
+    book = CounterBook(tolerance=TOLERANCE, max_snapshots=10)
+    for tick in range(50):
+        book.record(REV, at(tick), sample({ok(): float(tick)}))
+    assert len(book.snapshots(REV)) == 10
+
+
+def test_samples_not_newer_than_the_last_are_ignored() -> None:
+    book = book_of((0, {ok(): 1.0}), (5, {ok(): 2.0}))
+    assert not book.record(REV, at(5), sample({ok(): 50.0}))
+    assert not book.record(REV, at(1), sample({ok(): 50.0}))
+    assert totals(book, 0, 5) == (1, 0)
+
+
+def test_backfill_is_needed_once() -> None:
+    book = CounterBook(tolerance=TOLERANCE)
+    assert book.needs_backfill(REV, at(0))
+    book.replay(REV, [(at(5), sample({ok(): 2.0})), (at(0), sample({ok(): 1.0}))])
+    book.mark_backfilled(REV, at(0))
+    assert not book.needs_backfill(REV, at(0))
+    assert not book.needs_backfill(REV, at(3))
+    assert book.needs_backfill(REV, at(-60))  # an older start than was filled
+    assert totals(book, 0, 5) == (1, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantiles as histogram_quantile estimates them
+
+
+@pytest.mark.parametrize(
+    ("quantile", "expected"),
+    [
+        (0.5, 0.1 + (0.5 - 0.1) * (50 - 40) / (90 - 40)),  # inside the second bucket, linearly
+        (0.2, 0.1 * 20 / 40),  # the first bucket starts at 0
+        (0.9, 0.5),  # exactly at a bound
+        (0.99, 1.0),  # in +Inf: the highest finite bound
+    ],
+)
+def test_quantile_is_interpolated_inside_its_bucket(quantile: float, expected: float) -> None:
+    histogram = Histogram((0.1, 0.5, 1.0), (40, 90, 95), 100)
+    assert interpolated_quantile(quantile, histogram) == pytest.approx(expected)
+
+
+def test_quantile_of_nothing_is_none() -> None:
+    assert interpolated_quantile(0.5, Histogram((0.1,), (0,), 0)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements from counts
+
+
+def test_counted_measurements() -> None:
+    book = book_of(
+        (
+            0,
+            {
+                ok(): 0.0,
+                SeriesId(BUCKET_FIELD, "p0", "2xx", 0.1): 0.0,
+                SeriesId(BUCKET_FIELD, "p0", "2xx"): 0.0,
+            },
+        ),
+        (
+            5,
+            {
+                ok(): 95.0,
+                err(): 5.0,
+                SeriesId(BUCKET_FIELD, "p0", "2xx", 0.1): 90.0,
+                SeriesId(BUCKET_FIELD, "p0", "2xx"): 95.0,
+                SeriesId(BUCKET_FIELD, "p0", "5xx", 0.1): 0.0,
+                SeriesId(BUCKET_FIELD, "p0", "5xx"): 5.0,
+            },
+        ),
+    )
+    counts = book.tally(REV, at(0), at(5))
+    requests = count_measurement(REQUESTS, Unit.COUNT, REV, None, counts, min_requests=20, query="q")
+    assert (requests.status, requests.value, requests.samples, requests.query) == (
+        EvidenceStatus.OK,
+        100,
+        100,
+        "q",
+    )
+    errors = count_measurement(MetricKind.ERROR_RATE.value, Unit.RATIO, REV, None, counts, min_requests=20)
+    assert (errors.value, errors.samples) == (0.05, 100)
+    p50 = count_measurement(MetricKind.LATENCY.value, Unit.SECONDS, REV, 0.5, counts, min_requests=20)
+    assert p50.value == pytest.approx(0.1 * 50 / 90)
+    assert p50.samples == 100
+    few = count_measurement(MetricKind.ERROR_RATE.value, Unit.RATIO, REV, None, counts, min_requests=500)
+    assert few.status is EvidenceStatus.NO_DATA
+    assert few.detail == "100 requests in the window; a value needs at least 500"
+
+
+def test_counted_measurements_without_series_failures_and_invalid_values() -> None:
+    nothing = CounterBook(tolerance=TOLERANCE).tally(REV, at(0), at(5))
+    for measure in (REQUESTS, MetricKind.ERROR_RATE.value, MetricKind.LATENCY.value):
+        measurement = count_measurement(measure, Unit.NONE, REV, 0.99, nothing, min_requests=1)
+        assert measurement.status is EvidenceStatus.NO_DATA
+        assert "llama-predictor-00002" in measurement.detail
+    failure = QueryFailure(ErrorClass.TIMEOUT, "slow")
+    failed = count_measurement(REQUESTS, Unit.COUNT, REV, None, failure, min_requests=1, query="q")
+    assert (failed.status, failed.error_class, failed.detail) == (
+        EvidenceStatus.ERROR,
+        ErrorClass.TIMEOUT,
+        "slow",
+    )
+    book = book_of((0, {ok(): 1.0}))
+    book.record(REV, at(5), sample({}, invalid="Prometheus answered +Inf for a request counter series"))
+    invalid = count_measurement(
+        REQUESTS, Unit.COUNT, REV, None, book.tally(REV, at(0), at(5)), min_requests=1
+    )
+    assert invalid.status is EvidenceStatus.INVALID_VALUE
+    assert "+Inf" in invalid.detail
+    zero = book_of((0, {ok(): 1.0}), (5, {ok(): 1.0}))
+    none = count_measurement(
+        MetricKind.ERROR_RATE.value, Unit.RATIO, REV, None, zero.tally(REV, at(0), at(5)), min_requests=20
+    )
+    assert none.detail == "no requests in the window; a value needs at least 20"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading answers
+
+
+def _vector(series: list[dict[str, object]]) -> QueryOutcome:
+    return QueryOutcome("q", QueryAnswer("vector", series), None, 1, 0.0)
+
+
+def test_parse_vector_reads_series_converts_le_and_skips_revisions_not_asked() -> None:
+    labels = {"namespace": "ml", "revision": REV.revision, "pod": "p0", "code_class": "2xx"}
+    outcome = _vector(
+        [
+            {"metric": {**labels, "evidence_field": "count"}, "value": [1, "12"]},
+            {"metric": {**labels, "evidence_field": "bucket", "le": "250"}, "value": [1, "10"]},
+            {"metric": {**labels, "evidence_field": "bucket", "le": "+Inf"}, "value": [1, "12"]},
+            {"metric": {**labels, "revision": "unasked", "evidence_field": "count"}, "value": [1, "1"]},
+        ]
+    )
+    parsed = parse_counter_vector(outcome, [REV], divisor=1000.0)
+    assert not isinstance(parsed, QueryFailure)
+    assert dict(parsed[REV].values) == {
+        ok(): 12.0,
+        SeriesId(BUCKET_FIELD, "p0", "2xx", 0.25): 10.0,
+        SeriesId(BUCKET_FIELD, "p0", "2xx", math.inf): 12.0,
+    }
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+def test_parse_vector_names_non_finite_values(value: str) -> None:
+    labels = {"namespace": "ml", "revision": REV.revision, "pod": "p0", "evidence_field": "count"}
+    parsed = parse_counter_vector(_vector([{"metric": labels, "value": [1, value]}]), [REV], metric="m")
+    assert not isinstance(parsed, QueryFailure)
+    assert parsed[REV].invalid == f"Prometheus answered {value} for a request counter series of m"
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        QueryOutcome("q", QueryAnswer("matrix", []), None, 1, 0.0),
+        _vector([{"metric": {"namespace": "ml"}, "value": [1, "1"]}]),
+        _vector([{"metric": {"namespace": "ml", "revision": "r", "evidence_field": "x"}, "value": [1, "1"]}]),
+        _vector([{"metric": {"namespace": "ml", "revision": "r", "evidence_field": "count"}, "value": [1]}]),
+    ],
+)
+def test_unexpected_answers_are_unexpected_results(outcome: QueryOutcome) -> None:
+    parsed = parse_counter_vector(outcome, [RevisionKey("ml", "r")])
+    assert isinstance(parsed, QueryFailure)
+    assert parsed.error_class is ErrorClass.UNEXPECTED_RESULT
+
+
+def test_parse_matrix_groups_by_time() -> None:
+    labels = {
+        "namespace": "ml",
+        "revision": REV.revision,
+        "pod": "p0",
+        "code_class": "2xx",
+        "evidence_field": "count",
+    }
+    outcome = QueryOutcome(
+        "q", QueryAnswer("matrix", [{"metric": labels, "values": [[10, "1"], [15, "3"]]}]), None, 1, 0
+    )
+    parsed = parse_counter_matrix(outcome, [REV])
+    assert not isinstance(parsed, QueryFailure)
+    assert {moment: dict(per[REV].values) for moment, per in parsed.items()} == {
+        10.0: {ok(): 1.0},
+        15.0: {ok(): 3.0},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Backfill within Prometheus' limits
+
+
+def test_a_long_backfill_is_split_within_the_points_per_series_limit_on_one_grid() -> None:
+    revisions = {RevisionKey("ml", f"r{index}"): 100 for index in range(3)}
+    end = at(30 * 24 * 3600)  # 30 days at 30 s: 86,401 points
+    chunks = plan_backfill(revisions, T0, end, 30.0, sample_budget=50_000_000)
+    points = [round((c.end - c.start).total_seconds() / 30) + 1 for c in chunks]
+    assert max(points) <= MAX_POINTS_PER_SERIES
+    assert sum(points) == 86_401
+    for first, second in itertools.pairwise(chunks):
+        assert second.start - first.end == timedelta(seconds=30)  # no gap, no overlap
+    assert chunks[-1].end == end
+    assert all(set(chunk.revisions) == set(revisions) for chunk in chunks)
+
+
+def test_a_backfill_splits_the_revisions_by_the_sample_budget() -> None:
+    revisions = {RevisionKey("ml", f"r{index}"): 1000 for index in range(10)}
+    chunks = plan_backfill(revisions, T0, at(3600), 30.0, sample_budget=500_000)
+    for chunk in chunks:
+        points = round((chunk.end - chunk.start).total_seconds() / 30) + 1
+        assert sum(revisions[revision] for revision in chunk.revisions) * points <= 500_000
+    assert sorted(revision for chunk in chunks for revision in chunk.revisions) == sorted(revisions)
+    huge = plan_backfill({REV: 100_000}, T0, at(3600), 30.0, sample_budget=1_000_000)
+    assert len(huge) > 1  # one revision alone over budget: its range is split instead
+    assert all((round((c.end - c.start).total_seconds() / 30) + 1) * 100_000 <= 1_000_000 for c in huge)
