@@ -4,16 +4,21 @@ never a pass or a fail), never no-data (so never counted towards onNoData) — a
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from canary.evidence import REQUESTS, EvidenceStatus, Measurement
-from canary.metrics.client import QueryAnswer, QueryOutcome
+from canary.metrics.catalog import RevisionKey
+from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
+from canary.metrics.counters import CounterBook, count_measurement, parse_counter_vector
 from canary.metrics.plan import Need, QueryGrouping, Side, measurement_for, parse_grouped, plan_rollout
+from canary.policy.units import Unit
 from tests.metrics.test_plan import ALL_BUILTINS, RESOLVED, policy, request
 
 CANARY = {"namespace": "ml", "revision": "llama-predictor-00002"}
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def _outcome(series: list[dict[str, Any]]) -> QueryOutcome:
@@ -36,20 +41,19 @@ def _measure(key: str, check: dict[str, Any], value: str, samples: str | None) -
     return measurement_for(_need(key, check), outcome, parse_grouped(outcome), min_requests=20)
 
 
-ERRORS = ALL_BUILTINS[2]  # error-rate, max 1%
+TTFT = ALL_BUILTINS[8]  # ttft p95, max 2 s: a grouped request-based query (error-rate is counted)
 KV = ALL_BUILTINS[6]  # kv-cache-usage, max 95%
 
 
 @pytest.mark.parametrize(
     ("key", "check", "value", "samples", "shown"),
     [
-        pytest.param("errors", ERRORS, "0.001", "+Inf", "+Inf", id="samples-plus-inf"),  # OverflowError today
-        pytest.param("errors", ERRORS, "+Inf", "500", "+Inf", id="rate-plus-inf"),
-        pytest.param("errors", ERRORS, "NaN", "500", "NaN", id="rate-nan-with-requests"),
-        pytest.param("errors", ERRORS, "-Inf", "500", "-Inf", id="rate-minus-inf"),
+        pytest.param("ttft", TTFT, "0.001", "+Inf", "+Inf", id="samples-plus-inf"),  # OverflowError once
+        pytest.param("ttft", TTFT, "+Inf", "500", "+Inf", id="value-plus-inf"),
+        pytest.param("ttft", TTFT, "NaN", "500", "NaN", id="value-nan-with-requests"),
+        pytest.param("ttft", TTFT, "-Inf", "500", "-Inf", id="value-minus-inf"),
         pytest.param("kv", KV, "NaN", None, "NaN", id="gauge-nan"),
         pytest.param("kv", KV, "+Inf", None, "+Inf", id="gauge-plus-inf"),
-        pytest.param(REQUESTS, ERRORS, "+Inf", None, "+Inf", id="request-count-plus-inf"),
     ],
 )
 def test_non_finite_values_are_invalid_values_naming_the_value(
@@ -64,18 +68,33 @@ def test_non_finite_values_are_invalid_values_naming_the_value(
 
 
 def test_nan_from_no_requests_stays_no_data() -> None:
-    # 0 errors / 0 requests is NaN: nothing was measured, which is no-data (as before), not invalid.
-    measurement = _measure("errors", ERRORS, "NaN", "0")
+    # A quantile of 0 requests is NaN: nothing was measured, which is no-data (as before), not invalid.
+    measurement = _measure("ttft", TTFT, "NaN", "0")
     assert measurement.status is EvidenceStatus.NO_DATA
     assert measurement.detail == "no requests in the window; a value needs at least 20"
 
 
 def test_finite_values_are_still_ok() -> None:
-    measurement = _measure("errors", ERRORS, "0.004", "500")
+    measurement = _measure("ttft", TTFT, "0.004", "500")
     assert (measurement.status, measurement.value, measurement.samples) == (EvidenceStatus.OK, 0.004, 500)
     assert math.isfinite(measurement.value or math.nan)
 
 
-def test_an_invalid_request_count_says_so() -> None:
-    measurement = _measure(REQUESTS, ERRORS, "+Inf", None)
-    assert measurement.detail == "Prometheus answered +Inf for the request count"
+@pytest.mark.parametrize("value", ["+Inf", "NaN", "-Inf"])
+def test_an_invalid_request_counter_makes_every_counted_measure_invalid(value: str) -> None:
+    revision = RevisionKey(CANARY["namespace"], CANARY["revision"])
+    labels = {**CANARY, "pod": "p0", "code_class": "2xx", "evidence_field": "count"}
+    book = CounterBook(tolerance=timedelta(seconds=2.5))
+    for seconds, text in ((0, "10"), (5, value)):
+        outcome = _outcome([{"metric": labels, "value": [seconds, text]}])
+        parsed = parse_counter_vector(outcome, [revision], metric="revision_request_count")
+        assert not isinstance(parsed, QueryFailure)
+        book.record(revision, T0 + timedelta(seconds=seconds), parsed[revision])
+    counts = book.tally(revision, T0, T0 + timedelta(seconds=5))
+    for measure in (REQUESTS, "error-rate", "latency"):
+        measurement = count_measurement(measure, Unit.NONE, revision, 0.99, counts, min_requests=1)
+        assert measurement.status is EvidenceStatus.INVALID_VALUE
+        assert measurement.detail == (
+            f"Prometheus answered {value} for a request counter series of revision_request_count"
+        )
+    assert book.count_series(revision, T0, T0 + timedelta(seconds=5)).status is EvidenceStatus.INVALID_VALUE

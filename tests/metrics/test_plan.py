@@ -8,9 +8,17 @@ from typing import Any
 import pytest
 
 from canary.evidence import REQUESTS, ErrorClass, EvidenceRequest, EvidenceStatus, Measurement
-from canary.metrics.catalog import FIELD_FRACTION, BuiltinQuery, Family, RevisionKey, render_builtin
+from canary.metrics.catalog import (
+    FIELD_FRACTION,
+    BuiltinQuery,
+    CounterQuery,
+    Family,
+    RevisionKey,
+    render_builtin,
+)
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.plan import (
+    CountsAsk,
     GroupedAsk,
     QueryGrouping,
     Resolution,
@@ -23,7 +31,7 @@ from canary.metrics.plan import (
     parse_grouped,
     plan_rollout,
 )
-from canary.policy.model import PromotionPolicy
+from canary.policy.model import PromotionPolicy, RequestsProfile
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 RESOLVED = {
@@ -78,20 +86,28 @@ ALL_BUILTINS = [
 ]
 
 
-def test_one_grouped_query_per_measure_answers_canary_and_stable() -> None:
+COUNTED = {"p99", "p50", "errors"}  # the checks answered from the counter book (and request-count)
+
+
+def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure() -> None:
     the_policy = policy(ALL_BUILTINS)
     needs = plan_rollout(
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_ROLLOUT
     )
     grouped, singles = merge_asks(needs)
-    # request-count + one per check (the gpu fraction shares the gpu query)
-    assert len(grouped) == 1 + len(ALL_BUILTINS)
+    # one per check not counted (the gpu fraction shares the gpu query); none for the counted ones
+    assert len(grouped) == len(ALL_BUILTINS) - len(COUNTED)
     assert singles == []
-    both = {RevisionKey("ml", "llama-predictor-00002"), RevisionKey("ml", "llama-predictor-00001")}
-    assert grouped[next(a for a in grouped if a.query.measure == REQUESTS)] == both
-    assert (
-        grouped[next(a for a in grouped if a.query.measure == "latency" and a.query.quantile == 0.99)] == both
-    )
+    assert not any(ask.query.measure in {REQUESTS, "latency", "error-rate"} for ask in grouped)
+    counted = [need for need in needs if isinstance(need.ask, CountsAsk)]
+    assert {(need.key, need.side) for need in counted} == {
+        (key, side) for key in (REQUESTS, *COUNTED) for side in (Side.CANARY, Side.STABLE)
+    }
+    assert {need.ask.counter for need in counted if isinstance(need.ask, CountsAsk)} == {
+        CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS)
+    }
+    p99 = next(need for need in counted if need.key == "p99")
+    assert isinstance(p99.ask, CountsAsk) and p99.ask.quantile == 0.99
     # checks without maxIncrease (or not comparable) ask only for the canary
     assert grouped[next(a for a in grouped if a.query.measure == "oom-kills")] == {
         RevisionKey("ml", "llama-predictor-00002")
@@ -104,13 +120,14 @@ def test_per_revision_baseline_asks_once_per_check_per_revision() -> None:
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_REVISION
     )
     grouped, _ = merge_asks(needs)
-    with_stable = sum(1 for check in ALL_BUILTINS if "maxIncrease" in check)
+    others = [check for check in ALL_BUILTINS if check["name"] not in COUNTED]
+    with_stable = sum(1 for check in others if "maxIncrease" in check)
     # each check (gpu: value and fraction share one) for the canary, those compared for the stable too
-    assert len(grouped) == 2 + len(ALL_BUILTINS) + with_stable
+    assert len(grouped) == len(others) + with_stable
     assert all(len(revisions) == 1 for revisions in grouped.values())
 
 
-def test_rollouts_with_equal_windows_share_queries_per_tick() -> None:
+def test_rollouts_share_queries_per_tick() -> None:
     the_policy = policy(ALL_BUILTINS)
     needs = []
     for index, (canary, stable) in enumerate(
@@ -119,19 +136,19 @@ def test_rollouts_with_equal_windows_share_queries_per_tick() -> None:
         needs += plan_rollout(
             index,
             the_policy,
-            request(the_policy, canary, stable, namespace=f"ns{index}"),
+            request(the_policy, canary, stable, namespace=f"ns{index}", window=600 + index),
             RESOLVED,
             min_window=10,
             grouping=QueryGrouping.PER_TICK,
         )
-    grouped, _ = merge_asks(needs)
-    assert len(grouped) == 1 + len(ALL_BUILTINS)
-    requests_ask = next(a for a in grouped if a.query.measure == REQUESTS)
-    assert len(grouped[requests_ask]) == 6
+    counters = {need.ask.counter for need in needs if isinstance(need.ask, CountsAsk)}
+    assert len(counters) == 1  # one counter sample serves them all, whatever their windows
+    revisions = {need.revision for need in needs if isinstance(need.ask, CountsAsk)}
+    assert len(revisions) == 6
 
 
-def test_different_windows_do_not_share() -> None:
-    the_policy = policy(ALL_BUILTINS[:1])
+def test_different_windows_do_not_share_the_other_families_queries() -> None:
+    the_policy = policy([ALL_BUILTINS[0], ALL_BUILTINS[3]])
     needs = plan_rollout(
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_TICK
     )
@@ -144,16 +161,30 @@ def test_different_windows_do_not_share() -> None:
         grouping=QueryGrouping.PER_TICK,
     )
     grouped, _ = merge_asks(needs)
-    assert len(grouped) == 4
+    assert len(grouped) == 2  # oom-kills, per window
     assert {ask.query.window for ask in grouped} == {"600s", "900s"}
 
 
 def test_window_is_at_least_the_minimum() -> None:
-    the_policy = policy(ALL_BUILTINS[:1])
+    the_policy = policy(ALL_BUILTINS[3:4])
     needs = plan_rollout(
         0, the_policy, request(the_policy, window=3), RESOLVED, min_window=60, grouping=QueryGrouping.PER_TICK
     )
     assert {need.ask.query.window for need in needs if isinstance(need.ask, GroupedAsk)} == {"60s"}
+
+
+def test_an_override_of_a_counted_measure_stays_a_per_revision_query() -> None:
+    the_policy = policy(
+        [ALL_BUILTINS[2]],
+        queries={"error-rate": 'sum(rate(my_errors{revision="{{ revision }}"}[{{ window }}]))'},
+    )
+    needs = plan_rollout(
+        0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_TICK
+    )
+    errors = [need for need in needs if need.key == "errors"]
+    assert all(isinstance(need.ask, SingleAsk) for need in errors)
+    assert len(errors) == 2
+    assert all(isinstance(need.ask, CountsAsk) for need in needs if need.key == REQUESTS)
 
 
 def test_gpu_check_carries_a_fraction_measurement() -> None:
@@ -242,11 +273,11 @@ def test_grouped_answer_with_two_values_for_one_revision_is_an_unexpected_result
 
 
 def test_requests_below_the_minimum_are_no_data() -> None:
-    the_policy = policy([ALL_BUILTINS[2]])
+    the_policy = policy([ALL_BUILTINS[8]])  # ttft: a grouped request-based query
     needs = plan_rollout(
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_TICK
     )
-    need = next(n for n in needs if n.key == "errors" and n.side is Side.CANARY)
+    need = next(n for n in needs if n.key == "ttft" and n.side is Side.CANARY)
     answer = parse_grouped(
         _outcome(
             [
