@@ -1109,7 +1109,9 @@ class _Tick:
             f"{evaluation.summary()}."
         )
         for judgement in evaluation.judgements:
-            if judgement.verdict is not CheckVerdict.PASS:
+            # A counted check's statement says what was shown, met or not; a measured check's
+            # value is news only when it is not a pass.
+            if judgement.counted or judgement.verdict is not CheckVerdict.PASS:
                 self.reasons.append(judgement.describe())
 
         critical = evaluation.critical_failures

@@ -54,6 +54,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("fingerprint", "revision"),
     ("stable_revision", "stable-revision"),
     ("started_at", "rollout-start"),
+    ("evidence_since", "rollout-start"),
     ("step", "step"),
     ("unready_since", "unready-clock"),
     ("spec_change_seen_at", "spec-change"),

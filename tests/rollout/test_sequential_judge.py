@@ -1,0 +1,255 @@
+"""The judge of counted checks: one named test per cause of issue 13, each failing on the old judge.
+
+The old judge read a value and a sample count (``increase()``, ``histogram_quantile``) and gated a
+breach by a request count; these tests give the judge the raw counts the pipeline delivers and
+check the statements it makes on them.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+from canary.evidence import CountSeries, EvidenceStatus, Tally
+from canary.policy.model import Check, PromotionPolicy
+from canary.rollout import Action
+from canary.rollout.sampled import ErrorBudget, judge_sampled, worst_case_requests
+from canary.rollout.vocabulary import CheckVerdict
+
+from .counts import OPENCENSUS_EDGES, CountingWorld, Revision, draw_tally, exact_tally, series
+from .helpers import T0, make_policy, progressing
+
+P99 = {"name": "p99", "metric": "latency", "quantile": 0.99, "max": "800ms"}
+ERRORS = {"name": "errors", "metric": "error-rate", "max": "1%"}
+
+
+def counted_policy(*checks: dict[str, Any], **spec: Any) -> PromotionPolicy:
+    body: dict[str, Any] = {"checks": list(checks or (P99, ERRORS)), "window": "2m", "minRequests": 50}
+    body.update(spec)
+    return make_policy(**body)
+
+
+def check_of(policy: PromotionPolicy, name: str) -> Check:
+    return next(check for check in policy.spec.checks if check.name == name)
+
+
+def judge(
+    policy: PromotionPolicy,
+    name: str,
+    canary: list[Tally],
+    stable: list[Tally] | None = None,
+    *,
+    step_start: Any = T0,
+    final: bool = False,
+    share: float = 0.0,
+) -> Any:
+    return judge_sampled(
+        check_of(policy, name),
+        series(canary),
+        series(stable) if stable is not None else None,
+        step_start=step_start,
+        budget=ErrorBudget.of(policy),
+        confidence=policy.spec.confidence,
+        compare_with_stable=stable is not None,
+        final_step=final,
+        share_needed=share,
+    )
+
+
+# -- cause 1: a quantile breach was failed on any size once 500 requests were seen ------------------
+
+
+def test_cause_1_a_quantile_a_little_over_its_limit_on_600_requests_is_not_yet_a_failure() -> None:
+    policy = counted_policy()
+    # 8 of 600 requests slower than 800ms (1.3%): the estimate of p99 is above 800ms, but a canary
+    # exactly at its limit shows that often. The old judge failed it (600 >= 500 requests).
+    tally = exact_tally(T0, 120, 600, 0, {0.75: 9, 1.0: 8, 2.5: 0})
+    result = judge(policy, "p99", [tally])
+    assert result.verdict is CheckVerdict.NOT_YET
+    assert result.value is not None and result.value > 0.8
+    # 40 of 600 slower (6.7%) is a breach beyond doubt, whatever the shape inside the bucket.
+    edges = OPENCENSUS_EDGES  # Knative <= 1.18 has an edge at 800ms: judged there exactly
+    broken = judge(policy, "p99", [exact_tally(T0, 120, 600, 0, {0.8: 40, 2.0: 0}, edges=edges)])
+    assert broken.verdict is CheckVerdict.FAIL
+    assert broken.statement == (
+        "p99 ≤ 800ms broken at 95%: 40 of 600 requests (6.67%) slower than 800ms this step, more than 1%"
+    )
+
+
+# -- cause 2: relative limits ignored the stable revision's own noise --------------------------------
+
+
+def test_cause_2_a_relative_quantile_limit_is_held_against_a_bound_on_stables_quantile() -> None:
+    policy = counted_policy({"name": "p99", "metric": "latency", "quantile": 0.99, "maxIncrease": "25%"})
+    rng = random.Random(3)
+    stable = Revision(rate=1.0, p50=0.2, p99=0.4)
+    canary = Revision(rate=1.0, p50=0.2, p99=0.44)  # 10 % slower tail: inside +25 %
+    false_fails = 0
+    for _ in range(40):
+        canary_tallies = [draw_tally(rng, canary, T0 + timedelta(seconds=15 * i), 15) for i in range(20)]
+        stable_tallies = [draw_tally(rng, stable, T0 + timedelta(seconds=15 * i), 15) for i in range(20)]
+        result = judge(policy, "p99", canary_tallies, stable_tallies)
+        false_fails += result.verdict is CheckVerdict.FAIL
+    # ~300 requests a side: the point estimates differ by more than 25 % often; the bounds do not.
+    assert false_fails == 0
+    # Stable known from few requests is no bound at all: the canary cannot be met against it yet.
+    thin = judge(policy, "p99", canary_tallies, stable_tallies[:1])
+    assert thin.verdict is CheckVerdict.NOT_YET
+
+
+# -- cause 3: passing was not guarded, only failing --------------------------------------------------
+
+
+def test_cause_3_a_p99_is_not_met_on_a_hundred_requests() -> None:
+    policy = counted_policy()
+    clean = exact_tally(T0, 120, 100, 0, {})  # nobody slower than the first edge
+    result = judge(policy, "p99", [clean], final=True)
+    assert result.verdict is CheckVerdict.NOT_YET
+    assert "more needed" in result.statement
+    assert result.needed is not None and result.needed > 100
+    plenty = exact_tally(T0, 600, 3000, 0, {0.7: 3}, edges=OPENCENSUS_EDGES)
+    met = judge(policy, "p99", [plenty], final=True)
+    assert met.verdict is CheckVerdict.PASS
+    # Met at the highest edge at or below 800ms / 1.1 (727ms): 700ms.
+    assert met.statement == ("p99 ≤ 800ms met at 95% (3,000 requests; slower than 700ms: 0.1%, allowed 1%)")
+
+
+# -- cause 4: every look spent the error budget again -------------------------------------------------
+
+
+def test_cause_4_two_errors_in_47_requests_do_not_break_a_1_percent_limit() -> None:
+    policy = counted_policy()
+    result = judge(policy, "errors", [exact_tally(T0, 60, 47, 2, {})])
+    assert result.verdict is CheckVerdict.NOT_YET  # the old judge: "significantly" above 1% at 95%
+
+
+def test_cause_4_repeated_looks_keep_the_false_failure_rate_within_the_budget() -> None:
+    # A canary exactly at the tolerance edge (errors 1% / 1.1), looked at every minute for 40 minutes
+    # (the thousands-of-rollouts version is tests/fuzz/test_judge_error_rates.py).
+    policy = counted_policy(ERRORS)
+    good = Revision(rate=20.0, error_share=0.01 / 1.1)
+    rng = random.Random(11)
+    rollouts, failed = 120, 0
+    for _ in range(rollouts):
+        tallies: list[Tally] = []
+        for index in range(160):
+            tallies.append(draw_tally(rng, good, T0 + timedelta(seconds=15 * index), 15, latency=False))
+            if index % 4 == 3 and judge(policy, "errors", tallies).verdict is CheckVerdict.FAIL:
+                failed += 1
+                break
+    # The per-step fail budget is 5% / 1 check / 2 / 3 steps = 0.83%: 120 rollouts show at most a
+    # handful (a binomial 0.83 % rate exceeds 5 of 120 with probability < 0.1 %).
+    assert failed <= 5, f"{failed} of {rollouts} good canaries failed"
+
+
+# -- cause 5 is tests/rollout/test_step_semantics.py::test_an_evaluation_without_the_failure_resets_... ---
+
+
+# -- cause 6: windows restarted at every step; the promotion was decided on one step's ~100 requests ----
+
+
+def test_cause_6_the_promotion_pools_the_steps_but_the_last_step_carries_its_share() -> None:
+    policy = counted_policy(ERRORS)
+    tallies = [exact_tally(T0 + timedelta(minutes=index), 60, 400, 0, {}) for index in range(9)]
+    last_start = T0 + timedelta(minutes=6)
+    pooled = judge(policy, "errors", tallies, step_start=last_start, final=True, share=0.5)
+    # 3,600 pooled requests without an error meet 1%; the last step's 1,200 are a third: below half.
+    assert pooled.pooled_requests == 3600
+    assert pooled.requests == 1200
+    assert pooled.verdict is CheckVerdict.NOT_YET
+    assert "the highest step must carry at least 50%" in pooled.statement
+    carried = judge(policy, "errors", tallies, step_start=last_start, final=True, share=0.3)
+    assert carried.verdict is CheckVerdict.PASS
+
+
+def test_cause_6_a_regression_that_appears_only_at_a_higher_share_is_caught_at_that_step() -> None:
+    policy = counted_policy(P99, steps=[10, 30, 50, 100], window="2m", minRequests=20)
+    harness = progressing(policy)
+    healthy = Revision(rate=20.0, p50=0.2, p99=0.5)
+    loaded = Revision(rate=20.0, p50=0.3, p99=1.6)  # the tail breaks 800ms at 50 % of the traffic
+    world = CountingWorld(
+        harness.sim, healthy, healthy, seed=5, canary_at=lambda w: loaded if w >= 50 else healthy
+    )
+    decision = harness.run(lambda d: d.action in (Action.ROLLBACK, Action.PROMOTE), every=15, evidence=world)
+    assert decision.action is Action.ROLLBACK
+    assert "p99 ≤ 800ms broken at 95%" in decision.summary
+    assert [w for w in harness.writes() if w] == [10, 30, 50]
+
+
+# -- cause 7: counts were extrapolated floats --------------------------------------------------------
+
+
+def test_cause_7_counts_are_whole_numbers_and_say_so() -> None:
+    policy = counted_policy()
+    tallies = [exact_tally(T0 + timedelta(seconds=15 * i), 15, 83, 0, {}) for i in range(10)]
+    result = judge(policy, "p99", tallies)
+    assert isinstance(result.requests, int)
+    assert result.requests == 830
+    assert "830 pooled requests" in result.statement or "830" in result.statement
+
+
+# -- cause 8: "p99: 3.67s ≤ 3.64s -> fail" read as a false statement ----------------------------------
+
+
+def test_cause_8_a_verdict_is_a_true_sentence_with_its_numbers() -> None:
+    policy = counted_policy()
+    broken = judge(policy, "errors", [exact_tally(T0, 600, 2000, 80, {})])
+    assert broken.verdict is CheckVerdict.FAIL
+    assert broken.statement == ("error rate ≤ 1% broken at 95%: 80 errors in 2,000 requests (4%) this step")
+
+
+# -- bucket resolution ----------------------------------------------------------------------------
+
+
+def test_a_limit_far_from_every_bucket_edge_is_interpolated_and_says_so() -> None:
+    policy = counted_policy({"name": "p99", "metric": "latency", "quantile": 0.99, "max": "350ms"})
+    # OTel edges: 250ms, 500ms around 350ms — no edge within 10 % of it.
+    result = judge(policy, "p99", [exact_tally(T0, 600, 4000, 0, {0.25: 200, 0.5: 100})])
+    assert "interpolated inside 250ms–500ms" in result.interpolated
+    # OpenCensus has an edge at 350ms: exact.
+    exact = judge(
+        policy, "p99", [exact_tally(T0, 600, 4000, 0, {0.3: 200, 0.35: 100}, edges=OPENCENSUS_EDGES)]
+    )
+    assert exact.interpolated == ""
+
+
+def test_no_series_is_no_data_and_a_failed_read_is_an_error() -> None:
+    policy = counted_policy()
+    check = check_of(policy, "p99")
+    for status, verdict in (
+        (EvidenceStatus.NO_DATA, CheckVerdict.NO_DATA),
+        (EvidenceStatus.ERROR, CheckVerdict.ERROR),
+    ):
+        result = judge_sampled(
+            check,
+            CountSeries(status, detail="nothing"),
+            None,
+            step_start=T0,
+            budget=ErrorBudget.of(policy),
+            confidence=0.95,
+            compare_with_stable=False,
+            final_step=False,
+            share_needed=0.0,
+        )
+        assert result.verdict is verdict
+
+
+def test_worst_case_requests_grow_as_the_tolerance_narrows() -> None:
+    wide = counted_policy({**P99, "tolerance": "50%"})
+    narrow = counted_policy({**P99, "tolerance": "5%"})
+    assert worst_case_requests(wide)["p99"] < worst_case_requests(narrow)["p99"]
+
+
+# -- end to end through decide(): advance on exposure, promote on evidence ---------------------------
+
+
+def test_a_healthy_canary_at_20_requests_per_second_is_promoted_on_evidence() -> None:
+    policy = counted_policy(P99, ERRORS)
+    harness = progressing(policy)
+    healthy = Revision(rate=20.0, error_share=0.001, p50=0.2, p99=0.45)
+    world = CountingWorld(harness.sim, healthy, healthy, seed=9)
+    decision = harness.run(lambda d: d.action in (Action.ROLLBACK, Action.PROMOTE), every=15, evidence=world)
+    assert decision.action is Action.PROMOTE, harness.timeline.render()
+    assert any("p99 ≤ 800ms met at 95%" in reason for reason in decision.reasons), decision.reasons
+    assert [w for w in harness.writes() if w is not None] == [10, 30, 50]
