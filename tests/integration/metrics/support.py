@@ -190,14 +190,19 @@ class Scenario:
         return PrometheusEvidenceSource(config, scrape_interval=STEP, **options)
 
 
-def http_queries(url: str) -> int:
-    """Instant queries Prometheus has answered so far, from its own /metrics (not from our code)."""
+def http_queries(url: str, handler: str = "/api/v1/query") -> int:
+    """Queries Prometheus has answered so far on ``handler`` (instant by default; range queries are
+    ``/api/v1/query_range``), from its own /metrics (not from our code)."""
     text = requests.get(f"{url}/metrics", timeout=5).text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line:
+        if line.startswith("prometheus_http_requests_total{") and f'handler="{handler}"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
+
+
+def range_queries(url: str) -> int:
+    return http_queries(url, "/api/v1/query_range")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,3 +257,25 @@ def latency_bounds_seconds(profile: str | None) -> tuple[float, ...]:
 
 def revision_of(simulation: Simulation, name: str) -> Revision:
     return next(revision for revision in simulation.revisions if revision.name == name)
+
+
+def counted_requests(
+    simulation: Simulation, revision: str, after: float, until: float
+) -> list[RequestRecord]:
+    """The requests a counter book whose snapshots stand at ``after`` and ``until`` counts exactly.
+
+    A snapshot at ``t`` sees the last scrape at or before ``t``; every request first counted by a
+    scrape after the first snapshot's and up to the last one's counts, whatever its series (a new
+    pod, the first 5xx series, a queue-proxy restart in between).
+    """
+    return simulation.requests_between(revision, _scrape_at_or_before(simulation, after), until)
+
+
+def _scrape_at_or_before(simulation: Simulation, moment: float) -> float:
+    earlier = [tick for tick in simulation.ticks if tick <= moment]
+    return earlier[-1] if earlier else -math.inf
+
+
+def at_most(records: list[RequestRecord], bounds: tuple[float, ...]) -> tuple[int, ...]:
+    """Requests at most each bound (seconds) took: the truth behind a latency Histogram."""
+    return tuple(sum(1 for record in records if record.latency <= bound) for bound in bounds)

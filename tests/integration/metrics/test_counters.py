@@ -1,0 +1,370 @@
+"""The evidence pipeline against a real Prometheus: per-tick counter samples, the counter book, the
+backfill after a restart, and a Prometheus cost that does not grow with the number of rollouts.
+
+Every count is compared *exactly* with the simulation's raw requests (no PromQL in the truth)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from canary_sandbox.kserve_metrics import Pod, Revision, Simulation
+from canary_sandbox.prometheus import PrometheusServer, free_port
+
+from canary.evidence import (
+    REQUESTS,
+    CountSeries,
+    ErrorClass,
+    Evidence,
+    EvidenceRequest,
+    EvidenceStatus,
+    Histogram,
+)
+from canary.metrics import PrometheusConfig, PrometheusEvidenceSource, RetryPolicy
+from canary.metrics.counters import interpolated_quantile
+from canary.policy.model import PromotionPolicy
+from tests.integration.metrics.support import (
+    AT,
+    AT_SECONDS,
+    END,
+    STEP,
+    WINDOW_START,
+    Scenario,
+    at_most,
+    counted_requests,
+    http_queries,
+    latency_bounds_seconds,
+    make_policy,
+    make_request,
+    quantile_band,
+    range_queries,
+    revision_of,
+)
+
+CHECKS: list[dict[str, Any]] = [
+    {"name": "p50", "metric": "latency", "quantile": 0.5, "maxIncrease": "20%"},
+    {"name": "p99", "metric": "latency", "quantile": 0.99, "max": "2s", "maxIncrease": "20%"},
+    {"name": "errors", "metric": "error-rate", "max": "1%", "maxIncrease": "50%"},
+]
+PROFILES = [
+    ("kn118", "llama", "llama-predictor-00002", "llama-predictor-00001", "knative-opencensus"),
+    ("kn119", "bert", "bert-predictor-00005", "bert-predictor-00004", "knative-otel-queueproxy"),
+    ("kn121", "resnet", "resnet-predictor-00008", "resnet-predictor-00007", "knative-otel-invocation"),
+]
+
+
+def _request(
+    policy: PromotionPolicy,
+    namespace: str,
+    canary: str,
+    stable: str | None,
+    *,
+    at: datetime,
+    window_start: datetime,
+    history_start: datetime | None = None,
+    inference_service: str = "llama",
+) -> EvidenceRequest:
+    request = make_request(policy, namespace, canary, stable, at=at, inference_service=inference_service)
+    return replace(request, window_start=window_start, history_start=history_start)
+
+
+def _assert_exact(series: CountSeries, simulation: Simulation, revision: str, profile: str) -> None:
+    """Every tally equals the raw requests between its two snapshots, bucket by bucket."""
+    assert series.status is EvidenceStatus.OK, series
+    bounds = latency_bounds_seconds(profile)
+    for tally in series.tallies:
+        raw = counted_requests(simulation, revision, tally.start.timestamp(), tally.end.timestamp())
+        assert tally.requests == len(raw), tally
+        assert tally.errors == sum(1 for record in raw if record.status.startswith("5"))
+        assert tally.client_errors == 0
+        histogram = tally.histograms.get("latency")
+        if histogram is None:  # no bucket series yet (pods not serving)
+            assert raw == []
+        else:
+            assert histogram == Histogram(bounds, at_most(raw, bounds), len(raw))
+
+
+@pytest.mark.parametrize(("namespace", "name", "canary", "stable", "profile"), PROFILES)
+def test_counts_equal_the_raw_requests_on_every_profile(
+    production: Scenario, namespace: str, name: str, canary: str, stable: str, profile: str
+) -> None:
+    policy = make_policy(CHECKS, namespace=namespace, name=name, metrics={"requests": profile})
+    request = make_request(policy, namespace, canary, stable, inference_service=name)
+    with production.source() as source:
+        evidence = source.collect(policy, request)
+    simulation = production.simulation
+    for side, revision in (("canary", canary), ("stable", stable)):
+        series = evidence.counts[side]
+        _assert_exact(series, simulation, revision, profile)
+        assert series.tallies[0].start == WINDOW_START  # the backfill's grid starts at the window
+        assert series.tallies[-1].end == AT
+        raw = counted_requests(simulation, revision, WINDOW_START.timestamp(), AT_SECONDS)
+        assert len(raw) > 500, "the scenario must give a meaningful sample"
+        total = CountSeries.total(series.tallies)
+        assert total is not None and total.requests == len(raw)
+
+        measurements = evidence.canary if side == "canary" else evidence.stable
+        assert (measurements[REQUESTS].value, measurements[REQUESTS].samples) == (len(raw), len(raw))
+        errors = sum(1 for record in raw if record.status.startswith("5"))
+        assert (measurements["errors"].value, measurements["errors"].samples) == (errors / len(raw), len(raw))
+        bounds = latency_bounds_seconds(profile)
+        histogram = Histogram(bounds, at_most(raw, bounds), len(raw))
+        for check, quantile in (("p50", 0.5), ("p99", 0.99)):
+            measured = measurements[check]
+            assert measured.value == interpolated_quantile(quantile, histogram)
+            assert measured.samples == len(raw)
+            low, high = quantile_band([record.latency for record in raw], quantile, bounds)
+            assert measured.value is not None and low <= measured.value <= high
+        # no rate, no increase, no range selector: raw counters only
+        for measurement in measurements.values():
+            assert "increase(" not in measurement.query and "rate(" not in measurement.query
+            assert re.search(r"\[\d+[smh]\]", measurement.query) is None
+
+
+def test_the_live_book_across_queue_proxy_restarts_equals_the_truth_and_the_backfill(
+    production: Scenario,
+) -> None:
+    # llama's stable pod 2 restarts its queue-proxy at AT-250, the canary's pod 1 at AT-200.
+    restarts = [
+        restart.at
+        for name in ("llama-predictor-00001", "llama-predictor-00002")
+        for pod in revision_of(production.simulation, name).pods
+        for restart in pod.restarts
+        if restart.container == "queue-proxy"
+    ]
+    start = AT - timedelta(seconds=300)
+    assert all(start.timestamp() < moment < AT_SECONDS for moment in restarts) and len(restarts) == 2
+    policy = make_policy(CHECKS, metrics={"requests": "knative-opencensus"})
+    ticks = [start + timedelta(seconds=index * STEP) for index in range(round(300 / STEP) + 1)]
+    with production.source() as live:
+        ranges_before = range_queries(production.url)
+        instants_before = http_queries(production.url)
+        for tick in ticks:
+            request = _request(
+                policy,
+                "kn118",
+                "llama-predictor-00002",
+                "llama-predictor-00001",
+                at=tick,
+                window_start=max(start, tick - timedelta(seconds=60)),
+                history_start=start,
+            )
+            evidence = live.collect(policy, request)
+        assert range_queries(production.url) == ranges_before  # live from the first tick: no backfill
+        assert http_queries(production.url) - instants_before == len(ticks)  # one sample per tick
+    for side, revision in (("canary", "llama-predictor-00002"), ("stable", "llama-predictor-00001")):
+        _assert_exact(evidence.counts[side], production.simulation, revision, "knative-opencensus")
+        assert len(evidence.counts[side].tallies) == len(ticks) - 1
+    # The window measurement rests on the last minute only, from the same counts.
+    last_minute = counted_requests(
+        production.simulation, "llama-predictor-00002", (AT - timedelta(seconds=60)).timestamp(), AT_SECONDS
+    )
+    assert evidence.canary[REQUESTS].value == len(last_minute)
+
+    # A restarted controller: a fresh source asked the same at AT fills the past with one range query.
+    with production.source() as fresh:
+        ranges_before = range_queries(production.url)
+        again = fresh.collect(policy, request)
+        assert range_queries(production.url) - ranges_before == 1
+    assert again.counts == evidence.counts
+    for key in evidence.canary:
+        for before, after in (
+            (evidence.canary[key], again.canary[key]),
+            (evidence.stable[key], again.stable[key]),
+        ):
+            assert (after.status, after.value, after.samples) == (before.status, before.value, before.samples)
+
+
+def test_a_backfill_split_by_the_sample_budget_gives_the_same_counts(production: Scenario) -> None:
+    policy = make_policy(CHECKS, metrics={"requests": "knative-opencensus"})
+    request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
+    with production.source() as whole:
+        expected = whole.collect(policy, request)
+    with production.source(backfill_sample_budget=2_000) as split:
+        before = range_queries(production.url)
+        evidence = split.collect(policy, request)
+        spent = range_queries(production.url) - before
+    assert spent > 2  # two revisions, each over the budget for the whole range
+    assert evidence.counts == expected.counts
+
+
+def test_no_series_is_no_data_and_no_requests_is_zero(production: Scenario) -> None:
+    for name in ("dark", "quiet"):
+        policy = make_policy(CHECKS, namespace="idle", name=name, metrics={"requests": "knative-opencensus"})
+        request = make_request(policy, "idle", f"{name}-predictor-00002", None, inference_service=name)
+        with production.source() as source:
+            evidence = source.collect(policy, request)
+        series = evidence.counts["canary"]
+        assert "stable" not in evidence.counts
+        if name == "dark":  # pods, no request series at all
+            assert series.status is EvidenceStatus.NO_DATA
+            assert evidence.canary[REQUESTS].status is EvidenceStatus.NO_DATA
+        else:  # request series that never move: ok, zero requests, and too few for a rate
+            assert series.status is EvidenceStatus.OK
+            total = CountSeries.total(series.tallies)
+            assert total is not None and (total.requests, total.errors) == (0, 0)
+            assert (evidence.canary[REQUESTS].status, evidence.canary[REQUESTS].value) == (
+                EvidenceStatus.OK,
+                0,
+            )
+            assert evidence.canary["errors"].status is EvidenceStatus.NO_DATA
+            assert evidence.canary["errors"].detail == "no requests in the window; a value needs at least 1"
+
+
+def test_a_failed_sample_is_error_counts_never_a_failure() -> None:
+    closed = PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(attempts=1))
+    policy = make_policy(CHECKS, metrics={"requests": "knative-opencensus"})
+    request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
+    with PrometheusEvidenceSource(closed, scrape_interval=STEP) as source:
+        evidence = source.collect(policy, request)
+    for side in ("canary", "stable"):
+        assert evidence.counts[side].status is EvidenceStatus.ERROR
+        assert evidence.counts[side].error_class is ErrorClass.UNREACHABLE
+    for measurement in (*evidence.canary.values(), *evidence.stable.values()):
+        assert (measurement.status, measurement.error_class) == (EvidenceStatus.ERROR, ErrorClass.UNREACHABLE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost independent of the number of rollouts
+
+FLEET = 50
+FLEET_END = END
+FLEET_AT = datetime.fromtimestamp(FLEET_END + 0.5, UTC)
+
+
+def _fleet_revisions() -> list[Revision]:
+    revisions = []
+    for index in range(FLEET):
+        for number in (1, 2):
+            name = f"m{index}-predictor-0000{number}"
+            pod = Pod(
+                name=f"{name}-deployment-5c6d7-a{index}", created=FLEET_END - 7200, ready=FLEET_END - 7000
+            )
+            revisions.append(
+                Revision(
+                    "fleet",
+                    f"m{index}",
+                    name,
+                    (pod,),
+                    requests_per_second=1.0,
+                    error_ratio=0.02,
+                    requests_profile="knative-otel-invocation",
+                )
+            )
+    return revisions
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[tuple[Simulation, PrometheusServer]]:
+    simulation = Simulation(_fleet_revisions(), start=FLEET_END - 900, end=FLEET_END, step=STEP, seed=12)
+    with PrometheusServer(backfill=simulation.openmetrics()) as prometheus:
+        yield simulation, prometheus
+
+
+def _fleet_rollouts(count: int, at: datetime) -> list[tuple[PromotionPolicy, EvidenceRequest]]:
+    rollouts = []
+    for index in range(count):
+        policy = make_policy(
+            CHECKS, namespace="fleet", name=f"m{index}", metrics={"requests": "knative-otel-invocation"}
+        )
+        step_start = FLEET_AT - timedelta(seconds=400) + timedelta(seconds=7 * index)  # staggered
+        request = _request(
+            policy,
+            "fleet",
+            f"m{index}-predictor-00002",
+            f"m{index}-predictor-00001",
+            at=at,
+            window_start=step_start,
+            history_start=step_start - timedelta(seconds=120),
+            inference_service=f"m{index}",
+        )
+        rollouts.append((policy, request))
+    return rollouts
+
+
+def _tick_cost(prometheus: PrometheusServer, collect: Any) -> tuple[int, int]:
+    instants, ranges = http_queries(prometheus.url), range_queries(prometheus.url)
+    collect()
+    return http_queries(prometheus.url) - instants, range_queries(prometheus.url) - ranges
+
+
+@pytest.mark.parametrize("count", [2, FLEET])
+def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
+    fleet: tuple[Simulation, PrometheusServer], count: int
+) -> None:
+    simulation, prometheus = fleet
+    ticks = [FLEET_AT - timedelta(seconds=60), FLEET_AT - timedelta(seconds=30), FLEET_AT]
+    config = PrometheusConfig(url=prometheus.url)
+    with PrometheusEvidenceSource(config, scrape_interval=STEP) as source:
+        first = _tick_cost(prometheus, lambda: source.collect_many(_fleet_rollouts(count, ticks[0])))
+        second = _tick_cost(prometheus, lambda: source.collect_many(_fleet_rollouts(count, ticks[1])))
+        # The controller's way: one collect per rollout from worker threads, each with its own `now`
+        # (within half a scrape interval): one sample serves them all.
+        rollouts = _fleet_rollouts(count, ticks[2])
+        jittered = [
+            (policy, replace(request, at=request.at - timedelta(seconds=(index % 5) * 0.4)))
+            for index, (policy, request) in enumerate(rollouts)
+        ]
+        results: list[Evidence] = []
+
+        def threaded() -> None:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                results.extend(pool.map(lambda pair: source.collect(*pair), jittered))
+
+        third = _tick_cost(prometheus, threaded)
+    assert first == (1, 1)  # the tick's counter sample, and the backfill of every rollout's history
+    assert second == (1, 0)
+    assert third == (1, 0)
+    for (_, request), evidence in zip(jittered, results, strict=True):
+        canary = request.canary_revision
+        series = evidence.counts["canary"]
+        assert series.status is EvidenceStatus.OK
+        assert series.tallies[-1].end == ticks[2]  # the shared sample stands for every `at`
+        picked = series.since(request.counts_start - timedelta(seconds=STEP / 2))
+        total = CountSeries.total(picked)
+        raw = counted_requests(simulation, canary, picked[0].start.timestamp(), ticks[2].timestamp())
+        assert total is not None and total.requests == len(raw) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-tick budget of custom queries
+
+
+def test_custom_queries_beyond_the_tick_budget_are_deferred_and_take_turns(production: Scenario) -> None:
+    custom = [
+        {
+            "name": "custom",
+            "promql": 'sum(revision_request_count{revision_name="{{ revision }}"})',
+            "max": 1e9,
+        }
+    ]
+    rollouts = []
+    for name, revision in (("llama", "llama-predictor-00002"), ("other", "llama-predictor-00001")):
+        policy = make_policy(custom, metrics={"requests": "knative-opencensus"})
+        rollouts.append((policy, make_request(policy, "kn118", revision, None, inference_service=name)))
+    deferred_per_tick = []
+    with production.source(max_single_queries_per_tick=1) as source:
+        for tick in range(4):
+            at = AT - timedelta(seconds=30 * (4 - tick))
+            evidence = source.collect_many(
+                [(p, replace(r, at=at, window_start=at - timedelta(seconds=60))) for p, r in rollouts]
+            )
+            deferred = [
+                index
+                for index, answer in enumerate(evidence)
+                if answer.canary["custom"].error_class is ErrorClass.DEFERRED
+            ]
+            assert len(deferred) == 1
+            measurement = evidence[deferred[0]].canary["custom"]
+            assert measurement.status is EvidenceStatus.ERROR
+            assert measurement.detail == (
+                "not asked this tick: the per-tick budget of 1 custom queries is spent; asked next tick"
+            )
+            assert evidence[1 - deferred[0]].canary["custom"].status is EvidenceStatus.OK
+            deferred_per_tick.append(deferred[0])
+    assert deferred_per_tick in ([1, 0, 1, 0], [0, 1, 0, 1])  # nobody starved
