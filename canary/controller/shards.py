@@ -36,7 +36,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -137,7 +137,9 @@ class ShardedElector:
     """Holds a fair share of ``shards`` shard Leases; see the module docstring.
 
     ``on_change(held)`` is called (from the renewing thread) with the shards this replica owns
-    whenever that set changes; a shard being drained is no longer owned.
+    whenever that set changes; a shard being drained is no longer owned. A drained shard's Lease is
+    released once no work for it is in flight: work inside :meth:`working`, and the keys
+    ``in_flight()`` names (a runtime that tracks its own, e.g. from read to write).
     """
 
     def __init__(
@@ -156,6 +158,7 @@ class ShardedElector:
         wall_clock: Callable[[], datetime] = _utcnow,
         monotonic: Callable[[], float] = time.monotonic,
         on_change: Callable[[frozenset[int]], None] | None = None,
+        in_flight: Callable[[], Collection[str]] = tuple,
     ):
         if shards < 1:
             raise ValueError("shards must be at least 1")
@@ -179,8 +182,8 @@ class ShardedElector:
         self._wall = wall_clock
         self._monotonic = monotonic
         self._on_change = on_change
+        self._in_flight = in_flight
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._held: dict[int, _Held] = {}
         self._inflight: dict[int, int] = {}
         self._member_version: str | None = None
@@ -219,7 +222,6 @@ class ShardedElector:
                     self._inflight[index] -= 1
                     if self._inflight[index] == 0:
                         del self._inflight[index]
-                        self._idle.notify_all()
 
     def held_shards(self) -> frozenset[int]:
         """The shards this replica owns now (held, fresh, not draining)."""
@@ -318,8 +320,11 @@ class ShardedElector:
                     blocked=self.blocked,
                     identity=self.identity,
                 )
+        # Work the runtime has under way (asked after the drain began: what starts later is refused).
+        busy = {self.shard_of(key) for key in self._in_flight()}
+        with self._lock:
             plan = {
-                i: (h.draining_since is not None and self._inflight.get(i, 0) == 0)
+                i: (h.draining_since is not None and self._inflight.get(i, 0) == 0 and i not in busy)
                 for i, h in self._held.items()
             }
         for index, release in sorted(plan.items()):
@@ -347,11 +352,16 @@ class ShardedElector:
         """Shutdown: stop owning at once, wait (up to ``timeout``, default the renew deadline) for the
         work in flight, release every shard Lease and delete the member Lease."""
         wait = self._renew_deadline if timeout is None else timeout
-        deadline = self._monotonic() + wait
+        deadline = time.monotonic() + wait
         with self._lock:
             self._stopping = True
-            while self._inflight and self._monotonic() < deadline:
-                self._idle.wait(timeout=max(0.0, min(0.2, deadline - self._monotonic())))
+        while True:
+            with self._lock:
+                mine = bool(self._inflight)
+            if (not mine and not self._in_flight()) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        with self._lock:
             held = sorted(self._held)
         self._report()
         if held:

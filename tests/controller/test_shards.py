@@ -262,6 +262,21 @@ def test_the_surplus_is_released_only_after_the_work_in_flight_for_it(world: Wor
     assert_no_double_owner(a, b)
 
 
+def test_the_surplus_waits_for_the_keys_the_runtime_names_in_flight(world: World) -> None:
+    keys = keys_by_shard(per_shard=1)
+    busy = {keys[i][0] for i in range(SHARDS)}  # e.g. a tick runner's rollouts from read to write
+    a, b = world.replica("a", in_flight=lambda: set(busy)), world.replica("b")
+    round_(a, b, a)
+    draining = [i for i in range(SHARDS) if not a.owns(keys[i][0])]
+    assert len(draining) == 2 and all(world.holder(i) == "a" for i in draining)
+    busy.discard(keys[draining[0]][0])
+    round_(a, b)
+    assert world.holder(draining[0]) == "b" and world.holder(draining[1]) == "a"
+    busy.clear()
+    round_(a, b)
+    assert owned(b) == set(draining)
+
+
 class contextlib_stack:
     """Enter ``working(key)`` for several keys at once."""
 
