@@ -129,8 +129,9 @@ def test_unavailable_is_retried_a_bounded_number_of_times(production: Scenario) 
     # Prometheus answered (it was reached): "unavailable", in its own words
     assert evidence.canary["oom"].error_class is ErrorClass.UNAVAILABLE
     assert evidence.canary["oom"].detail == "HTTP 503 unavailable: starting up"
-    # three grouped queries (request-count, errors, oom), four tries each
-    assert relay.queries() == 12 == evidence.queries
+    # the tick's counter sample (request-count and errors; no backfill without it) and oom, four
+    # tries each
+    assert relay.queries() == 8 == evidence.queries
 
 
 def test_slow_beyond_the_timeout_is_a_timeout_and_is_not_rerun(production: Scenario) -> None:
@@ -160,8 +161,8 @@ def test_prometheus_own_timeout_is_a_timeout_and_is_not_rerun(production: Scenar
     errors = evidence.canary["errors"]
     assert (errors.status, errors.error_class) == (EvidenceStatus.ERROR, ErrorClass.TIMEOUT)
     assert "HTTP 503 timeout" in errors.detail
-    # Prometheus itself counted one 503 per query: request-count, errors, oom — nothing re-run
-    assert _prometheus_503s(production.url) - before == 3 == evidence.queries
+    # Prometheus itself counted one 503 per query: the counter sample, oom — nothing re-run
+    assert _prometheus_503s(production.url) - before == 2 == evidence.queries
 
 
 def test_tenant_header_and_bearer_token_file_reach_prometheus(
@@ -185,11 +186,15 @@ def test_tenant_header_and_bearer_token_file_reach_prometheus(
         with production.source(config=basic) as source:
             source.collect(policy, make_request(policy, "kn118", "llama-predictor-00002", None))
     assert first.canary["oom"].value == 1.0  # the relayed answers are real
-    assert {request["X-Scope-OrgID"] for request in relay.seen[:6]} == {"team-a"}
+    # first: the counter sample, its backfill (a range query) and oom; second (the same tick): oom
+    paths = [request["path"].split("?")[0] for request in relay.seen]
+    assert sorted(paths[:3]) == ["/api/v1/query", "/api/v1/query", "/api/v1/query_range"]
+    assert len(paths) == 3 + 1 + 3
+    assert {request["X-Scope-OrgID"] for request in relay.seen[:4]} == {"team-a"}
     assert {request["Authorization"] for request in relay.seen[:3]} == {"Bearer first-token"}
-    assert {request["Authorization"] for request in relay.seen[3:6]} == {"Bearer rotated-token"}
+    assert {request["Authorization"] for request in relay.seen[3:4]} == {"Bearer rotated-token"}
     expected = "Basic " + base64.b64encode(b"reader:pa:ss").decode()
-    assert {request["Authorization"] for request in relay.seen[6:]} == {expected}
+    assert {request["Authorization"] for request in relay.seen[4:]} == {expected}
 
 
 def test_long_queries_are_posted_as_a_form_body(production: Scenario) -> None:
