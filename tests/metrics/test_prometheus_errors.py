@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -216,6 +216,45 @@ def test_each_faulty_answer_is_named_from_what_prometheus_said(
     _assert_no_secrets(outcome.failure.detail)
     assert outcome.failure.http_status == answer.status
     assert (prometheus.requests, outcome.http_requests) == (tries, tries)
+
+
+@pytest.mark.parametrize(("answer", "error_class", "detail", "tries"), CASES)
+def test_range_queries_name_faulty_answers_as_instant_queries_do(
+    answer: Answer, error_class: ErrorClass, detail: str, tries: int, token_file: str
+) -> None:
+    with FaultyPrometheus(answer) as prometheus:
+        client = PrometheusClient(_config(prometheus.port, token_file))
+        outcome = client.range_query("sum(up)", AT - timedelta(minutes=10), AT, 30.0)
+        client.close()
+    assert outcome.answer is None
+    assert outcome.failure is not None
+    assert outcome.failure.error_class is error_class
+    assert outcome.failure.detail.startswith(detail)
+    _assert_no_secrets(outcome.failure.detail)
+    assert (prometheus.requests, outcome.http_requests) == (tries, tries)
+
+
+def test_a_failed_counter_sample_is_error_counts_and_error_measurements(token_file: str) -> None:
+    policy = make_policy(
+        [{"name": "errors", "metric": "error-rate", "max": "1%", "maxIncrease": "50%"}],
+        metrics={"requests": "knative-opencensus"},
+    )
+    body = (
+        b'{"status":"error","errorType":"execution","error":"query processing would load too many samples"}'
+    )
+    request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
+    with (
+        FaultyPrometheus(Answer(422, body)) as prometheus,
+        PrometheusEvidenceSource(_config(prometheus.port, token_file)) as source,
+    ):
+        evidence = source.collect(policy, request)
+    assert prometheus.requests == 1  # no backfill without a sample
+    for side in ("canary", "stable"):
+        counts = evidence.counts[side]
+        assert (counts.status, counts.error_class) == (EvidenceStatus.ERROR, ErrorClass.EXECUTION)
+        assert "too many samples" in counts.detail
+    for measurement in (*evidence.canary.values(), *evidence.stable.values()):
+        assert (measurement.status, measurement.error_class) == (EvidenceStatus.ERROR, ErrorClass.EXECUTION)
 
 
 def test_hanging_beyond_the_timeout_is_a_timeout_sent_once(token_file: str) -> None:

@@ -6,6 +6,7 @@ import base64
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from canary_sandbox.prometheus import PrometheusServer, free_port
 
 from canary.evidence import REQUESTS, ErrorClass, EvidenceStatus
 from canary.metrics import PrometheusConfig, RetryPolicy
-from tests.integration.metrics.support import Scenario, make_policy, make_request
+from canary.metrics.client import PrometheusClient
+from tests.integration.metrics.support import AT, Scenario, make_policy, make_request
 
 CHECKS = [
     {"name": "errors", "metric": "error-rate", "max": "1%", "maxIncrease": "50%"},
@@ -208,6 +210,24 @@ def test_long_queries_are_posted_as_a_form_body(production: Scenario) -> None:
     assert long_ones, "the OOM query is longer than 300 characters"
     assert all("query=" not in request["path"] for request in long_ones)
     assert any(b"kube_pod_container_status_restarts_total" in body for body in relay.bodies)
+    # the counter sample's backfill is a range query: long, so POSTed as a form body as well
+    ranges = [request for request in long_ones if request["path"].startswith("/api/v1/query_range")]
+    assert len(ranges) == 1
+    assert evidence.counts["canary"].status is EvidenceStatus.OK and evidence.counts["canary"].tallies
+
+
+def test_short_range_queries_are_sent_by_get(production: Scenario) -> None:
+    with Relay(production.url) as relay:
+        client = PrometheusClient(PrometheusConfig(url=relay.url))
+        outcome = client.range_query("sum(revision_request_count)", AT - timedelta(seconds=60), AT, 5.0)
+        client.close()
+    assert outcome.failure is None and outcome.answer is not None
+    assert outcome.answer.result_type == "matrix"
+    (series,) = outcome.answer.result
+    assert len(series["values"]) == 13  # AT-60 .. AT every 5 s
+    (request,) = relay.seen
+    assert request["method"] == "GET" and request["path"].startswith("/api/v1/query_range?")
+    assert "step=5" in request["path"] and "timeout=" in request["path"]
 
 
 @pytest.fixture(scope="module")
