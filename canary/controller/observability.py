@@ -114,7 +114,67 @@ class ControllerMetrics:
             ("state",),
             registry=self.registry,
         )
+        self.state_writes = Counter(
+            "kserve_canary_state_writes",
+            "State ConfigMap writes, by the reason the change had to be stored "
+            "(canary.rollout.persistence: phase, step, intent, failure-streak, explain-..., first).",
+            ("reason",),
+            registry=self.registry,
+        )
+        self.state_writes_skipped = Counter(
+            "kserve_canary_state_writes_skipped",
+            "Evaluations whose new state only refreshed numbers, so nothing was written.",
+            registry=self.registry,
+        )
+        self.api_requests = Counter(
+            "kserve_canary_api_requests",
+            "Kubernetes API requests this process made, by kind (read: GET, list, watch; write).",
+            ("kind",),
+            registry=self.registry,
+        )
+        self.tick_duration = Histogram(
+            "kserve_canary_tick_duration_seconds",
+            "Duration of one tick: read every due rollout, collect their evidence at once, decide and write.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32),
+            registry=self.registry,
+        )
+        self.tick_rollouts = Counter(
+            "kserve_canary_tick_rollouts",
+            "Rollouts per tick outcome: due, decided, carried (to the next tick: out of budget), "
+            "skipped (not owned or cache not synced), failed.",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self.tick_last = Gauge(
+            "kserve_canary_tick_last",
+            "The last tick: due and decided rollouts, rollouts carried over, evidence collect calls, "
+            "Kubernetes API reads and writes made while it ran, its duration in seconds.",
+            ("measure",),
+            registry=self.registry,
+        )
+        self.ticks = Counter("kserve_canary_ticks", "Ticks run.", registry=self.registry)
+        self._api_lock = threading.Lock()
+        self._api_counts = {"read": 0, "write": 0}
         # Notification deliveries are counted by canary.notify's PrometheusDeliveryRecorder.
+
+    def count_api_requests(self, api_client: Any) -> None:
+        """Count every request ``api_client`` sends (kubernetes.client.ApiClient), reads and writes."""
+        send = api_client.call_api
+        counter = self.api_requests
+
+        def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            kind = "read" if method.upper() in ("GET", "HEAD") else "write"
+            counter.labels(kind).inc()
+            with self._api_lock:
+                self._api_counts[kind] += 1
+            return send(method, url, *args, **kwargs)
+
+        api_client.call_api = counted
+
+    def api_totals(self) -> tuple[int, int]:
+        """Kubernetes API reads and writes counted so far (:meth:`count_api_requests`)."""
+        with self._api_lock:
+            return self._api_counts["read"], self._api_counts["write"]
 
     def set_phase(self, namespace: str, inference_service: str, phase: str) -> None:
         for candidate in PHASES:

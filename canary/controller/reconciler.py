@@ -20,10 +20,11 @@ broken state, an apiserver error or a failing Prometheus ends this reconcile for
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -36,6 +37,8 @@ from canary.controller.announce import (
     to_notification,
     unreadable_state_notification,
 )
+from canary.controller.caches import DirectReads, Reads
+from canary.controller.leader import NotLeader
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceRequest, EvidenceSource, EvidenceStatus
 from canary.kserve.client import ConflictError, InferenceServiceClient
@@ -48,11 +51,13 @@ from canary.rollout.commands import apply_command
 from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
 from canary.rollout.ledger import RollbackLedger, ledger_after
+from canary.rollout.observed import ObservedInferenceService
+from canary.rollout.persistence import DEFAULT_EXPLAIN_EVERY_INTERVALS, explain_due, store_reason
 from canary.rollout.records import CommandFormatError, CommandOutcome, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 from canary.rollout.vocabulary import Action, Severity
 
-__all__ = ["ReconcileOutcome", "Reconciler"]
+__all__ = ["Prepared", "ReconcileOutcome", "Reconciler"]
 
 log: FilteringBoundLogger = structlog.get_logger("kserve_canary.reconciler")
 
@@ -66,6 +71,43 @@ class ReconcileOutcome:
     error: str | None = None
     retry_soon: bool = False  # a conflict: re-read and decide again without waiting a whole interval
     notifications: list[Notification] = field(default_factory=list)
+    store_reason: str = ""  # why the state was written (canary.rollout.persistence), "" when not
+    evaluated: bool = False  # an evaluation was due and evidence was asked for
+
+
+@dataclass
+class Prepared:
+    """A reconcile read and ready for its evidence: what :meth:`Reconciler.finish` decides on."""
+
+    policy: PromotionPolicy
+    destinations: Sequence[Destination]
+    bound: FilteringBoundLogger
+    now: datetime
+    observed: ObservedInferenceService
+    stored: StoredState
+    stored_ledger: StoredLedger
+    state: RolloutState
+    ledger: RollbackLedger
+    stale: bool
+    answer: CommandOutcome | None
+    request: EvidenceRequest | None
+    # The state as stored, bound to this object (before an unwritten decision or a command): what a
+    # restart would read, so what a new state is compared with.
+    baseline: RolloutState | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> str:
+        return self.policy.key
+
+
+@dataclass
+class _Unstored:
+    """The latest state of a rollout when it was not written: valid while the stored ConfigMap is
+    still the one it was decided on (same resourceVersion)."""
+
+    resource_version: str | None
+    state: RolloutState
 
 
 class Reconciler:
@@ -78,51 +120,99 @@ class Reconciler:
         dispatcher: NotificationDispatcher,
         metrics: ControllerMetrics,
         clock: Callable[[], datetime],
-        fence: Callable[[], None] = lambda: None,
+        fence: Callable[[str], None] = lambda key: None,
         dry_run: bool = False,
         ledgers: ConfigMapLedgerStore | None = None,
+        reads: Reads | None = None,
+        explain_every_intervals: float = DEFAULT_EXPLAIN_EVERY_INTERVALS,
     ):
         self._isvcs = inference_services
         self._store = store
         self._ledgers = ledgers or ConfigMapLedgerStore(
             store.api_client, request_timeout=store.request_timeout
         )
+        self._reads = reads or DirectReads(inference_services, store, self._ledgers)
         self._evidence = evidence
         self._dispatcher = dispatcher
         self._metrics = metrics
         self._clock = clock
         self._fence = fence
         self._dry_run = dry_run
-        # Dry-run keeps state in memory only; live runs read the ConfigMap every time.
+        self._explain_every = explain_every_intervals
+        # Dry-run keeps state in memory only; live runs read the ConfigMap (or its watch cache).
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
         self._last_logged: dict[str, str] = {}  # the event reason last logged at info, per rollout
         self._announcements = Announcements()
+        # Decisions not written (canary.rollout.persistence): the next reconcile decides on them as
+        # long as the stored ConfigMap is the one they were decided on.
+        self._unstored: dict[str, _Unstored] = {}
+        self._explained_at: dict[str, datetime] = {}  # the last explain.json write, per rollout
+        self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> Reads:
+        return self._reads
 
     # -- entry points --------------------------------------------------------------------------
 
     def reconcile(self, loaded: LoadedPolicy, destinations: Sequence[Destination] = ()) -> ReconcileOutcome:
         """Decide and act for one policy's InferenceService; ``destinations`` are the policy's own
         notification targets (the dispatcher adds its defaults, e.g. Kubernetes Events)."""
+        prepared = self.prepare(loaded, destinations)
+        if isinstance(prepared, ReconcileOutcome):
+            return prepared
+        evidence = (
+            self.collect(prepared.policy, prepared.request, prepared.bound)
+            if prepared.request is not None
+            else None
+        )
+        return self.finish(prepared, evidence)
+
+    def prepare(
+        self, loaded: LoadedPolicy, destinations: Sequence[Destination] = (), *, now: datetime | None = None
+    ) -> Prepared | ReconcileOutcome:
+        """Read one rollout and ask the core what to measure (a finished outcome when there is
+        nothing to decide: an unreadable state, an API error)."""
         policy = loaded.policy
-        key = policy.key
         started = time.monotonic()
         bound = log.bind(
             namespace=policy.metadata.namespace, inferenceService=policy.spec.target.inference_service
         )
         try:
-            return self._reconcile(policy, destinations, bound)
+            return self._prepare(policy, destinations, bound, now or self._clock())
+        except NotLeader:
+            raise
         except ApiException as error:
-            reason = f"apiserver answered {error.status} {error.reason}"
-            bound.warning("reconcile failed: kubernetes API", status=error.status, reason=error.reason)
-            self._metrics.reconcile_errors.labels("kubernetes").inc()
-            return ReconcileOutcome(key, error=reason)
+            return self._api_failed(policy.key, error, bound)
         except Exception as error:  # a strange object must never take the controller down
             bound.exception("reconcile failed", error=str(error))
             self._metrics.reconcile_errors.labels("internal").inc()
-            return ReconcileOutcome(key, error=str(error))
+            return ReconcileOutcome(policy.key, error=str(error))
         finally:
             self._metrics.reconcile_duration.observe(time.monotonic() - started)
+
+    def finish(self, prepared: Prepared, evidence: Evidence | None) -> ReconcileOutcome:
+        """Decide on ``evidence`` (the answer to ``prepared.request``), remember, write, tell."""
+        started = time.monotonic()
+        try:
+            return self._finish(prepared, evidence)
+        except NotLeader:
+            raise
+        except ApiException as error:
+            return self._api_failed(prepared.key, error, prepared.bound)
+        except Exception as error:  # a strange object must never take the controller down
+            prepared.bound.exception("reconcile failed", error=str(error))
+            self._metrics.reconcile_errors.labels("internal").inc()
+            return ReconcileOutcome(prepared.key, error=str(error))
+        finally:
+            self._metrics.reconcile_duration.observe(time.monotonic() - started)
+
+    def _api_failed(self, key: str, error: ApiException, bound: FilteringBoundLogger) -> ReconcileOutcome:
+        reason = f"apiserver answered {error.status} {error.reason}"
+        bound.warning("reconcile failed: kubernetes API", status=error.status, reason=error.reason)
+        self._metrics.reconcile_errors.labels("kubernetes").inc()
+        return ReconcileOutcome(key, error=reason)
 
     def pause_removed(self, policy: PromotionPolicy, attempts: int = 5) -> None:
         """A policy was removed from the directory: pause its rollout (never roll it back).
@@ -134,8 +224,21 @@ class Reconciler:
                 self._pause_removed_once(policy)
                 return
             except ConflictError:
+                namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+                self._reads.refresh_state(namespace, name)
                 continue
+            except NotLeader:
+                raise
+            except Exception as error:
+                log.error("policy removed: pausing the rollout failed", key=policy.key, error=str(error))
+                return
         log.error("policy removed: the rollout could not be paused (its state kept changing)", key=policy.key)
+
+    def forget(self, key: str) -> None:
+        """Drop what is remembered of a rollout (its policy is gone)."""
+        with self._lock:
+            self._unstored.pop(key, None)
+            self._explained_at.pop(key, None)
 
     def _pause_removed_once(self, policy: PromotionPolicy) -> None:
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
@@ -146,6 +249,7 @@ class Reconciler:
             state = stored.state()
         except StateFormatError:
             return
+        state = self._remembered(policy.key, stored, state)
         if not state.phase.is_rollout_active:
             return
         result = apply_command(state, CommandKind.PAUSE, self._clock(), by="kserve-canary (policy removed)")
@@ -158,6 +262,7 @@ class Reconciler:
                 explain=_readable_explain(stored),
                 command_result=stored.readable_command_result(),
             )
+            self.forget(policy.key)
             log.warning(
                 "policy removed: rollout paused",
                 namespace=namespace,
@@ -178,13 +283,16 @@ class Reconciler:
 
     # -- the reconcile -------------------------------------------------------------------------
 
-    def _reconcile(
-        self, policy: PromotionPolicy, destinations: Sequence[Destination], bound: FilteringBoundLogger
-    ) -> ReconcileOutcome:
+    def _prepare(
+        self,
+        policy: PromotionPolicy,
+        destinations: Sequence[Destination],
+        bound: FilteringBoundLogger,
+        now: datetime,
+    ) -> Prepared | ReconcileOutcome:
         key = policy.key
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
-        now = self._clock()
-        observed = observe(self._isvcs.get(namespace, name), namespace=namespace, name=name)
+        observed = observe(self._reads.inference_service(namespace, name), namespace=namespace, name=name)
 
         stored = self._load(key, namespace, name)
         stored_ledger = self._load_ledger(key, namespace, name)
@@ -201,6 +309,8 @@ class Reconciler:
                 self._dispatcher.submit(notification, destinations)
                 outcome.notifications.append(notification)
             return outcome
+        baseline = state.bound_to(observed.uid, owner_uid=stored.owner_uid)
+        state = self._remembered(key, stored, state)
 
         # The state (and the ledger) must describe this very object: a model deleted and re-created
         # under the same name gets a new uid, and Knative numbers its revisions from 00001 again.
@@ -224,30 +334,46 @@ class Reconciler:
             state, answer = self._apply_command(stored, state, now, bound)
 
         request = evidence_request(policy, observed, state, now, ledger=ledger)
-        evidence = self._collect(policy, request, bound) if request is not None else None
+        return Prepared(
+            policy, destinations, bound, now, observed, stored, stored_ledger, state, ledger, stale, answer,
+            request, baseline,
+        )  # fmt: skip
+
+    def _remembered(self, key: str, stored: StoredState, state: RolloutState) -> RolloutState:
+        """The latest decided state when it was not written and the ConfigMap has not changed since."""
+        with self._lock:
+            unstored = self._unstored.get(key)
+        if unstored is not None and unstored.resource_version == stored.resource_version:
+            return unstored.state
+        return state
+
+    def _finish(self, prepared: Prepared, evidence: Evidence | None) -> ReconcileOutcome:
+        policy, bound, now = prepared.policy, prepared.bound, prepared.now
+        key = policy.key
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        observed, stored, state = prepared.observed, prepared.stored, prepared.state
+        ledger, stale, answer = prepared.ledger, prepared.stale, prepared.answer
         decision = decide(policy, observed, state, evidence, now, ledger=ledger)
-        outcome = ReconcileOutcome(key, decision=decision)
+        outcome = ReconcileOutcome(key, decision=decision, evaluated=prepared.request is not None)
 
         # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo.
         recorded = ledger_after(decision, ledger, observed.uid)
         if recorded is not None:
             try:
-                self._save_ledger(key, namespace, name, stored_ledger, recorded)
+                self._save_ledger(key, namespace, name, prepared.stored_ledger, recorded)
             except ConflictError:
                 bound.info("rollback ledger changed while deciding; deciding again")
+                self._reads.refresh_ledger(namespace, name)
                 outcome.retry_soon = True
                 return outcome
 
-        # A stored command is consumed by saving the state without it, even if nothing else changed.
-        # An InferenceService that does not exist gets no state: a ConfigMap written for it would have
+        # Only what a restart needs is written (canary.rollout.persistence); a stored command is
+        # consumed by saving the state without it, even if nothing else changed. An
+        # InferenceService that does not exist gets no state: a ConfigMap written for it would have
         # no owner, outlive it, and wait for the next object of that name.
-        if observed.exists and (
-            decision.new_state != state
-            or stored.command_json is not None
-            or stored.state_json is None
-            or stale
-        ):
-            explain = ExplainDocument.of(decision, evidence, now) if decision.judgements else None
+        explain = ExplainDocument.of(decision, evidence, now) if decision.judgements else None
+        reason = self._store_reason(prepared, decision.new_state, explain)
+        if observed.exists and reason:
             try:
                 self._save(
                     key,
@@ -259,25 +385,65 @@ class Reconciler:
                     command_result=answer or stored.readable_command_result(),
                 )
                 outcome.wrote_state = True
+                outcome.store_reason = reason
+                self._metrics.state_writes.labels(reason).inc()
+                with self._lock:
+                    self._unstored.pop(key, None)
+                    if explain is not None:
+                        self._explained_at[key] = now
             except ConflictError:
                 bound.info("state changed while deciding (an operator command?); deciding again")
+                self._reads.refresh_state(namespace, name)
                 outcome.retry_soon = True
                 return outcome
+        elif observed.exists:
+            self._metrics.state_writes_skipped.inc()
+            with self._lock:
+                self._unstored[key] = _Unstored(stored.resource_version, decision.new_state)
 
         if decision.patch is not None:
             try:
-                self._patch(namespace, name, decision.patch)
+                self._patch(key, namespace, name, decision.patch)
                 outcome.patched = True
             except ConflictError:
                 bound.info(
                     "InferenceService changed since it was read; deciding again", action=str(decision.action)
                 )
+                self._reads.refresh_inference_service(namespace, name)
                 outcome.retry_soon = True
 
         self._log(policy, decision, bound)
         self._export(policy, decision)
-        self._announce(policy, decision, destinations, observed.uid, outcome, now)
+        self._announce(policy, decision, prepared.destinations, observed.uid, outcome, now)
         return outcome
+
+    def _store_reason(
+        self, prepared: Prepared, new_state: RolloutState, explain: ExplainDocument | None
+    ) -> str:
+        """Why this decision is written — "" when it only refreshes numbers."""
+        stored = prepared.stored
+        if stored.state_json is None:
+            return "first"
+        if prepared.stale:
+            return "uid"
+        if stored.command_json is not None:
+            return "command"
+        if prepared.baseline is None:
+            return "uid"
+        reason = store_reason(prepared.baseline, new_state)
+        if reason:
+            return reason.reason
+        with self._lock:
+            last = self._explained_at.get(prepared.key)
+        due = explain_due(
+            _readable_explain(stored),
+            explain,
+            last_written=last,
+            now=prepared.now,
+            interval=timedelta(seconds=prepared.policy.spec.interval),
+            every_intervals=self._explain_every,
+        )
+        return f"explain-{due}" if due else ""
 
     def _apply_command(
         self, stored: StoredState, state: RolloutState, now: datetime, bound: FilteringBoundLogger
@@ -313,35 +479,39 @@ class Reconciler:
         )  # fmt: skip
         return after, answer
 
-    def _collect(
-        self, policy: PromotionPolicy, request: EvidenceRequest, bound: FilteringBoundLogger
+    def collect(
+        self, policy: PromotionPolicy, request: EvidenceRequest, bound: FilteringBoundLogger | None = None
     ) -> Evidence | None:
+        """One rollout's evidence (the tick asks for every rollout at once instead)."""
         started = time.monotonic()
         try:
             evidence = self._evidence.collect(policy, request)
         except Exception as error:  # the contract says it never raises; a bug must not stop the rollout loop
-            bound.exception("evidence collection failed", error=str(error))
+            (bound or log).exception("evidence collection failed", error=str(error))
             self._metrics.query_errors.labels("internal").inc()
             return None
         finally:
             self._metrics.query_duration.observe(time.monotonic() - started)
+        self.count_query_errors(evidence)
+        return evidence
+
+    def count_query_errors(self, evidence: Evidence) -> None:
         for measurements in (evidence.canary, evidence.stable):
             for measurement in measurements.values():
                 if measurement.status is EvidenceStatus.ERROR and measurement.error_class is not None:
                     self._metrics.query_errors.labels(str(measurement.error_class)).inc()
-        return evidence
 
     # -- edges -----------------------------------------------------------------------------------
 
     def _load(self, key: str, namespace: str, name: str) -> StoredState:
         if self._dry_run:
             return self._memory.get(key) or StoredState(namespace, name, None, None)
-        return self._store.load(namespace, name)
+        return self._reads.state(namespace, name)
 
     def _load_ledger(self, key: str, namespace: str, name: str) -> StoredLedger:
         if self._dry_run:
             return self._memory_ledgers.get(key) or StoredLedger(None, None)
-        return self._ledgers.load(namespace, name)
+        return self._reads.ledger(namespace, name)
 
     def _save_ledger(
         self, key: str, namespace: str, name: str, stored: StoredLedger, ledger: RollbackLedger
@@ -351,7 +521,7 @@ class Reconciler:
                 ledger.to_json(), "dry-run", ledger.inference_service_uid
             )
             return
-        self._fence()
+        self._fence(key)
         self._ledgers.save(namespace, name, ledger, resource_version=stored.resource_version)
 
     def _save(
@@ -373,7 +543,7 @@ class Reconciler:
                 explain_json=explain.to_json() if explain else None,
             )
             return
-        self._fence()
+        self._fence(key)
         self._store.save(
             stored.namespace,
             stored.inference_service,
@@ -384,11 +554,12 @@ class Reconciler:
             command_result=command_result,
         )
 
-    def _patch(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def _patch(self, key: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
         if self._dry_run:
             return
-        self._fence()
-        self._isvcs.apply_patch(namespace, name, patch)
+        self._fence(key)
+        patched = self._isvcs.apply_patch(namespace, name, patch)
+        self._reads.wrote_inference_service(patched)
 
     # -- telling: the log, the metrics, people ---------------------------------------------------
 

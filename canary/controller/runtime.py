@@ -3,11 +3,16 @@
 Threads, each with one job:
 
 * the main loop reloads the policy directory every few seconds (hot reload, docs/design.md §5) and keeps
-  the scheduler's jobs in line with it;
-* a watch per namespace (or one cluster-wide) triggers an immediate reconcile when a governed
-  InferenceService changes, so auto-start writes the first step within seconds of a new revision;
-* the scheduler evaluates each policy at its interval on a bounded worker pool;
-* the leader elector renews the Lease; only the leader reconciles, and every write is fenced;
+  the tick's policies in line with it;
+* two watch caches (list + watch per namespace, or one cluster-wide): the InferenceServices and the
+  controller's own ConfigMaps (state, ledger, outbox). Reconciles read from them, not with a GET; a
+  governed InferenceService that changes (or a command left in a state ConfigMap) triggers a tick at
+  once, so auto-start writes the first step within seconds of a new revision;
+* the timer runs one tick for all rollouts (:mod:`canary.controller.tick`) every ``tick`` seconds:
+  every due rollout is read, their evidence collected in one ``collect_many``, and each decided and
+  written on a bounded worker pool;
+* the leader elector renews the Lease; a replica reconciles only the keys it owns (``owns(key)``),
+  and every write is fenced (``fence(key)``);
 * the health server serves /metrics, /healthz and /readyz.
 
 SIGTERM stops scheduling, lets evaluations in flight finish (a write is never cut in half), drains
@@ -20,24 +25,36 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import structlog
 from kubernetes import client, config
 
 from canary import __version__
-from canary.controller.leader import LeaderElector, NotLeader
+from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.leader import LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
 from canary.controller.policies import PolicyRegistry
 from canary.controller.reconciler import Reconciler
-from canary.controller.scheduler import RolloutScheduler
+from canary.controller.scheduler import TickScheduler
+from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.evidence import EvidenceSource
 from canary.kserve.client import InferenceServiceClient
+from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.outbox import ConfigMapOutboxStore
-from canary.kserve.store import ConfigMapStateStore
+from canary.kserve.store import (
+    COMMAND_KEY,
+    LABEL_INFERENCE_SERVICE,
+    ConfigMapStateStore,
+    list_configmaps,
+    read_configmap,
+    state_configmap_name,
+    watch_configmaps,
+)
 from canary.notify import (
     Destination,
     NotificationDispatcher,
@@ -52,7 +69,7 @@ from canary.notify import (
 from canary.notify.outbox import DEFAULT_IMPORTANT_RETRY_FOR, DEFAULT_INFO_RETRY_FOR
 from canary.notify.secrets import DEFAULT_REDACTOR
 from canary.notify.urls import UrlGuard
-from canary.policy import PromotionPolicy
+from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.policy.scope import NamespaceSource, SecretScope
 
 __all__ = ["Controller", "ControllerConfig", "load_api_client"]
@@ -76,6 +93,12 @@ class ControllerConfig:
     retry_period: float = 2.0
     dry_run: bool = False
     max_workers: int = 8
+    # The tick (seconds): every due rollout is evaluated at once; never more than the smallest policy
+    # interval. The CLI has no option for it yet: $TICK_SECONDS.
+    tick: float = field(default_factory=lambda: float(os.environ.get("TICK_SECONDS") or 5.0))
+    tick_budget: float = 0.8  # of the tick: what is not decided by then is carried to the next tick
+    # explain.json on its own (the state unchanged) at most once per this many policy intervals
+    explain_every_intervals: float = 5.0
     reload_period: float = 5.0
     watch_timeout: int = 300
     request_timeout: float = 10.0
@@ -137,10 +160,45 @@ class Controller:
         )
         # Slack and webhook notifications wait in an outbox ConfigMap per InferenceService until
         # delivered, so a restart or a takeover continues them; only the leader sends from it.
+        self.metrics.count_api_requests(api_client)
+        timeout = settings.request_timeout
+        self._isvcs = InferenceServiceClient(api_client, request_timeout=timeout)
+        scopes: list[str | None] = list(settings.namespaces) or [None]
+        self.inference_service_cache = WatchCache(
+            "InferenceService",
+            lister=self._isvcs.list,
+            watcher=lambda scope, version, seconds: self._isvcs.watch(
+                scope, version, timeout_seconds=seconds
+            ),
+            getter=self._isvcs.get,
+            scopes=scopes,
+            watch_timeout=settings.watch_timeout,
+            on_event=self._inference_service_changed,
+        )
+        core = client.CoreV1Api(api_client)
+        self.configmap_cache = WatchCache(
+            "ConfigMap",
+            lister=lambda scope: list_configmaps(api_client, scope, timeout=max(timeout, 30.0)),
+            watcher=lambda scope, version, seconds: watch_configmaps(
+                api_client, scope, version, timeout_seconds=seconds, request_timeout=timeout
+            ),
+            getter=lambda namespace, name: read_configmap(core, namespace, name, timeout),
+            scopes=scopes,
+            watch_timeout=settings.watch_timeout,
+            on_event=self._configmap_changed,
+        )
         self._outbox = (
             None
             if settings.dry_run
-            else Outbox(ConfigMapOutboxStore(api_client, request_timeout=settings.request_timeout))
+            else Outbox(
+                ConfigMapOutboxStore(
+                    api_client,
+                    request_timeout=timeout,
+                    cached=self.configmap_cache.get,
+                    on_written=self.configmap_cache.put,
+                    refresh=self.configmap_cache.refresh,
+                )
+            )
         )
         self._resumed: set[str] = set()  # rollouts whose outbox this replica took up while leading
         self._dispatcher = NotificationDispatcher(
@@ -169,18 +227,39 @@ class Controller:
             # A single replica without election acts alone: it is the leader (for dashboards and the
             # no-leader alert). A dry run never acts, so it never leads.
             self.metrics.leader.set(1)
-        self._isvcs = InferenceServiceClient(api_client, request_timeout=settings.request_timeout)
+        self.ownership: Ownership = SingleLeaseOwnership(self._elector)
+        store = ConfigMapStateStore(api_client, request_timeout=timeout, on_written=self.configmap_cache.put)
         self.reconciler = Reconciler(
             inference_services=self._isvcs,
-            store=ConfigMapStateStore(api_client, request_timeout=settings.request_timeout),
+            store=store,
+            ledgers=ConfigMapLedgerStore(
+                api_client, request_timeout=timeout, on_written=self.configmap_cache.put
+            ),
+            reads=CachedReads(self.inference_service_cache, self.configmap_cache),
             evidence=evidence,
             dispatcher=self._dispatcher,
             metrics=self.metrics,
             clock=clock,
-            fence=self._elector.fence if self._elector is not None else (lambda: None),
+            fence=self.ownership.fence,
             dry_run=settings.dry_run,
+            explain_every_intervals=settings.explain_every_intervals,
         )
-        self._scheduler = RolloutScheduler(self._run_one, max_workers=settings.max_workers)
+        self._timer = TickScheduler(self._tick_once, period=settings.tick)
+        self.ticks = TickRunner(
+            reconciler=self.reconciler,
+            evidence=evidence,
+            policy=self._registry.get,
+            destinations=self._policy_destinations,
+            ownership=self.ownership,
+            metrics=self.metrics,
+            clock=clock,
+            period=settings.tick,
+            budget=settings.tick_budget,
+            max_workers=settings.max_workers,
+            synced=self.reconciler.reads.synced,
+            before_reconcile=self._before_reconcile,
+            wake=self._timer.wake,
+        )
         self._health: HealthServer | None = None
         self._threads: list[threading.Thread] = []
         self._loaded_once = False
@@ -213,11 +292,12 @@ class Controller:
         )
         if self._elector is not None:
             self._spawn("leader-election", lambda: self._elector.run(self._stop) if self._elector else None)
-        self._reload()
-        self._scheduler.start()
         watched: list[str | None] = list(settings.namespaces) or [None]
         for namespace in watched:
-            self._spawn(f"watch-{namespace or 'all'}", self._watcher(namespace))
+            for cache in (self.inference_service_cache, self.configmap_cache):
+                self._spawn(f"watch-{cache.kind}-{namespace or 'all'}", self._watcher(cache, namespace))
+        self._reload()
+        self._timer.start()
         try:
             while not self._stop.wait(self.settings.reload_period):
                 self._heartbeat.beat()
@@ -227,7 +307,8 @@ class Controller:
 
     def _shutdown(self) -> None:
         log.info("shutting down: finishing evaluations in flight")
-        self._scheduler.shutdown(wait=True)
+        self._timer.shutdown(wait=True)
+        self.ticks.close(wait=True)
         drained = self._dispatcher.close(timeout=5.0)
         for thread in self._threads:
             thread.join(timeout=self.settings.retry_period + self.settings.request_timeout)
@@ -275,7 +356,7 @@ class Controller:
                 )
             for key in report.removed:
                 previous = self._destinations.pop(key, None)
-                if previous is not None and self._is_leading():
+                if previous is not None and self.ownership.owns(key):
                     self.reconciler.pause_removed(previous[0])
         active = {
             key: loaded for key, loaded in self._registry.active.items() if self._governed(loaded.policy)
@@ -287,7 +368,12 @@ class Controller:
         self.metrics.policies.labels("invalid-files").set(  # a conflict's winner is not an invalid file
             len({error.path for error in self._registry.errors if not error.conflict})
         )
-        self._scheduler.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
+        self.ticks.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
+        # The tick is never longer than the smallest policy interval.
+        smallest = self.ticks.smallest_interval()
+        period = min(self.settings.tick, smallest) if smallest else self.settings.tick
+        self.ticks.period = period
+        self._timer.set_period(period)
         self._loaded_once = True
 
     def _policy_destinations(self, policy: PromotionPolicy) -> list[Destination]:
@@ -332,58 +418,42 @@ class Controller:
         resumed = self._dispatcher.resume(pending, resolve)
         log.info("notification outbox taken up", key=policy.key, waiting=len(pending), resumed=resumed)
 
-    def _run_one(self, key: str) -> None:
-        if self._stop.is_set() or not self._is_leading():
-            return
-        loaded = self._registry.get(key)
-        if loaded is None:
-            return
+    def _before_reconcile(self, loaded: LoadedPolicy) -> None:
         self._resume_outbox(loaded.policy)
-        try:
-            # The policy's notification targets go down with it, as data.
-            outcome = self.reconciler.reconcile(loaded, self._policy_destinations(loaded.policy))
-        except NotLeader as error:
-            log.warning("write refused: not the leader", key=key, error=str(error))
+
+    def _tick_once(self) -> None:
+        if self._stop.is_set():
             return
-        if outcome.retry_soon:
-            self._scheduler.trigger(key)
+        self.ticks.run_tick()
 
-    def _watcher(self, namespace: str | None) -> Callable[[], None]:
-        return lambda: self._watch(namespace)
+    def _watcher(self, cache: WatchCache, namespace: str | None) -> Callable[[], None]:
+        return lambda: cache.run(namespace, self._stop)
 
-    def _watch(self, namespace: str | None) -> None:
-        """List+watch InferenceServices; trigger a reconcile when a governed one changes."""
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                items, version = self._isvcs.list(namespace)
-                backoff = 1.0
-                for event in self._isvcs.watch(
-                    namespace, version, timeout_seconds=self.settings.watch_timeout
-                ):
-                    if self._stop.is_set():
-                        return
-                    if event.type == "ERROR":
-                        break  # e.g. 410 Gone: list again
-                    metadata = event.object.get("metadata") or {}
-                    key = f"{metadata.get('namespace')}/{metadata.get('name')}"
-                    if self._registry.get(key) is not None:
-                        self._scheduler.trigger(key)
-                del items
-            except Exception as error:
-                if self._stop.is_set():
-                    return
-                log.warning(
-                    "watch interrupted; listing again", namespace=namespace or "all", error=str(error)
-                )
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+    def _inference_service_changed(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A watch event: a governed InferenceService changed; reconcile it in a tick now."""
+        metadata = obj.get("metadata") or {}
+        key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        if self._registry.get(key) is not None:
+            self.ticks.trigger(key)
+
+    def _configmap_changed(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A watch event on our ConfigMaps: an operator's command waits in a state; act on it now."""
+        if kind == "DELETED" or COMMAND_KEY not in (obj.get("data") or {}):
+            return
+        metadata = obj.get("metadata") or {}
+        model = (metadata.get("labels") or {}).get(LABEL_INFERENCE_SERVICE)
+        if model and metadata.get("name") == state_configmap_name(model):
+            key = f"{metadata.get('namespace')}/{model}"
+            if self._registry.get(key) is not None:
+                self.ticks.trigger(key)
 
     def _readiness(self) -> tuple[bool, str]:
         if not self._loaded_once:
             return False, "policies not loaded yet\n"
         role = "leader" if self._elector is None or self._elector.is_leader else "standby"
-        return True, f"ok ({role}, {len(self._registry.active)} policies)\n"
+        synced = self.inference_service_cache.all_synced and self.configmap_cache.all_synced
+        caches = "" if synced else ", caches listing"
+        return True, f"ok ({role}, {len(self._registry.active)} policies{caches})\n"
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:

@@ -13,13 +13,23 @@ the InferenceService: KServe copies those into the revision template and restart
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from canary.kserve.client import GROUP, VERSION, ConflictError, is_not_found
-from canary.kserve.store import LABEL_INFERENCE_SERVICE, LABEL_MANAGED_BY, MANAGED_BY, state_configmap_name
+from canary.kserve.store import (
+    LABEL_INFERENCE_SERVICE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    WriteObserver,
+    as_dict,
+    owner_uid_of,
+    state_configmap_name,
+)
 from canary.rollout.ledger import RollbackLedger
 
 __all__ = [
@@ -29,6 +39,7 @@ __all__ = [
     "ConfigMapLedgerStore",
     "StoredLedger",
     "ledger_configmap_name",
+    "ledger_from_dict",
 ]
 
 LEDGER_KEY = "ledger.json"
@@ -54,10 +65,28 @@ class StoredLedger:
         return RollbackLedger.from_json(self.ledger_json) if self.ledger_json else RollbackLedger()
 
 
+def ledger_from_dict(configmap: Mapping[str, Any] | None) -> StoredLedger:
+    """The ledger ConfigMap as the watch cache holds it (a JSON dict; None: there is none)."""
+    if configmap is None:
+        return StoredLedger(None, None)
+    meta = configmap.get("metadata") or {}
+    return StoredLedger(
+        (configmap.get("data") or {}).get(LEDGER_KEY), meta.get("resourceVersion"), owner_uid_of(meta)
+    )
+
+
 class ConfigMapLedgerStore:
-    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 10.0):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        request_timeout: float = 10.0,
+        on_written: WriteObserver | None = None,
+    ):
+        self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._timeout = request_timeout
+        self.on_written = on_written
 
     def load(self, namespace: str, inference_service: str) -> StoredLedger:
         try:
@@ -121,4 +150,6 @@ class ConfigMapLedgerStore:
                     f"rollback ledger of {namespace}/{inference_service} changed since it was read"
                 ) from error
             raise
+        if self.on_written is not None:
+            self.on_written(as_dict(self._api_client, written))
         return str(written.metadata.resource_version if written.metadata else "")

@@ -11,11 +11,23 @@ write under the resourceVersion read. Implements :class:`canary.notify.outbox.Ou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from canary.kserve.client import GROUP, VERSION, is_not_found
-from canary.kserve.store import LABEL_INFERENCE_SERVICE, LABEL_MANAGED_BY, MANAGED_BY
+from canary.kserve.store import (
+    LABEL_INFERENCE_SERVICE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    WriteObserver,
+    as_dict,
+)
+
+# A cached read of one of our ConfigMaps (namespace, name) -> its JSON, or None when there is none.
+CachedRead = Callable[[str, str], "dict[str, Any] | None"]
 
 __all__ = ["OUTBOX_KEY", "OUTBOX_SUFFIX", "ConfigMapOutboxStore", "outbox_configmap_name"]
 
@@ -28,12 +40,34 @@ def outbox_configmap_name(inference_service: str) -> str:
 
 
 class ConfigMapOutboxStore:
-    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 10.0):
+    """With ``cached`` (the controller's ConfigMap watch cache) reads come from the cache, writes
+    go to ``on_written`` as the API answered them, and a 409 reads the ConfigMap again into the
+    cache through ``refresh`` before the caller reads it."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        request_timeout: float = 10.0,
+        cached: CachedRead | None = None,
+        on_written: WriteObserver | None = None,
+        refresh: CachedRead | None = None,
+    ):
+        self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._timeout = request_timeout
+        self._cached = cached
+        self._on_written = on_written
+        self._refresh = refresh
 
     def read_outbox(self, namespace: str, inference_service: str) -> tuple[str | None, str | None]:
         """The stored text and its resourceVersion; (None, None) when there is no outbox yet."""
+        if self._cached is not None:
+            body = self._cached(namespace, outbox_configmap_name(inference_service))
+            if body is None:
+                return None, None
+            meta = body.get("metadata") or {}
+            return (body.get("data") or {}).get(OUTBOX_KEY), meta.get("resourceVersion")
         try:
             found = self._core.read_namespaced_config_map(
                 outbox_configmap_name(inference_service), namespace, _request_timeout=self._timeout
@@ -91,6 +125,10 @@ class ConfigMapOutboxStore:
                 )
         except ApiException as error:
             if error.status == 409:  # changed since read, or created by somebody else meanwhile
+                if self._refresh is not None:
+                    self._refresh(namespace, name)
                 return None
             raise
+        if self._on_written is not None:
+            self._on_written(as_dict(self._api_client, written))
         return str(written.metadata.resource_version if written.metadata else "")

@@ -9,12 +9,15 @@ every state object of ours, and is always written with a resourceVersion precond
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, is_not_found
+from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, WatchEvent, is_not_found
 from canary.rollout.records import CommandFormatError, CommandOutcome, CommandRequest, ExplainDocument
 from canary.rollout.state import RolloutState
 
@@ -29,7 +32,11 @@ __all__ = [
     "ConfigMapStateStore",
     "StateTooLarge",
     "StoredState",
+    "as_dict",
+    "list_configmaps",
     "state_configmap_name",
+    "stored_from_dict",
+    "watch_configmaps",
 ]
 
 STATE_KEY = "state.json"
@@ -107,10 +114,22 @@ class StoredState:
             return None
 
 
+# Called with every ConfigMap the controller wrote, as the API answered it (a JSON dict): the
+# controller's watch cache keeps its own writes without waiting for the watch event.
+WriteObserver = Callable[[dict[str, Any]], None]
+
+
 class ConfigMapStateStore:
-    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 10.0):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        request_timeout: float = 10.0,
+        on_written: WriteObserver | None = None,
+    ):
         self.api_client = api_client  # for the stores kept beside this one (the rollback ledger)
         self.request_timeout = request_timeout
+        self.on_written = on_written
         self._core = client.CoreV1Api(api_client)
         self._timeout = request_timeout
 
@@ -210,7 +229,14 @@ class ConfigMapStateStore:
                     f"state of {namespace}/{inference_service} changed since it was read"
                 ) from error
             raise
+        if self.on_written is not None:
+            self.on_written(as_dict(self.api_client, written))
         return str(written.metadata.resource_version if written.metadata else "")
+
+    def read_raw(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ConfigMap of ours as the API has it now (a JSON dict), None when there is none (the
+        watch cache's refresh after a 409)."""
+        return read_configmap(self._core, namespace, name, self._timeout)
 
     def request_command(
         self,
@@ -266,6 +292,115 @@ class ConfigMapStateStore:
             )
         # The same labels mark each InferenceService's notification outbox: only the state is a state.
         return [_stored(item) for item in listed.items if _is_state(item)]
+
+
+SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+def as_dict(api_client: client.ApiClient, model: object) -> dict[str, Any]:
+    """A client model as the JSON dict the API sent."""
+    return cast(dict[str, Any], api_client.sanitize_for_serialization(model))  # type: ignore[no-untyped-call]
+
+
+def _json_body(response: object) -> dict[str, Any]:
+    # With _preload_content=False the generated client hands back the raw HTTP response.
+    return cast(dict[str, Any], json.loads(cast(Any, response).data))
+
+
+def read_configmap(
+    core: client.CoreV1Api, namespace: str, name: str, timeout: float
+) -> dict[str, Any] | None:
+    try:
+        response = core.read_namespaced_config_map(
+            name, namespace, _preload_content=False, _request_timeout=timeout
+        )
+    except ApiException as error:
+        if is_not_found(error):
+            return None
+        raise
+    return _json_body(response)
+
+
+def list_configmaps(
+    api_client: client.ApiClient, namespace: str | None, *, timeout: float = 30.0
+) -> tuple[list[dict[str, Any]], str]:
+    """Every ConfigMap of ours (state, ledger, outbox: the managed-by label), as JSON dicts — not
+    the client's models, which take seconds to build for ten thousand — and the list's
+    resourceVersion."""
+    core = client.CoreV1Api(api_client)
+    if namespace is None:
+        response = core.list_config_map_for_all_namespaces(
+            label_selector=SELECTOR, _preload_content=False, _request_timeout=timeout
+        )
+    else:
+        response = core.list_namespaced_config_map(
+            namespace, label_selector=SELECTOR, _preload_content=False, _request_timeout=timeout
+        )
+    body = _json_body(response)
+    return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def watch_configmaps(
+    api_client: client.ApiClient,
+    namespace: str | None,
+    resource_version: str,
+    *,
+    timeout_seconds: int = 300,
+    request_timeout: float = 10.0,
+) -> Iterator[WatchEvent]:
+    """Changes of our ConfigMaps after ``resource_version`` (objects as JSON dicts)."""
+    core = client.CoreV1Api(api_client)
+    watcher = watch.Watch()  # type: ignore[no-untyped-call]
+    scope: tuple[Any, ...] = (
+        (core.list_config_map_for_all_namespaces,)
+        if namespace is None
+        else (core.list_namespaced_config_map, namespace)
+    )
+    stream = watcher.stream(  # type: ignore[no-untyped-call]
+        *scope,
+        label_selector=SELECTOR,
+        resource_version=resource_version,
+        timeout_seconds=timeout_seconds,
+        allow_watch_bookmarks=True,
+        _request_timeout=timeout_seconds + request_timeout,
+    )
+    try:
+        for event in stream:
+            yield WatchEvent(type=str(event["type"]), object=cast(Mapping[str, Any], event["raw_object"]))
+    finally:
+        watcher.stop()  # type: ignore[no-untyped-call]
+
+
+def stored_from_dict(
+    configmap: Mapping[str, Any] | None, namespace: str, inference_service: str
+) -> StoredState:
+    """The state ConfigMap as the watch cache holds it (a JSON dict; None: there is none)."""
+    if configmap is None:
+        return StoredState(namespace, inference_service, None, None)
+    meta = configmap.get("metadata") or {}
+    data = configmap.get("data") or {}
+    return StoredState(
+        meta.get("namespace") or namespace,
+        (meta.get("labels") or {}).get(LABEL_INFERENCE_SERVICE) or inference_service,
+        data.get(STATE_KEY),
+        meta.get("resourceVersion"),
+        data.get(COMMAND_KEY),
+        data.get(EXPLAIN_KEY),
+        data.get(COMMAND_ISSUER_KEY),
+        data.get(COMMAND_RESULT_KEY),
+        owner_uid=owner_uid_of(meta),
+    )
+
+
+def owner_uid_of(meta: Mapping[str, Any]) -> str | None:
+    return next(
+        (
+            ref.get("uid")
+            for ref in meta.get("ownerReferences") or ()
+            if ref.get("kind") == "InferenceService"
+        ),
+        None,
+    )
 
 
 def _is_state(configmap: client.V1ConfigMap) -> bool:

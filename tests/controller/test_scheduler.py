@@ -1,70 +1,46 @@
-"""The evaluation scheduler: no dropped runs, no overlap, no starvation by a slow rollout."""
+"""The tick timer (apscheduler 3.x): no dropped ticks, no overlap, a wake during a tick is not lost."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 
-from canary.controller.scheduler import RolloutScheduler
-
-
-def test_a_slow_rollout_does_not_delay_another_models_evaluation() -> None:
-    release_slow = threading.Event()
-    fast_ran = threading.Event()
-
-    def run(key: str) -> None:
-        if key == "ml/slow":
-            release_slow.wait(10)
-        else:
-            fast_ran.set()
-
-    scheduler = RolloutScheduler(run, max_workers=2)
-    scheduler.start()
-    try:
-        scheduler.sync({"ml/slow": 60.0})
-        time.sleep(0.1)  # the slow job is now holding a worker
-        scheduler.sync({"ml/slow": 60.0, "ml/fast": 60.0})
-        assert fast_ran.wait(5), "the fast rollout's evaluation must run while the slow one hangs"
-    finally:
-        release_slow.set()
-        scheduler.shutdown()
+from canary.controller.scheduler import TickScheduler
 
 
-def test_one_rollout_is_never_evaluated_twice_at_once() -> None:
-    active = Counter[str]()
-    overlaps: list[str] = []
+def test_ticks_never_overlap_even_when_one_runs_longer_than_the_period() -> None:
+    active = 0
+    overlaps = 0
     lock = threading.Lock()
     runs = threading.Semaphore(0)
 
-    def run(key: str) -> None:
+    def run() -> None:
+        nonlocal active, overlaps
         with lock:
-            active[key] += 1
-            if active[key] > 1:
-                overlaps.append(key)
-        time.sleep(0.15)  # longer than the interval: runs would overlap without max_instances
+            active += 1
+            overlaps += active > 1
+        time.sleep(0.15)  # longer than the period: ticks would overlap without max_instances
         with lock:
-            active[key] -= 1
+            active -= 1
         runs.release()
 
-    scheduler = RolloutScheduler(run, max_workers=4)
+    scheduler = TickScheduler(run, period=0.05)
     scheduler.start()
     try:
-        scheduler.sync({"ml/a": 0.05})
         for _ in range(4):
             assert runs.acquire(timeout=5)
     finally:
         scheduler.shutdown()
-    assert overlaps == []
+    assert overlaps == 0
 
 
-def test_a_trigger_during_a_run_is_not_lost() -> None:
+def test_a_wake_during_a_tick_runs_another_tick_right_after() -> None:
     started = threading.Event()
     proceed = threading.Event()
-    calls: list[float] = []
     second = threading.Event()
+    calls: list[float] = []
 
-    def run(key: str) -> None:
+    def run() -> None:
         calls.append(time.monotonic())
         if len(calls) == 1:
             started.set()
@@ -72,53 +48,57 @@ def test_a_trigger_during_a_run_is_not_lost() -> None:
         else:
             second.set()
 
-    scheduler = RolloutScheduler(run, max_workers=2)
+    scheduler = TickScheduler(run, period=3600.0)
     scheduler.start()
     try:
-        scheduler.sync({"ml/a": 3600.0})
         assert started.wait(5)
-        scheduler.trigger("ml/a")  # e.g. the watch saw a new revision while we were evaluating
+        scheduler.wake()  # e.g. the watch saw a new revision while the tick ran
         proceed.set()
-        assert second.wait(5), "the triggered evaluation must run after the one in flight"
+        assert second.wait(5), "the wake must run a tick after the one in flight"
     finally:
         scheduler.shutdown()
 
 
-def test_trigger_runs_an_idle_job_right_away_and_removed_jobs_stop() -> None:
-    ran = threading.Event()
-    count = Counter[str]()
-
-    def run(key: str) -> None:
-        count[key] += 1
-        if count[key] == 2:
-            ran.set()
-
-    scheduler = RolloutScheduler(run, max_workers=1)
+def test_a_wake_runs_an_idle_timer_at_once() -> None:
+    ticks = threading.Semaphore(0)
+    scheduler = TickScheduler(ticks.release, period=3600.0)
     scheduler.start()
     try:
-        scheduler.sync({"ml/a": 3600.0})
-        time.sleep(0.2)
-        scheduler.trigger("ml/a")
-        assert ran.wait(5)
-        scheduler.sync({})
-        assert scheduler.keys == set()
-        scheduler.trigger("ml/a")  # unknown now: ignored, no error
+        assert ticks.acquire(timeout=5)  # the first tick runs at start
+        time.sleep(0.1)
+        scheduler.wake()
+        assert ticks.acquire(timeout=5)
     finally:
         scheduler.shutdown()
 
 
-def test_an_exception_in_one_evaluation_does_not_stop_the_schedule() -> None:
+def test_an_exception_in_one_tick_does_not_stop_the_timer_and_the_period_can_change() -> None:
     runs = threading.Semaphore(0)
 
-    def run(key: str) -> None:
+    def run() -> None:
         runs.release()
-        raise RuntimeError("broken rollout")
+        raise RuntimeError("broken tick")
 
-    scheduler = RolloutScheduler(run, max_workers=1)
+    scheduler = TickScheduler(run, period=3600.0)
     scheduler.start()
     try:
-        scheduler.sync({"ml/a": 0.05})
+        assert runs.acquire(timeout=5)
+        scheduler.set_period(0.05)
         for _ in range(3):
             assert runs.acquire(timeout=5)
+        assert scheduler.period == 0.05
+    finally:
+        scheduler.shutdown()
+
+
+def test_the_timer_is_configured_against_apschedulers_pitfalls() -> None:
+    scheduler = TickScheduler(lambda: None, period=1.0)
+    scheduler.start()
+    try:
+        job = scheduler._scheduler.get_job("tick")
+        assert job is not None
+        assert job.misfire_grace_time is None
+        assert job.coalesce is True
+        assert job.max_instances == 1
     finally:
         scheduler.shutdown()

@@ -1,0 +1,262 @@
+"""Watch caches: what a reconcile reads, kept by list+watch instead of a GET per rollout per tick.
+
+Two caches, each one list and then one watch per watched namespace (or one cluster-wide):
+
+* the InferenceServices;
+* the controller's own ConfigMaps (the ``app.kubernetes.io/managed-by=kserve-canary`` label): the
+  state, the rollback ledger and the notification outbox of every model.
+
+Objects are kept as the JSON the API sent, with their ``resourceVersion``, which the reconciler
+uses as the write precondition exactly as it used the one of a GET. The controller's own writes go
+into the cache as the API answered them (``put``), so the next reconcile never reads an object older
+than what it wrote; an event older than the cached object (resourceVersions compared as numbers,
+when they are numbers) is ignored. A write refused with 409 refreshes the object with one GET
+(``refresh``): the cache was behind, the next reconcile reads what the API has.
+
+A namespace whose initial list has not completed is not *synced*; the runtime reconciles nothing
+there until it is (:meth:`WatchCache.synced`). A watch that ends or fails lists again (a 410 too).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from canary.kserve.client import InferenceServiceClient, WatchEvent
+from canary.kserve.ledger_store import (
+    ConfigMapLedgerStore,
+    StoredLedger,
+    ledger_configmap_name,
+    ledger_from_dict,
+)
+from canary.kserve.store import (
+    ConfigMapStateStore,
+    StoredState,
+    state_configmap_name,
+    stored_from_dict,
+)
+
+__all__ = ["CachedReads", "DirectReads", "Reads", "WatchCache"]
+
+log = structlog.get_logger("kserve_canary.caches")
+
+Lister = Callable[[str | None], tuple[list[dict[str, Any]], str]]
+Watcher = Callable[[str | None, str, int], Iterator[WatchEvent]]
+Getter = Callable[[str, str], "dict[str, Any] | None"]
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _version(obj: Mapping[str, Any] | None) -> int | None:
+    if obj is None:
+        return None
+    text = (obj.get("metadata") or {}).get("resourceVersion")
+    if text is None:
+        return None
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+class WatchCache:
+    """One kind of object, listed and watched per scope (namespace, or None for all)."""
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        lister: Lister,
+        watcher: Watcher,
+        getter: Getter,
+        scopes: Sequence[str | None],
+        watch_timeout: int = 300,
+        on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
+    ):
+        self.kind = kind
+        self._lister = lister
+        self._watcher = watcher
+        self._getter = getter
+        self._scopes = list(scopes) or [None]
+        self._watch_timeout = watch_timeout
+        self._on_event = on_event
+        self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self._synced: set[str | None] = set()
+        self._lock = threading.Lock()
+        self.lists = 0  # initial lists and re-lists, for tests and the benchmark
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects.get((namespace, name))
+
+    def synced(self, namespace: str) -> bool:
+        with self._lock:
+            return None in self._synced or namespace in self._synced
+
+    @property
+    def all_synced(self) -> bool:
+        with self._lock:
+            return all(scope in self._synced for scope in self._scopes)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+    # -- writes by the controller ------------------------------------------------------------------
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        """An object as the API answered a write of ours (or a GET): newer than what is cached."""
+        self._apply("MODIFIED", dict(obj))
+
+    def refresh(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Read the object again (after a 409: the cache was behind) and keep what the API has."""
+        found = self._getter(namespace, name)
+        with self._lock:
+            if found is None:
+                self._objects.pop((namespace, name), None)
+            else:
+                self._objects[(namespace, name)] = found
+        return found
+
+    # -- list + watch ------------------------------------------------------------------------------
+
+    def run(self, scope: str | None, stop: threading.Event) -> None:
+        """List, then watch until ``stop``; list again whenever the watch ends. For a thread."""
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                items, version = self._lister(scope)
+                self.lists += 1
+                self._replace(scope, items)
+                backoff = 1.0
+                for event in self._watcher(scope, version, self._watch_timeout):
+                    if stop.is_set():
+                        return
+                    if event.type == "ERROR":
+                        break  # e.g. 410 Gone: list again
+                    if event.type == "BOOKMARK":
+                        continue
+                    self._apply(event.type, dict(event.object))
+            except Exception as error:
+                if stop.is_set():
+                    return
+                log.warning(
+                    "watch interrupted; listing again",
+                    kind=self.kind,
+                    namespace=scope or "all",
+                    error=str(error),
+                )
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _replace(self, scope: str | None, items: list[dict[str, Any]]) -> None:
+        fresh = {_key(item): item for item in items}
+        with self._lock:
+            for key in [key for key in self._objects if scope is None or key[0] == scope]:
+                if key not in fresh:
+                    del self._objects[key]
+            self._objects.update(fresh)
+            self._synced.add(scope)
+
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        with self._lock:
+            cached = self._objects.get(key)
+            new, old = _version(obj), _version(cached)
+            if new is not None and old is not None and new < old:
+                return  # an event older than a write of ours already cached
+            if kind == "DELETED":
+                self._objects.pop(key, None)
+            else:
+                self._objects[key] = obj
+        if self._on_event is not None:
+            self._on_event(kind, obj)
+
+
+class Reads:
+    """What a reconcile reads: the InferenceService, its state and its ledger (and how a 409 is
+    answered: the cached object is read again)."""
+
+    def synced(self, namespace: str) -> bool:
+        return True
+
+    def inference_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def state(self, namespace: str, name: str) -> StoredState:
+        raise NotImplementedError
+
+    def ledger(self, namespace: str, name: str) -> StoredLedger:
+        raise NotImplementedError
+
+    def refresh_inference_service(self, namespace: str, name: str) -> None:
+        return None
+
+    def wrote_inference_service(self, obj: Mapping[str, Any]) -> None:
+        """The InferenceService as the API answered our patch."""
+
+    def refresh_state(self, namespace: str, name: str) -> None:
+        return None
+
+    def refresh_ledger(self, namespace: str, name: str) -> None:
+        return None
+
+
+class DirectReads(Reads):
+    """A GET for every read (tests, tools, and a controller without caches)."""
+
+    def __init__(
+        self, isvcs: InferenceServiceClient, store: ConfigMapStateStore, ledgers: ConfigMapLedgerStore
+    ):
+        self._isvcs = isvcs
+        self._store = store
+        self._ledgers = ledgers
+
+    def inference_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._isvcs.get(namespace, name)
+
+    def state(self, namespace: str, name: str) -> StoredState:
+        return self._store.load(namespace, name)
+
+    def ledger(self, namespace: str, name: str) -> StoredLedger:
+        return self._ledgers.load(namespace, name)
+
+
+class CachedReads(Reads):
+    """Reads from the two watch caches; nothing is read before both have listed the namespace."""
+
+    def __init__(self, inference_services: WatchCache, configmaps: WatchCache):
+        self.inference_services = inference_services
+        self.configmaps = configmaps
+
+    def synced(self, namespace: str) -> bool:
+        return self.inference_services.synced(namespace) and self.configmaps.synced(namespace)
+
+    def inference_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.inference_services.get(namespace, name)
+
+    def state(self, namespace: str, name: str) -> StoredState:
+        return stored_from_dict(self.configmaps.get(namespace, state_configmap_name(name)), namespace, name)
+
+    def ledger(self, namespace: str, name: str) -> StoredLedger:
+        return ledger_from_dict(self.configmaps.get(namespace, ledger_configmap_name(name)))
+
+    def refresh_inference_service(self, namespace: str, name: str) -> None:
+        self.inference_services.refresh(namespace, name)
+
+    def wrote_inference_service(self, obj: Mapping[str, Any]) -> None:
+        self.inference_services.put(obj)
+
+    def refresh_state(self, namespace: str, name: str) -> None:
+        self.configmaps.refresh(namespace, state_configmap_name(name))
+
+    def refresh_ledger(self, namespace: str, name: str) -> None:
+        self.configmaps.refresh(namespace, ledger_configmap_name(name))

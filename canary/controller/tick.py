@@ -1,0 +1,396 @@
+"""One tick for all rollouts: find what is due, read it, collect its evidence at once, decide, write.
+
+Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
+
+1. **Due.** A rollout is due when its next evaluation time has come (its policy interval after its
+   last evaluation; at once when it has never been reconciled), when a watch event or a conflict
+   triggered it, or when the previous tick carried it over. Carried rollouts come first, then the
+   triggered ones, then the others by how long they have waited: none is starved. A rollout this
+   replica does not own (``owns(key)``), or whose namespace's caches have not listed yet, is skipped
+   and stays due.
+2. **Read.** Each due rollout is read from the watch caches and the pure core is asked for its
+   evidence request (:meth:`Reconciler.prepare`), all with the same evaluation time ``at``.
+3. **Evidence, once.** ``collect_many([(policy, request), ...])`` once for every rollout that needs
+   evidence (any other :class:`EvidenceSource`: ``collect`` per rollout). Rollouts that need none —
+   an auto-start, a first step, an idle model — are decided without waiting for Prometheus.
+4. **Decide and write** on a bounded worker pool (:meth:`Reconciler.finish`, which keeps its order:
+   ledger → state → patch, each fenced with ``fence(key)`` and conditional on the resourceVersion
+   read in 2).
+
+A tick has a budget (``budget`` × the tick period). Rollouts not started when it is spent are carried
+to the next tick, first; a write in flight is never cut (it finishes on its worker, and its
+rollout is not read again until it has). Nothing here raises for one rollout: its outcome carries
+the error and the others go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import structlog
+
+from canary.controller.leader import LeaderElector, NotLeader
+from canary.controller.observability import ControllerMetrics
+from canary.controller.reconciler import Prepared, ReconcileOutcome, Reconciler
+from canary.evidence import Evidence, EvidenceRequest, EvidenceSource
+from canary.notify import Destination
+from canary.policy import LoadedPolicy, PromotionPolicy
+from canary.rollout.state import Phase
+
+__all__ = ["Ownership", "SingleLeaseOwnership", "TickOutcome", "TickRunner"]
+
+log = structlog.get_logger("kserve_canary.tick")
+
+_ACTIVE = frozenset({Phase.PENDING, Phase.PROGRESSING, Phase.PROMOTING, Phase.BAKING})
+
+
+class Ownership(Protocol):
+    """Which rollouts this replica drives, and the fence before each of its writes."""
+
+    def owns(self, key: str) -> bool: ...
+
+    def fence(self, key: str) -> None:
+        """Raises :class:`canary.controller.leader.NotLeader` unless this replica may write ``key``."""
+        ...
+
+
+class SingleLeaseOwnership:
+    """The single-Lease elector as an :class:`Ownership`: the leader owns every key (no elector:
+    this replica acts alone)."""
+
+    def __init__(self, elector: LeaderElector | None):
+        self._elector = elector
+
+    def owns(self, key: str) -> bool:
+        return self._elector is None or self._elector.is_leader
+
+    def fence(self, key: str) -> None:
+        if self._elector is not None:
+            self._elector.fence()
+
+
+@dataclass
+class TickOutcome:
+    at: datetime
+    due: list[str] = field(default_factory=list)
+    decided: list[str] = field(default_factory=list)  # finished within the tick's budget
+    carried: list[str] = field(default_factory=list)  # out of budget: first in the next tick
+    in_flight: list[str] = field(default_factory=list)  # still writing when the budget ran out
+    skipped: list[str] = field(default_factory=list)  # not owned, or caches not synced
+    failed: list[str] = field(default_factory=list)
+    collect_calls: int = 0  # collect_many (or collect) calls to the evidence source
+    evidence_requests: int = 0  # rollouts that asked for evidence
+    duration: float = 0.0
+    outcomes: dict[str, ReconcileOutcome] = field(default_factory=dict)
+
+
+class TickRunner:
+    def __init__(
+        self,
+        *,
+        reconciler: Reconciler,
+        evidence: EvidenceSource,
+        policy: Callable[[str], LoadedPolicy | None],
+        destinations: Callable[[PromotionPolicy], Sequence[Destination]] = lambda policy: (),
+        ownership: Ownership,
+        metrics: ControllerMetrics,
+        clock: Callable[[], datetime],
+        period: float = 5.0,
+        budget: float = 0.8,
+        max_workers: int = 8,
+        synced: Callable[[str], bool] = lambda namespace: True,
+        before_reconcile: Callable[[LoadedPolicy], None] = lambda loaded: None,
+        wake: Callable[[], None] = lambda: None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self._reconciler = reconciler
+        self._evidence = evidence
+        self._policy = policy
+        self._destinations = destinations
+        self._ownership = ownership
+        self._metrics = metrics
+        self._clock = clock
+        self.period = period
+        self.budget = budget
+        self._synced = synced
+        self._before = before_reconcile
+        self._wake = wake
+        self._monotonic = monotonic
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="reconcile")
+        self._lock = threading.Lock()
+        self._intervals: dict[str, float] = {}
+        self._next_due: dict[str, datetime] = {}
+        self._waiting_since: dict[str, datetime] = {}
+        self._triggered: set[str] = set()
+        self._carried: list[str] = []
+        self._in_flight: set[str] = set()
+        self.last: TickOutcome | None = None
+
+    # -- what there is -------------------------------------------------------------------------
+
+    def sync(self, intervals: Mapping[str, float]) -> None:
+        """The policies now loaded: ``{key: interval seconds}``."""
+        with self._lock:
+            for key in set(self._intervals) - set(intervals):
+                self._next_due.pop(key, None)
+                self._waiting_since.pop(key, None)
+                self._triggered.discard(key)
+                self._reconciler.forget(key)
+            self._carried = [key for key in self._carried if key in intervals]
+            self._intervals = dict(intervals)
+
+    @property
+    def keys(self) -> set[str]:
+        with self._lock:
+            return set(self._intervals)
+
+    def smallest_interval(self) -> float | None:
+        with self._lock:
+            return min(self._intervals.values(), default=None)
+
+    def trigger(self, key: str) -> None:
+        """Reconcile ``key`` in the next tick (and wake the timer)."""
+        with self._lock:
+            if key not in self._intervals:
+                return
+            self._triggered.add(key)
+        self._wake()
+
+    def close(self, *, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=False)
+
+    # -- the tick ------------------------------------------------------------------------------
+
+    def due(self, now: datetime) -> list[str]:
+        """The rollouts due at ``now``, in the order they are served."""
+        with self._lock:
+            waiting = [
+                key
+                for key in self._intervals
+                if key not in self._in_flight
+                and (key in self._triggered or self._next_due.get(key, now) <= now)
+            ]
+            first = [key for key in self._carried if key in self._intervals and key not in self._in_flight]
+            firsts = set(first)
+            triggered = sorted(key for key in waiting if key in self._triggered and key not in firsts)
+            others = sorted(
+                (key for key in waiting if key not in self._triggered and key not in firsts),
+                key=lambda key: (self._waiting_since.get(key, self._next_due.get(key, now)), key),
+            )
+        return first + triggered + others
+
+    def run_tick(self) -> TickOutcome:
+        started = self._monotonic()
+        deadline = started + self.budget * self.period
+        now = self._clock()
+        outcome = TickOutcome(at=now)
+        api_before = _api_counts(self._metrics)
+        due = self.due(now)
+        outcome.due = list(due)
+        with self._lock:
+            self._carried = []
+            for key in due:
+                self._waiting_since.setdefault(key, now)
+        # 2. read, ask the core what to measure
+        prepared: list[Prepared] = []
+        for index, key in enumerate(due):
+            if self._monotonic() >= deadline:
+                outcome.carried.extend(due[index:])
+                break
+            item = self._prepare_one(key, now, outcome)
+            if item is not None:
+                prepared.append(item)
+        # 4a. what needs no evidence is decided at once
+        futures: dict[str, Future[ReconcileOutcome]] = {}
+        needing = [item for item in prepared if item.request is not None]
+        for item in prepared:
+            if item.request is None:
+                futures[item.key] = self._submit(item, None)
+        # 3. one collect for all
+        if needing:
+            outcome.evidence_requests = len(needing)
+            evidences, calls = self._collect(needing)
+            outcome.collect_calls = calls
+            for item, evidence in zip(needing, evidences, strict=True):
+                futures[item.key] = self._submit(item, evidence)
+        # 4b. wait for the decisions within the budget; carry what has not started
+        for key, future in futures.items():
+            remaining = deadline - self._monotonic()
+            if remaining > 0:
+                with contextlib.suppress(Exception):  # a timeout is handled below
+                    future.result(timeout=remaining)
+            if future.done() and not future.cancelled():
+                result = future.result() if future.exception() is None else None
+                if result is None:
+                    outcome.failed.append(key)
+                else:
+                    outcome.outcomes[key] = result
+                    (outcome.failed if result.error else outcome.decided).append(key)
+                continue
+            if future.cancel():
+                outcome.carried.append(key)
+            else:
+                outcome.in_flight.append(key)
+        with self._lock:
+            self._carried = [key for key in outcome.carried if key in self._intervals]
+            for key in outcome.carried:
+                self._in_flight.discard(key)
+        outcome.duration = self._monotonic() - started
+        self._record(outcome, api_before)
+        self.last = outcome
+        return outcome
+
+    # -- the steps -----------------------------------------------------------------------------
+
+    def _prepare_one(self, key: str, now: datetime, outcome: TickOutcome) -> Prepared | None:
+        loaded = self._policy(key)
+        if loaded is None:
+            return None
+        namespace = loaded.policy.metadata.namespace
+        if not self._synced(namespace) or not self._ownership.owns(key):
+            outcome.skipped.append(key)
+            return None
+        with self._lock:
+            self._triggered.discard(key)
+        try:
+            self._before(loaded)
+            prepared = self._reconciler.prepare(loaded, self._destinations(loaded.policy), now=now)
+        except NotLeader as error:
+            log.warning("write refused: not the owner", key=key, error=str(error))
+            outcome.skipped.append(key)
+            return None
+        except Exception as error:  # prepare never raises; this is the last line
+            log.exception("reconcile failed", key=key, error=str(error))
+            outcome.failed.append(key)
+            self._schedule(key, now, None)
+            return None
+        if isinstance(prepared, ReconcileOutcome):
+            outcome.outcomes[key] = prepared
+            outcome.failed.append(key)
+            self._schedule(key, now, prepared)
+            return None
+        with self._lock:
+            self._in_flight.add(key)
+        return prepared
+
+    def _collect(self, items: list[Prepared]) -> tuple[list[Evidence | None], int]:
+        started = self._monotonic()
+        asks: list[tuple[PromotionPolicy, EvidenceRequest]] = []
+        for item in items:
+            assert item.request is not None
+            asks.append((item.policy, item.request))
+        collect_many = getattr(self._evidence, "collect_many", None)
+        try:
+            if callable(collect_many):
+                answers: list[Evidence | None] = list(collect_many(asks))
+                calls = 1
+                if len(answers) != len(asks):
+                    raise ValueError(f"collect_many answered {len(answers)} of {len(asks)} requests")
+            else:
+                answers = [self._reconciler.collect(policy, request) for policy, request in asks]
+                calls = len(asks)
+        except Exception as error:  # the contract says it never raises: no evidence this tick
+            log.exception("evidence collection failed", rollouts=len(asks), error=str(error))
+            self._metrics.query_errors.labels("internal").inc()
+            return [None] * len(asks), 1
+        finally:
+            self._metrics.query_duration.observe(self._monotonic() - started)
+        if callable(collect_many):
+            for answer in answers:
+                if answer is not None:
+                    self._reconciler.count_query_errors(answer)
+        return answers, calls
+
+    def _submit(self, item: Prepared, evidence: Evidence | None) -> Future[ReconcileOutcome]:
+        return self._pool.submit(self._finish, item, evidence)
+
+    def _finish(self, item: Prepared, evidence: Evidence | None) -> ReconcileOutcome:
+        key = item.key
+        result: ReconcileOutcome | None = None
+        try:
+            result = self._reconciler.finish(item, evidence)
+        except NotLeader as error:
+            log.warning("write refused: not the owner", key=key, error=str(error))
+            result = ReconcileOutcome(key, error=f"not the owner: {error}")
+        finally:
+            with self._lock:
+                self._in_flight.discard(key)
+            self._schedule(key, item.now, result)
+        return result
+
+    def _schedule(self, key: str, now: datetime, result: ReconcileOutcome | None) -> None:
+        """When ``key`` is due next, after a reconcile at ``now``."""
+        with self._lock:
+            interval = self._intervals.get(key)
+            if interval is None:
+                return
+            self._waiting_since.pop(key, None)
+            every = timedelta(seconds=interval)
+            if result is not None and result.retry_soon:
+                self._triggered.add(key)
+                self._next_due[key] = now
+            elif result is not None and result.decision is not None and not result.evaluated:
+                phase = result.decision.new_state.phase
+                # An active rollout whose evaluation was not due yet (its window started after the
+                # last one): looked at again next tick, from the caches, until it is.
+                soon = timedelta(seconds=min(interval, self.period))
+                self._next_due[key] = now + (soon if phase in _ACTIVE else every)
+            else:
+                self._next_due[key] = now + every
+        if result is not None and result.retry_soon:
+            self._wake()
+
+    def _record(self, outcome: TickOutcome, api_before: tuple[float, float]) -> None:
+        metrics = self._metrics
+        metrics.ticks.inc()
+        metrics.tick_duration.observe(outcome.duration)
+        for name, keys in (
+            ("due", outcome.due),
+            ("decided", outcome.decided),
+            ("carried", outcome.carried),
+            ("skipped", outcome.skipped),
+            ("failed", outcome.failed),
+        ):
+            metrics.tick_rollouts.labels(name).inc(len(keys))
+        reads, writes = _api_counts(metrics)
+        for name, value in (
+            ("due", len(outcome.due)),
+            ("decided", len(outcome.decided)),
+            ("carried", len(outcome.carried)),
+            ("in-flight", len(outcome.in_flight)),
+            ("collect-calls", outcome.collect_calls),
+            ("evidence-requests", outcome.evidence_requests),
+            ("api-reads", reads - api_before[0]),
+            ("api-writes", writes - api_before[1]),
+            ("duration-seconds", outcome.duration),
+        ):
+            metrics.tick_last.labels(name).set(value)
+        if outcome.carried or outcome.in_flight:
+            log.warning(
+                "tick out of budget: rollouts carried to the next tick",
+                due=len(outcome.due),
+                decided=len(outcome.decided),
+                carried=len(outcome.carried),
+                inFlight=len(outcome.in_flight),
+                seconds=round(outcome.duration, 3),
+                budget=round(self.budget * self.period, 3),
+            )
+        elif outcome.due:
+            log.debug(
+                "tick",
+                due=len(outcome.due),
+                decided=len(outcome.decided),
+                evidence=outcome.evidence_requests,
+                seconds=round(outcome.duration, 3),
+            )
+
+
+def _api_counts(metrics: ControllerMetrics) -> tuple[float, float]:
+    return metrics.api_totals()
