@@ -1,19 +1,30 @@
 """The Prometheus evidence source: policies and evidence requests in, :class:`~canary.evidence.Evidence` out.
 
 ``PrometheusEvidenceSource(config).collect(policy, request)`` answers one rollout's evaluation;
-``collect_many([(policy, request), ...])`` answers every rollout of a tick and shares each builtin
-query among all of them whose window is the same. The evidence keys and their meaning are documented
-in :mod:`canary.metrics.plan`; the PromQL in :mod:`canary.metrics.catalog`.
+``collect_many([(policy, request), ...])`` answers several at once. The evidence keys and their
+meaning are documented in :mod:`canary.metrics.plan`; the PromQL in :mod:`canary.metrics.catalog`.
 
 Guarantees:
 
-* every query is an instant query at ``time=request.at`` over ``[request.window_start, request.at]``
-  (``{{ window }}``: whole seconds, at least ``min_window`` — two scrape intervals by default);
-  Prometheus' clock and ours are never read to decide *what* to measure;
+* ``request-count``, ``latency`` and ``error-rate`` (unless overridden) come from the **counter
+  book** (:mod:`canary.metrics.counters`): one instant query per requests profile per tick samples
+  the raw cumulative counters of every tracked revision together (:class:`CountsPipeline`; calls
+  whose ``at`` is within half a scrape interval share a sample, single-flight), so the cost does not
+  grow with the number of rollouts; a revision's past is filled once by range queries
+  (``/api/v1/query_range`` at the scrape interval, within 11,000 points per series and
+  ``backfill_sample_budget``) when it is first asked for with a start in the past (e.g. after a
+  restart). Counts are integers, :attr:`Evidence.counts` carries them as
+  :class:`~canary.evidence.CountSeries`;
+* the other builtin families are instant queries at ``time=request.at`` over
+  ``[request.window_start, request.at]`` (``{{ window }}``: whole seconds, at least ``min_window``),
+  shared by the rollouts of one call whose window is the same; custom ``promql`` checks and
+  overrides are asked per revision within ``max_single_queries_per_tick`` per tick, the rest are
+  ``error``/``deferred`` this tick (fairly rotated);
+* Prometheus' clock and ours are never read to decide *what* to measure;
 * nothing raises: an unreachable, slow or failing Prometheus, a malformed custom query or an
-  unexpected answer becomes an ``error`` measurement with its :class:`~canary.evidence.ErrorClass`;
-* one builtin query answers the canary and the stable revision together; the number of HTTP round
-  trips is reported in :attr:`Evidence.queries`.
+  unexpected answer becomes an ``error`` measurement (and ``error`` counts) with its
+  :class:`~canary.evidence.ErrorClass`; the HTTP round trips spent for a rollout (shared ones
+  included, a reused sample not) are reported in :attr:`Evidence.queries`.
 """
 
 from __future__ import annotations
@@ -231,6 +242,8 @@ class PrometheusEvidenceSource:
             },
             "minWindowSeconds": self.min_window,
             "grouping": self.grouping.value,
+            "counts": self.counts.explain(),
+            "maxSingleQueriesPerTick": self.max_single_queries_per_tick,
             "detected": self.detector.report().as_dict(),
         }
 
@@ -412,6 +425,23 @@ class CountsPipeline:
         self._lock = threading.Lock()
         self.books: dict[CounterQuery, CounterBook] = {}
         self._last: dict[CounterQuery, _Refresh] = {}
+
+    def explain(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "scrapeIntervalSeconds": self.step,
+                "backfillSampleBudget": self.sample_budget,
+                "trackedRevisions": dict(
+                    sorted(
+                        (
+                            counter.profile.value
+                            + (f"/{counter.revision_label}" if counter.revision_label else ""),
+                            len(book.tracked()),
+                        )
+                        for counter, book in self.books.items()
+                    )
+                ),
+            }
 
     def book(self, counter: CounterQuery) -> CounterBook:
         book = self.books.get(counter)
