@@ -43,6 +43,7 @@ __all__ = [
     "GRID_POINTS",
     "Direction",
     "MixtureTest",
+    "chi_square_quantile",
     "cut",
     "dispersion",
     "paired_log_ratio",
@@ -136,11 +137,14 @@ class MixtureTest:
         return self.log_evidence(events, trials, phi) >= self.threshold
 
 
-def dispersion(intervals: Sequence[tuple[float, float]]) -> float:
-    """How much more the per-interval counts vary than a binomial's: Pearson's chi-square over
-    ``(events, trials)`` per interval divided by its degrees of freedom, at least 1.
+def dispersion(intervals: Sequence[tuple[float, float]], confidence: float = 0.95) -> float:
+    """How much more the per-interval counts vary than a binomial's, at least 1: an upper
+    confidence bound on it, since an underestimate would make every test too bold.
 
-    Fewer than three intervals with trials, or no events at all, give 1: there is nothing to measure.
+    Pearson's chi-square over ``(events, trials)`` per interval is about ``phi`` times a chi-square
+    with ``m - 1`` degrees of freedom; dividing it by that distribution's lower ``1 - confidence``
+    quantile (Wilson–Hilferty) bounds ``phi`` from above at ``confidence``. Fewer than three
+    intervals with trials, or no events at all, give 1: there is nothing to measure.
     """
     used = [(events, trials) for events, trials in intervals if trials > 0]
     if len(used) < 3:
@@ -153,7 +157,15 @@ def dispersion(intervals: Sequence[tuple[float, float]]) -> float:
     chi_square = sum(
         (events - trials * share) ** 2 / (trials * share * (1.0 - share)) for events, trials in used
     )
-    return max(1.0, chi_square / (len(used) - 1))
+    return max(1.0, chi_square / chi_square_quantile(len(used) - 1, 1.0 - confidence))
+
+
+def chi_square_quantile(degrees: int, probability: float) -> float:
+    """The ``probability`` quantile of a chi-square with ``degrees`` degrees of freedom
+    (Wilson–Hilferty's cube-root normal approximation; a small positive floor for tiny quantiles)."""
+    z = NormalDist().inv_cdf(probability)
+    ninth = 2.0 / (9.0 * degrees)
+    return max(degrees * (1.0 - ninth + z * math.sqrt(ninth)) ** 3, 1e-3 * degrees)
 
 
 def paired_log_ratio(

@@ -3,9 +3,9 @@
 A revision is a request rate, an error share and a lognormal latency (its median and p99); every
 interval draws its requests (Poisson), errors (binomial) and bucket counts (sequential binomials
 over the real Knative bucket edges) — exact draws, no normal approximation — so what the judge sees
-is what a Prometheus scraping real counters would show. ``burst`` multiplies the rate, the error
-share and the slow tail of an interval by a shared random factor (mean one), the clustering real
-traffic has.
+is what a Prometheus scraping real counters would show. ``burst`` multiplies the rate, and
+(independently) the error share and the slow tail, of an interval by random factors of mean one: the
+clustering real traffic has.
 """
 
 from __future__ import annotations
@@ -90,8 +90,11 @@ def draw_tally(
     share: float = 1.0,
     latency: bool = True,
 ) -> Tally:
+    # Load and trouble vary independently (gamma factors of mean one): the share of errors and of slow
+    # requests among all requests stays the revision's own, only clustered in time.
+    load = rng.gammavariate(1.0 / burst, burst) if burst > 0 else 1.0
     factor = rng.gammavariate(1.0 / burst, burst) if burst > 0 else 1.0
-    requests = poisson(rng, revision.rate * seconds * share * factor)
+    requests = poisson(rng, revision.rate * seconds * share * load)
     errors = binomial(rng, requests, min(1.0, revision.error_share * factor))
     if not latency:
         return Tally(start, start + timedelta(seconds=seconds), requests, errors)
