@@ -279,7 +279,7 @@ class ShardedElector:
         """One round: renew the member Lease, list the group, renew, drain, release, acquire."""
         started = self._monotonic()
         now = self._now()
-        self._renew_member(now, started)
+        renewed = self._renew_member(now, started)
         try:
             seen = self._list()
         except Exception as error:
@@ -287,6 +287,10 @@ class ShardedElector:
             self._report()
             return
         shards, members = self._split(seen)
+        if not renewed:  # refused on a stale or missing resourceVersion: retry on the one listed
+            listed = members.get(self.member_name)
+            self._member_version = listed.resource_version if listed is not None else None
+            self._renew_member(now, started)
         live = {self.identity} | {
             m.holder for m in members.values() if m.holder and not self._expired(m, now)
         }
@@ -552,7 +556,10 @@ class ShardedElector:
         except Exception as error:  # it expires by itself
             log.warning("shard lease release failed", shard=index, error=str(error), identity=self.identity)
 
-    def _renew_member(self, now: datetime, started: float) -> None:
+    def _renew_member(self, now: datetime, started: float) -> bool:
+        """Create or renew this replica's member Lease; False when the API refused the write (a 409:
+        it exists from an earlier process of this identity, or was written since; the next list
+        gives its resourceVersion)."""
         body = self._body(
             self.member_name,
             "member",
@@ -563,31 +570,19 @@ class ShardedElector:
             resource_version=self._member_version,
             annotations={SHARDS_ANNOTATION: str(self.shards)},
         )
-        create = self._member_version is None
         try:
-            written = self._put(body, create=create)
+            written = self._put(body, create=self._member_version is None)
         except ApiException as error:
-            if error.status == 409:  # exists already (a restart) or written since: read it, retry
-                try:
-                    current = self._api.read_namespaced_lease(
-                        self.member_name, self.namespace, _request_timeout=self._timeout
-                    )
-                    if body.metadata is not None and current.metadata is not None:
-                        body.metadata.resource_version = current.metadata.resource_version
-                    written = self._put(body, create=False)
-                except Exception as retry_error:
-                    log.info("member lease write failed", error=str(retry_error), identity=self.identity)
-                    return
-            else:
-                if error.status == 404:  # deleted meanwhile: create it again next round
-                    self._member_version = None
-                log.info("member lease write failed", status=error.status, identity=self.identity)
-                return
+            if error.status == 404:  # deleted meanwhile: create it again
+                self._member_version = None
+            log.info("member lease write failed", status=error.status, identity=self.identity)
+            return bool(error.status != 409)
         except Exception as error:
             log.warning("member lease write failed", error=str(error), identity=self.identity)
-            return
+            return True
         self._member_version = written.metadata.resource_version if written.metadata else None
         self._member_renewed_at = started
+        return True
 
     def _collect_members(self, members: dict[str, _Seen], now: datetime) -> None:
         """Delete member Leases of replicas gone long ago (pods of earlier Deployments)."""

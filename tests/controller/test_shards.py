@@ -9,6 +9,7 @@ after the work in flight for it, and fencing that refuses once a Lease is lost o
 from __future__ import annotations
 
 import collections
+import os
 import subprocess
 import sys
 import threading
@@ -412,6 +413,18 @@ def test_the_single_lease_of_shards_1_held_means_no_shard_is_taken(world: World)
     assert owned(a) == set(range(SHARDS))
 
 
+def test_a_process_restarted_under_the_same_identity_renews_its_member_lease(world: World) -> None:
+    first = world.replica("a")
+    first.tick()
+    again = world.replica("a")  # killed and restarted within the lease duration (a StatefulSet pod)
+    again.tick()
+    renewed = world.lease(member_lease_name(LEASE, "a")).spec.renew_time
+    world.clocks.advance(RETRY)
+    again.tick()
+    assert world.lease(member_lease_name(LEASE, "a")).spec.renew_time > renewed
+    assert owned(again) == set(range(SHARDS))
+
+
 def test_member_leases_of_replicas_long_gone_are_deleted(world: World) -> None:
     gone = world.replica("gone")
     gone.tick()
@@ -513,3 +526,83 @@ def wait(predicate: Any, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return bool(predicate())
+
+
+# -- what the deployment grants --------------------------------------------------------------------
+
+
+def lease_grant_problems(manifests: list[dict[str, Any]], requests: list[Any]) -> list[str]:
+    from tests.deploy.rbac import Authorizer
+
+    authorizer = Authorizer.for_service_account(manifests, "kserve-canary", "kserve-canary")
+    found = [f"denied: {r}" for r in sorted(set(requests)) if not authorizer.allows(r)]
+    for grant in authorizer.grants:
+        for group, resource, verb in sorted(grant.rule.grants()):
+            if resource != "leases":
+                continue
+            if not any(r.triple == (group, resource, verb) and grant.allows(r) for r in requests):
+                found.append(f"unused: {verb} {resource} ({grant})")
+    return found
+
+
+def test_the_chart_and_the_kustomize_component_grant_exactly_the_lease_requests_of_shards(
+    tmp_path: Path,
+) -> None:
+    """Every Lease request of sharded replicas (acquire, renew, fence, drain, release, take over,
+    collect a dead member, shut down) is allowed by the Role rendered with shards, and every Lease
+    verb the Role grants is used."""
+    from tests.deploy.manifests import DEPLOY, kustomize, render_chart
+    from tests.deploy.rbac import attributes
+
+    emulator = Emulator()
+    emulator.create_namespace("kserve-canary")
+    clocks = Clocks()
+    with EmulatorServer(emulator) as server:
+        server.write_kubeconfig(tmp_path / "kubeconfig")
+        api = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))  # type: ignore[no-untyped-call]
+
+        def replica(identity: str, **kwargs: Any) -> ShardedElector:
+            return ShardedElector(
+                api,
+                name="kserve-canary",
+                namespace="kserve-canary",
+                identity=identity,
+                shards=4,
+                lease_duration=DURATION,
+                renew_deadline=DEADLINE,
+                retry_period=RETRY,
+                wall_clock=lambda: clocks.wall,
+                monotonic=lambda: clocks.mono,
+                **kwargs,
+            )
+
+        a, b, dead = replica("pod-a", member_gc_after=1.0), replica("pod-b"), replica("pod-dead")
+        round_(dead, a, b, a, b)
+        for index in range(4):
+            key = keys_by_shard(4, per_shard=1)[index][0]
+            owner = next((r for r in (a, b, dead) if r.owns(key)), None)
+            if owner is not None:
+                owner.fence(key)
+        clocks.advance(DURATION + 1.5)  # dead stops: its shards expire, its member Lease is collected
+        round_(a, b, a, b)
+        a.release()
+        b.tick()
+        b.release()
+        requests = [
+            attributes(entry.method, entry.path, entry.query)
+            for entry in emulator.requests.entries()
+            if "/leases" in entry.path
+        ]
+    assert {r.verb for r in requests if r is not None} == {"create", "get", "list", "update", "delete"}
+    chart = render_chart({"leaderElection": {"shards": 4}, "replicaCount": 3})
+    assert not lease_grant_problems(chart, requests)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(DEPLOY / 'overlays' / 'cluster-wide', overlay)}]\n"
+        f"components: [{os.path.relpath(DEPLOY / 'components' / 'shards', overlay)}]\n"
+    )
+    assert not lease_grant_problems(kustomize(overlay), requests)
+    deployment = next(m for m in kustomize(overlay) if m["kind"] == "Deployment")
+    assert "--shards=4" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
