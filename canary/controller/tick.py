@@ -288,25 +288,33 @@ class TickRunner:
             asks.append((item.policy, item.request))
         collect_many = getattr(self._evidence, "collect_many", None)
         try:
-            if callable(collect_many):
+            if not callable(collect_many):
+                return [self._collect_one(policy, request) for policy, request in asks], len(asks)
+            try:
                 answers: list[Evidence | None] = list(collect_many(asks))
-                calls = 1
                 if len(answers) != len(asks):
                     raise ValueError(f"collect_many answered {len(answers)} of {len(asks)} requests")
-            else:
-                answers = [self._reconciler.collect(policy, request) for policy, request in asks]
-                calls = len(asks)
-        except Exception as error:  # the contract says it never raises: no evidence this tick
-            log.exception("evidence collection failed", rollouts=len(asks), error=str(error))
-            self._metrics.query_errors.labels("internal").inc()
-            return [None] * len(asks), 1
-        finally:
-            self._metrics.query_duration.observe(self._monotonic() - started)
-        if callable(collect_many):
+            except Exception as error:  # the contract says it never raises: no evidence this tick
+                log.exception("evidence collection failed", rollouts=len(asks), error=str(error))
+                self._metrics.query_errors.labels("internal").inc()
+                return [None] * len(asks), 1
             for answer in answers:
                 if answer is not None:
                     self._reconciler.count_query_errors(answer)
-        return answers, calls
+            return answers, 1
+        finally:
+            self._metrics.query_duration.observe(self._monotonic() - started)
+
+    def _collect_one(self, policy: PromotionPolicy, request: EvidenceRequest) -> Evidence | None:
+        """Any other EvidenceSource: one rollout at a time; one failing never stops the others."""
+        try:
+            evidence = self._evidence.collect(policy, request)
+        except Exception as error:
+            log.exception("evidence collection failed", key=policy.key, error=str(error))
+            self._metrics.query_errors.labels("internal").inc()
+            return None
+        self._reconciler.count_query_errors(evidence)
+        return evidence
 
     def _submit(self, item: Prepared, evidence: Evidence | None) -> Future[ReconcileOutcome]:
         return self._pool.submit(self._finish, item, evidence)

@@ -1,0 +1,153 @@
+"""The watch caches against the API emulator over HTTP: listed, kept up to date by the watch, never
+older than our own writes, and refreshed by a GET when a write meets 409."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.stack import inference_service
+from kubernetes import client, config
+
+from canary.controller.caches import CachedReads, WatchCache
+from canary.kserve.client import ConflictError, InferenceServiceClient
+from canary.kserve.store import (
+    ConfigMapStateStore,
+    list_configmaps,
+    read_configmap,
+    watch_configmaps,
+)
+from canary.rollout.state import Phase, RolloutState
+
+NS = "ml"
+
+
+@dataclass
+class World:
+    emulator: Emulator
+    api: client.ApiClient
+    isvcs: WatchCache
+    configmaps: WatchCache
+    reads: CachedReads
+    events: list[tuple[str, str]]
+    stop: threading.Event
+
+    def start(self) -> None:
+        for cache in (self.isvcs, self.configmaps):
+            threading.Thread(target=cache.run, args=(NS, self.stop), daemon=True).start()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0))
+    stop = threading.Event()
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        emulator.create_namespace(NS)
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", NS, "inferenceservices", inference_service(NS, "llama", "s3://m/v1")
+        )  # fmt: skip
+        emulator.settle()
+        isvcs = InferenceServiceClient(api)
+        core = client.CoreV1Api(api)
+        events: list[tuple[str, str]] = []
+        isvc_cache = WatchCache(
+            "InferenceService",
+            lister=isvcs.list,
+            watcher=lambda scope, version, seconds: isvcs.watch(scope, version, timeout_seconds=seconds),
+            getter=isvcs.get,
+            scopes=[NS],
+            on_event=lambda kind, obj: events.append((kind, obj["metadata"]["name"])),
+        )
+        cm_cache = WatchCache(
+            "ConfigMap",
+            lister=lambda scope: list_configmaps(api, scope),
+            watcher=lambda scope, version, seconds: watch_configmaps(
+                api, scope, version, timeout_seconds=seconds
+            ),
+            getter=lambda namespace, name: read_configmap(core, namespace, name, 10.0),
+            scopes=[NS],
+        )
+        try:
+            yield World(emulator, api, isvc_cache, cm_cache, CachedReads(isvc_cache, cm_cache), events, stop)
+        finally:
+            stop.set()
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_cache_is_not_synced_until_it_has_listed(world: World) -> None:
+    assert not world.reads.synced(NS)
+    assert world.reads.inference_service(NS, "llama") is None
+    world.start()
+    _wait(lambda: world.reads.synced(NS))
+    found = world.reads.inference_service(NS, "llama")
+    assert found is not None and found["metadata"]["resourceVersion"]
+
+
+def test_watch_events_keep_the_cache_up_to_date_with_resource_versions(world: World) -> None:
+    world.start()
+    _wait(lambda: world.reads.synced(NS))
+    before = world.reads.inference_service(NS, "llama")
+    assert before is not None
+    patched = client.CustomObjectsApi(world.api).patch_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", NS, "inferenceservices", "llama",
+        {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+    )  # fmt: skip
+    version = patched["metadata"]["resourceVersion"]  # type: ignore[index]
+
+    def caught_up() -> bool:
+        cached = world.reads.inference_service(NS, "llama")
+        return cached is not None and int(cached["metadata"]["resourceVersion"]) >= int(version)
+
+    _wait(caught_up)
+    assert ("MODIFIED", "llama") in world.events
+
+    store = ConfigMapStateStore(world.api)
+    store.save(NS, "llama", RolloutState(phase=Phase.IDLE), resource_version=None, owner_uid=None)
+    _wait(lambda: world.reads.state(NS, "llama").state_json is not None)
+    assert world.reads.state(NS, "llama").resource_version is not None
+    client.CoreV1Api(world.api).delete_namespaced_config_map("kserve-canary-llama", NS)
+    _wait(lambda: world.reads.state(NS, "llama").state_json is None)
+
+
+def test_our_own_write_is_cached_at_once_and_an_older_event_never_replaces_it(world: World) -> None:
+    world.start()
+    _wait(lambda: world.reads.synced(NS))
+    store = ConfigMapStateStore(world.api, on_written=world.configmaps.put)
+    version = store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
+    assert world.reads.state(NS, "llama").resource_version == version, "no wait for the watch event"
+    newer = store.save(
+        NS, "llama", RolloutState(phase=Phase.PAUSED), resource_version=version, owner_uid=None
+    )
+    stale = {"metadata": {"namespace": NS, "name": "kserve-canary-llama", "resourceVersion": version}}
+    world.configmaps._apply("MODIFIED", stale)  # an event delayed behind our write
+    assert world.reads.state(NS, "llama").resource_version == newer
+
+
+def test_a_409_refreshes_the_cached_object_with_a_get(world: World) -> None:
+    store = ConfigMapStateStore(world.api, on_written=world.configmaps.put)
+    store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
+    # No watch running: somebody else writes and the cache does not see it.
+    world.configmaps.refresh(NS, "kserve-canary-llama")
+    seen = world.reads.state(NS, "llama")
+    ConfigMapStateStore(world.api).save(
+        NS, "llama", RolloutState(phase=Phase.PAUSED), resource_version=seen.resource_version, owner_uid=None
+    )
+    with pytest.raises(ConflictError):
+        store.save(NS, "llama", RolloutState(), resource_version=seen.resource_version, owner_uid=None)
+    world.reads.refresh_state(NS, "llama")
+    fresh = world.reads.state(NS, "llama")
+    assert fresh.resource_version != seen.resource_version
+    assert fresh.state().phase is Phase.PAUSED

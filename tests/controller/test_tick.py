@@ -1,0 +1,322 @@
+"""The tick against the API emulator over HTTP, reading from the real watch caches: which rollouts are
+due, one evidence collect for all of them, the budget and what it carries over, ownership.
+
+The evidence source is a recording one written here (not our PrometheusEvidenceSource mocked): it
+implements the EvidenceSource protocol and ``collect_many``, and answers every request with no data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.stack import inference_service
+from kubernetes import client, config
+
+from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.leader import NotLeader
+from canary.controller.observability import ControllerMetrics
+from canary.controller.reconciler import Reconciler
+from canary.controller.tick import TickRunner
+from canary.evidence import REQUESTS, Evidence, EvidenceRequest, Measurement
+from canary.kserve.client import InferenceServiceClient
+from canary.kserve.ledger_store import ConfigMapLedgerStore
+from canary.kserve.store import (
+    ConfigMapStateStore,
+    list_configmaps,
+    read_configmap,
+    watch_configmaps,
+)
+from canary.notify import NotificationDispatcher
+from canary.policy import LoadedPolicy, PromotionPolicy, load_text
+
+NS = "ml"
+MODELS = [f"m{index}" for index in range(6)]
+
+
+def policy_text(name: str) -> str:
+    return f"""\
+apiVersion: kserve-canary.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  target: {{inferenceService: {name}}}
+  steps: [10, 50, 100]
+  window: 5m
+  interval: 1m
+  minRequests: 100
+  checks:
+    - {{name: p99, metric: latency, quantile: 0.99, max: 2s}}
+"""
+
+
+class RecordingSource:
+    """An EvidenceSource that remembers every call and answers "no requests yet"."""
+
+    def __init__(self, *, many: bool = True) -> None:
+        self.calls: list[list[tuple[str, datetime]]] = []
+        if not many:
+            self.collect_many = None  # type: ignore[assignment]
+
+    def _answer(self, request: EvidenceRequest) -> Evidence:
+        empty = Measurement.no_data("no requests in the window")
+        return Evidence(request, {REQUESTS: empty, **{check.name: empty for check in request.checks}})
+
+    def collect(self, policy: PromotionPolicy, request: EvidenceRequest) -> Evidence:
+        self.calls.append([(policy.key, request.at)])
+        return self._answer(request)
+
+    def collect_many(self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]]) -> list[Evidence]:
+        self.calls.append([(policy.key, request.at) for policy, request in rollouts])
+        return [self._answer(request) for _, request in rollouts]
+
+
+@dataclass
+class Clock:
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Owner:
+    keys: set[str] | None = None  # None: every key
+    fenced: list[str] = field(default_factory=list)
+
+    def owns(self, key: str) -> bool:
+        return self.keys is None or key in self.keys
+
+    def fence(self, key: str) -> None:
+        if not self.owns(key):
+            raise NotLeader(f"{key} is not ours")
+        self.fenced.append(key)
+
+
+@dataclass
+class World:
+    emulator: Emulator
+    api: client.ApiClient
+    isvc_cache: WatchCache
+    cm_cache: WatchCache
+    reconciler: Reconciler
+    source: RecordingSource
+    clock: Clock
+    owner: Owner
+    policies: dict[str, LoadedPolicy]
+    metrics: ControllerMetrics
+
+    def runner(self, **kwargs: object) -> TickRunner:
+        options: dict[str, object] = {
+            "reconciler": self.reconciler,
+            "evidence": self.source,
+            "policy": self.policies.get,
+            "ownership": self.owner,
+            "metrics": self.metrics,
+            "clock": self.clock,
+            "period": 5.0,
+            "synced": self.reconciler.reads.synced,
+        }
+        options.update(kwargs)
+        runner = TickRunner(**options)  # type: ignore[arg-type]
+        runner.sync({key: loaded.policy.spec.interval for key, loaded in self.policies.items()})
+        return runner
+
+    def push(self, name: str) -> None:
+        client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", NS, "inferenceservices", name,
+            {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+        )  # fmt: skip
+
+    def settle(self, runner: TickRunner, ticks: int = 20) -> None:
+        """Tick (with KServe settling and the caches catching up) until every rollout holds its step."""
+        for _ in range(ticks):
+            for key in self.policies:
+                runner.trigger(key)  # as the watch does when KServe changes the status
+            runner.run_tick()
+            self.emulator.settle()
+            time.sleep(0.15)
+            states = [self.reconciler.reads.state(NS, name) for name in MODELS]
+            steps = [s.state().step if s.state_json else None for s in states]
+            if all(step is not None and step.started_at is not None for step in steps):
+                return
+        raise AssertionError([s.state_json for s in (self.reconciler.reads.state(NS, n) for n in MODELS)])
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0))
+    stop = threading.Event()
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        emulator.create_namespace(NS)
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        for name in MODELS:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                "serving.kserve.io", "v1beta1", NS, "inferenceservices", inference_service(NS, name, "s3://m/v1")
+            )  # fmt: skip
+        emulator.settle()
+        metrics = ControllerMetrics()
+        metrics.count_api_requests(api)
+        isvcs = InferenceServiceClient(api)
+        core = client.CoreV1Api(api)
+        isvc_cache = WatchCache(
+            "InferenceService",
+            lister=isvcs.list,
+            watcher=lambda scope, version, seconds: isvcs.watch(scope, version, timeout_seconds=seconds),
+            getter=isvcs.get,
+            scopes=[NS],
+        )
+        cm_cache = WatchCache(
+            "ConfigMap",
+            lister=lambda scope: list_configmaps(api, scope),
+            watcher=lambda scope, version, seconds: watch_configmaps(
+                api, scope, version, timeout_seconds=seconds
+            ),
+            getter=lambda namespace, name: read_configmap(core, namespace, name, 10.0),
+            scopes=[NS],
+        )
+        threads = [
+            threading.Thread(target=cache.run, args=(NS, stop), daemon=True)
+            for cache in (isvc_cache, cm_cache)
+        ]
+        for thread in threads:
+            thread.start()
+        dispatcher = NotificationDispatcher()
+        clock = Clock()
+        owner = Owner()
+        source = RecordingSource()
+        reconciler = Reconciler(
+            inference_services=isvcs,
+            store=ConfigMapStateStore(api, on_written=cm_cache.put),
+            ledgers=ConfigMapLedgerStore(api, on_written=cm_cache.put),
+            reads=CachedReads(isvc_cache, cm_cache),
+            evidence=source,
+            dispatcher=dispatcher,
+            metrics=metrics,
+            clock=clock,
+            fence=owner.fence,
+        )
+        policies = {f"{NS}/{name}": load_text(policy_text(name)).policies[0] for name in MODELS}
+        try:
+            yield World(
+                emulator, api, isvc_cache, cm_cache, reconciler, source, clock, owner, policies, metrics
+            )
+        finally:
+            stop.set()
+            dispatcher.close(1)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_nothing_is_reconciled_before_the_caches_have_listed(world: World) -> None:
+    runner = world.runner(synced=lambda namespace: False)
+    outcome = runner.run_tick()
+    assert sorted(outcome.skipped) == sorted(world.policies)
+    assert outcome.decided == [] and world.source.calls == []
+    assert sorted(runner.due(world.clock())) == sorted(world.policies), "a skipped rollout stays due"
+
+
+def test_one_collect_per_tick_for_every_due_rollout_with_the_same_time(world: World) -> None:
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    runner = world.runner()
+    first = runner.run_tick()  # first look: every model is idle on v1
+    assert sorted(first.decided) == sorted(world.policies)
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)
+    world.source.calls.clear()
+    assert runner.due(world.clock()) == [], "nothing is due before an interval has passed"
+
+    world.clock.now += timedelta(minutes=1, seconds=1)
+    reads_before = world.metrics.api_totals()[0]
+    outcome = runner.run_tick()
+    assert sorted(outcome.due) == sorted(world.policies)
+    assert sorted(outcome.decided) == sorted(world.policies)
+    assert outcome.collect_calls == 1
+    assert len(world.source.calls) == 1
+    (call,) = world.source.calls
+    assert sorted(key for key, _ in call) == sorted(world.policies)
+    assert {at for _, at in call} == {world.clock.now}, "one evaluation time for the whole tick"
+    assert world.metrics.api_totals()[0] == reads_before, "a tick reads from the caches, not with GETs"
+    # The first evaluation writes its explain document; the state itself has nothing new.
+    assert {result.store_reason for result in outcome.outcomes.values()} <= {"explain-first"}, outcome
+    assert runner.due(world.clock()) == [], "evaluated: due again one interval later"
+    world.clock.now += timedelta(minutes=1)
+    assert sorted(runner.due(world.clock())) == sorted(world.policies)
+    writes_before = world.metrics.api_totals()[1]
+    again = runner.run_tick()
+    assert sorted(again.decided) == sorted(world.policies)
+    assert all(not result.wrote_state for result in again.outcomes.values()), (
+        "an inconclusive evaluation that changes nothing a restart needs is not written"
+    )
+    assert world.metrics.api_totals()[1] == writes_before
+
+
+def test_without_collect_many_each_rollout_is_collected_on_its_own(world: World) -> None:
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    world.source = RecordingSource(many=False)
+    runner = world.runner()
+    runner.run_tick()
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)
+    world.source.calls.clear()
+    world.clock.now += timedelta(minutes=1, seconds=1)
+    outcome = runner.run_tick()
+    assert outcome.collect_calls == len(MODELS) == len(world.source.calls)
+
+
+def test_a_tick_out_of_budget_carries_the_rest_first_into_the_next_tick(world: World) -> None:
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    ticks = itertools.count()
+    # Every look at the monotonic clock is a second later: a 5 s tick with a 4 s budget reads three.
+    runner = world.runner(monotonic=lambda: float(next(ticks)))
+    first = runner.run_tick()
+    assert first.carried, first
+    served = set(first.decided) | set(first.in_flight)
+    assert served and not served & set(first.carried)
+    second_due = runner.due(world.clock())
+    assert second_due[: len(first.carried)] == first.carried, "carried rollouts come first"
+    seen = served
+    for _ in range(5):
+        outcome = runner.run_tick()
+        seen |= set(outcome.decided) | set(outcome.in_flight)
+    assert seen == set(world.policies), "no rollout is starved"
+
+
+def test_a_rollout_not_owned_is_skipped_and_its_writes_would_be_fenced(world: World) -> None:
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    mine = {f"{NS}/m0", f"{NS}/m1"}
+    world.owner.keys = mine
+    runner = world.runner()
+    outcome = runner.run_tick()
+    assert set(outcome.decided) == mine
+    assert set(outcome.skipped) == set(world.policies) - mine
+    assert set(world.owner.fenced) == mine, "every write is fenced with its own key"
+
+
+def test_a_broken_rollout_does_not_stop_the_others(world: World) -> None:
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    ConfigMapStateStore(world.api).save_files(
+        NS, "m0", {"state.json": "{not json"}, resource_version=None, owner_uid=None
+    )
+    _wait(lambda: world.cm_cache.get(NS, "kserve-canary-m0") is not None)
+    runner = world.runner()
+    outcome = runner.run_tick()
+    assert outcome.failed == [f"{NS}/m0"]
+    assert sorted(outcome.decided) == sorted(set(world.policies) - {f"{NS}/m0"})
