@@ -190,6 +190,7 @@ class ShardedElector:
         self._member_renewed_at: float | None = None
         self._stopping = False
         self._reported: frozenset[int] = frozenset()
+        self._observed: dict[str, tuple[str | None, float]] = {}  # lease -> (version, first seen)
         self.live_members = 1  # as last counted (for logs and tests)
         self.blocked: str | None = None  # why no shard may be held, when one of the guards holds
 
@@ -286,6 +287,7 @@ class ShardedElector:
             log.info("shard leases unreadable; trying again", error=str(error), identity=self.identity)
             self._report()
             return
+        self._observe(seen, started)
         shards, members = self._split(seen)
         if not renewed:  # refused on a stale or missing resourceVersion: retry on the one listed
             listed = members.get(self.member_name)
@@ -342,11 +344,7 @@ class ShardedElector:
         with self._lock:
             room = 0 if self.blocked or self._stopping else share - len(self._held)
         if room > 0:
-            free = [
-                i
-                for i in range(self.shards)
-                if i not in shards or not shards[i].holder or self._expired(shards[i], now)
-            ]
+            free = [i for i in range(self.shards) if i not in shards or self._free(shards[i], now, started)]
             free = [i for i in free if shards.get(i) is None or shards[i].holder != self.identity]
             for index in sorted(free, key=lambda i: _preference(self.identity, i))[:room]:
                 self._write_shard(index, shards.get(index), now, started)
@@ -419,6 +417,29 @@ class ShardedElector:
                         shards[index] = lease
         return shards, members
 
+    def _observe(self, seen: list[_Seen], at: float) -> None:
+        """Remember when (monotonic) each Lease version was first seen."""
+        with self._lock:
+            for lease in seen:
+                known = self._observed.get(lease.name)
+                if known is None or known[0] != lease.resource_version:
+                    self._observed[lease.name] = (lease.resource_version, at)
+
+    def _free(self, lease: _Seen, now: datetime, at: float) -> bool:
+        """May be taken: no holder, or not renewed for a whole lease duration — by its renewTime on
+        this replica's wall clock *and* by this replica's monotonic clock since it first saw this
+        version of it (as client-go judges), so a holder whose clock runs behind is not taken over
+        while it still renews."""
+        if not lease.holder:
+            return True
+        if self._expired(lease, now):
+            with self._lock:
+                known = self._observed.get(lease.name)
+            return (
+                known is not None and known[0] == lease.resource_version and at - known[1] >= lease.duration
+            )
+        return False
+
     def _expired(self, lease: _Seen, now: datetime) -> bool:
         return lease.renew_time is None or now > lease.renew_time + timedelta(seconds=lease.duration)
 
@@ -440,7 +461,8 @@ class ShardedElector:
         except Exception as error:
             return f"single lease {self.name} unreadable ({error})"
         seen = _seen(single, self._lease_duration)
-        if seen.holder and not self._expired(seen, now):
+        self._observe([seen], self._monotonic())
+        if not self._free(seen, now, self._monotonic()):
             return f"single lease {self.name} (--shards 1) held by {seen.holder}"
         return None
 

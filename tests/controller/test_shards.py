@@ -317,6 +317,38 @@ def test_a_dead_replicas_shards_are_taken_over_only_after_its_leases_expire(worl
         a.fence(key)
 
 
+def test_a_replica_whose_clock_runs_ahead_does_not_take_shards_still_renewed(world: World) -> None:
+    a = world.replica("a")
+    ahead = ShardedElector(
+        world.api,
+        name=LEASE,
+        namespace=NS,
+        identity="ahead",
+        shards=SHARDS,
+        lease_duration=DURATION,
+        renew_deadline=DEADLINE,
+        retry_period=RETRY,
+        wall_clock=lambda: world.clocks.wall + timedelta(seconds=10),  # a's renewTimes look expired
+        monotonic=lambda: world.clocks.mono,
+    )
+    a.tick()
+    for _ in range(12):
+        world.clocks.advance(RETRY)
+        round_(ahead, a)
+        assert_no_double_owner(a, ahead)
+        assert len(owned(a)) == 2, "a keeps its share: it renews, whatever the other's clock says"
+    assert len(owned(ahead)) == 2  # what a released for it
+    # a stops renewing: taken over once a's Leases did not change for a lease duration on ahead's
+    # own monotonic clock.
+    for _ in range(int(DURATION / RETRY) - 1):
+        world.clocks.advance(RETRY)
+        ahead.tick()
+        assert len(owned(ahead)) == 2
+    world.clocks.advance(2 * RETRY)
+    ahead.tick()
+    assert owned(ahead) == set(range(SHARDS))
+
+
 def test_fence_refuses_a_lease_lost_in_the_api_even_when_the_local_view_is_fresh(world: World) -> None:
     a = world.replica("a")
     a.tick()
