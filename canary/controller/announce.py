@@ -124,6 +124,7 @@ def to_notification(
             value_number=judgement.value,
             stable_number=judgement.stable_value,
             unit=judgement.unit,
+            statement=judgement.detail if judgement.counted else "",
         )
         for judgement in decision.judgements
     )

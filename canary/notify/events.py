@@ -74,7 +74,13 @@ def event_name(notification: Notification) -> str:
 
 def _check_phrase(notification: Notification) -> str:
     # Failing checks first: in a truncated message they are the numbers that matter.
-    order = {CheckVerdict.FAIL: 0, CheckVerdict.ERROR: 1, CheckVerdict.NO_DATA: 2, CheckVerdict.PASS: 3}
+    order = {
+        CheckVerdict.FAIL: 0,
+        CheckVerdict.ERROR: 1,
+        CheckVerdict.NO_DATA: 2,
+        CheckVerdict.NOT_YET: 3,
+        CheckVerdict.PASS: 4,
+    }
     checks = sorted(notification.checks, key=lambda check: order[check.verdict])
     return "; ".join(f"{check.name} {check.describe()} [{check.verdict.value}]" for check in checks)
 

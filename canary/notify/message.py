@@ -84,6 +84,9 @@ class CheckLine:
     value_number: float | None = None
     stable_number: float | None = None
     unit: Unit | None = None
+    # A counted check (error rate, latency quantile judged by a sequential test): the verdict as the
+    # sentence the judge made, with its numbers ("p99 ≤ 800ms met at 95% (1,204 requests; …)").
+    statement: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -100,6 +103,10 @@ class CheckLine:
         """
         stable = f" (stable {self.stable})" if self.stable else ""
         limit = self.limit or "no limit"
+        if self.statement:
+            return self.statement
+        if self.verdict is CheckVerdict.NOT_YET:
+            return f"not yet{': ' + self.detail if self.detail else ''} (limit {limit})"
         if self.verdict is CheckVerdict.PASS:
             text = f"{self.value or '?'} {limit}{stable}"
         elif self.verdict is CheckVerdict.FAIL:

@@ -141,6 +141,7 @@ def _check_to_dict(check: CheckLine) -> dict[str, Any]:
         "valueNumber": check.value_number,
         "stableNumber": check.stable_number,
         "unit": check.unit.value if check.unit is not None else None,
+        "statement": check.statement,
     }
 
 
@@ -182,6 +183,7 @@ def notification_from_dict(data: dict[str, Any]) -> Notification:
             value_number=check.get("valueNumber"),
             stable_number=check.get("stableNumber"),
             unit=Unit(check["unit"]) if check.get("unit") else None,
+            statement=str(check.get("statement", "")),
         )
         for check in data.get("checks", [])
     )

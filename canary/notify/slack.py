@@ -46,6 +46,7 @@ ACTION_EMOJI: dict[NotificationAction, str] = {
 VERDICT_EMOJI: dict[CheckVerdict, str] = {
     CheckVerdict.PASS: "✅",
     CheckVerdict.FAIL: "❌",
+    CheckVerdict.NOT_YET: "⏳",
     CheckVerdict.NO_DATA: "⚪",
     CheckVerdict.ERROR: "⚠️",
 }

@@ -47,13 +47,14 @@ field                       meaning
                             canary now serves 100%
 ``checks``                  list, one per check of the last evaluation:
 ``checks[].name``           the check's name in the policy
-``checks[].verdict``        ``pass``, ``fail``, ``no-data`` or ``error`` (query failed)
+``checks[].verdict``        ``pass``, ``fail``, ``not-yet``, ``no-data`` or ``error`` (query failed)
 ``checks[].critical``       a failure rolls back at once
 ``checks[].value``          the canary's value, formatted for people (``"612ms"``), ``""`` if none
 ``checks[].limit``          the condition, comparator first (``"≤ 800ms"``)
 ``checks[].stable``         the stable revision's value, formatted, ``""`` when not compared
 ``checks[].samples``        what the value rests on (``"1234 requests"``), ``""`` if unknown
 ``checks[].detail``         why there is no data / what failed, ``""`` otherwise
+``checks[].statement``      counted checks: the verdict as a sentence with its numbers, ``""`` otherwise
 ``checks[].measured``       ``{canary, stable, unit}`` canonical numbers (seconds, ratio 0-1,
                             bytes, MiB, count, none) or null; ``canary``/``stable`` may be null
                             (unknown, or not finite: the text fields show ``+Inf``/``NaN``)
@@ -122,6 +123,7 @@ def _check(check: CheckLine) -> dict[str, Any]:
         "stable": check.stable,
         "samples": check.samples,
         "detail": check.detail,
+        "statement": check.statement,
         "measured": measured,
     }
 

@@ -111,6 +111,7 @@ def test_payload_content() -> None:
         "stable": "",
         "samples": "",
         "detail": "",
+        "statement": "",
         "measured": {"canary": 2, "stable": None, "unit": "count"},
     }
     assert payload["checks"][1]["measured"] is None
