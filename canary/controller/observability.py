@@ -181,7 +181,7 @@ class ControllerMetrics:
             self.phase.labels(namespace, inference_service, candidate).set(1 if candidate == phase else 0)
 
     def set_verdict(self, namespace: str, inference_service: str, check: str, verdict: str) -> None:
-        for candidate in ("pass", "fail", "no-data", "error"):
+        for candidate in ("pass", "fail", "not-yet", "no-data", "error"):
             self.check_verdict.labels(namespace, inference_service, check, candidate).set(
                 1 if candidate == verdict else 0
             )
@@ -212,7 +212,7 @@ class ControllerMetrics:
         for check in checks:
             for revision in ("canary", "stable"):
                 _remove(self.check_value, namespace, inference_service, check, revision)
-            for verdict in ("pass", "fail", "no-data", "error"):
+            for verdict in ("pass", "fail", "not-yet", "no-data", "error"):
                 _remove(self.check_verdict, namespace, inference_service, check, verdict)
             for bound in LIMIT_BOUNDS:
                 _remove(self.check_limit, namespace, inference_service, check, bound)
