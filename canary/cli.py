@@ -26,15 +26,17 @@ from canary.controller.startup import preflight_or_exit
 from canary.kserve.client import ConflictError
 from canary.kserve.identity import who_am_i
 from canary.kserve.store import STATE_KEY, ConfigMapStateStore, StoredState, state_configmap_name
+from canary.metrics.buckets import resolution_warnings
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import redact_processor
-from canary.policy import load_paths
+from canary.policy import PromotionPolicy, load_paths
 from canary.policy.schema import policy_json_schema
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_value, parse_duration
 from canary.rollout.commands import apply_command
 from canary.rollout.records import COMMAND_TTL, CommandFormatError, CommandOutcome, CommandRequest
+from canary.rollout.sampled import worst_case_requests
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError, describe_time
 
 app = typer.Typer(
@@ -131,6 +133,8 @@ def validate(
                     "target": loaded.policy.key,
                     "path": loaded.path,
                     "line": loaded.line,
+                    "worstCaseRequests": worst_case_requests(loaded.policy),
+                    "warnings": resolution_warnings(loaded.policy),
                 }
                 for loaded in result.policies
             ],
@@ -145,11 +149,27 @@ def validate(
             console.print(
                 f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}", markup=False
             )
+            for line in _judge_advice(loaded.policy):
+                console.print(f"    {line}", markup=False)
         summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
         summary += f", {len(result.errors)} {'error' if len(result.errors) == 1 else 'errors'}"
         summary += f" in {len(result.files)} {'file' if len(result.files) == 1 else 'files'}"
         console.print(summary, markup=False)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _judge_advice(policy: PromotionPolicy) -> list[str]:
+    """What a policy author should know before the first rollout: how many requests each counted
+    check may need at most, and limits the bucket layouts cannot resolve."""
+    lines = []
+    for name, size in worst_case_requests(policy).items():
+        if size is not None:
+            lines.append(
+                f"{name}: decided within {size:,} pooled canary requests at the latest "
+                f"(confidence {policy.spec.confidence:.0%})"
+            )
+    lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
+    return lines
 
 
 @app.command()

@@ -1,0 +1,63 @@
+"""`kserve-canary validate` tells a policy author what the judge will need before the first rollout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from canary.cli import app
+
+POLICY = """\
+apiVersion: kserve-canary.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: m, namespace: ml}}
+spec:
+  target: {{inferenceService: m}}
+  metrics: {{requests: {profile}}}
+  checks:
+    - {{name: p99, metric: latency, quantile: 0.99, max: {limit}, tolerance: {tolerance}}}
+    - {{name: errors, metric: error-rate, max: 1%}}
+    - {{name: oom, metric: oom-kills, max: 0}}
+"""
+
+
+def _validate(tmp_path: Path, *, profile: str, limit: str, tolerance: str = "10%") -> list[dict[str, object]]:
+    folder = tmp_path / "ml"
+    folder.mkdir(exist_ok=True)
+    (folder / "m.yaml").write_text(POLICY.format(profile=profile, limit=limit, tolerance=tolerance))
+    result = CliRunner().invoke(app, ["validate", "--format", "json", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    policies: list[dict[str, object]] = json.loads(result.output)["policies"]
+    return policies
+
+
+def test_validate_prints_the_worst_case_requests_of_each_counted_check(tmp_path: Path) -> None:
+    (policy,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms")
+    sizes = policy["worstCaseRequests"]
+    assert isinstance(sizes, dict)
+    assert set(sizes) == {"p99", "errors"}  # oom-kills is measured, not counted
+    assert all(isinstance(size, int) and size > 1000 for size in sizes.values())
+    text = CliRunner().invoke(app, ["validate", str(tmp_path)]).output
+    assert (
+        f"p99: decided within {sizes['p99']:,} pooled canary requests at the latest (confidence 95%)" in text
+    )
+
+
+def test_a_wider_tolerance_needs_fewer_requests(tmp_path: Path) -> None:
+    (narrow,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms", tolerance="10%")
+    (wide,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms", tolerance="50%")
+    assert wide["worstCaseRequests"]["p99"] < narrow["worstCaseRequests"]["p99"]  # type: ignore[index]
+
+
+def test_a_limit_far_from_every_bucket_edge_is_warned_about(tmp_path: Path) -> None:
+    # Knative >= 1.21 buckets: 250ms, 500ms — nothing within 10 % above 350ms.
+    (far,) = _validate(tmp_path, profile="knative-otel-invocation", limit="350ms")
+    assert far["warnings"] == [
+        "p99: max 350ms has no knative-otel-invocation bucket edge within 10% above it (nearest edges "
+        "250ms–500ms): the judge interpolates inside the bucket and says so"
+    ]
+    # OpenCensus has 350ms, and 300ms within 10 % below 318ms: judged exactly.
+    (exact,) = _validate(tmp_path, profile="knative-opencensus", limit="350ms")
+    assert exact["warnings"] == []
