@@ -868,11 +868,18 @@ class _Tick:
         assert step.started_at is not None
         assert step.passed_at is not None
         requests = self.state.evaluation.requests
+        final = step.index + 1 >= len(self.steps)
+        verdict = self.state.evaluation.verdict
+        shown = (
+            f"latest evaluation passed at {describe_time(step.passed_at)}"
+            if final or verdict is EvaluationVerdict.PASS
+            else f"nothing failed or lacked data at {describe_time(step.passed_at)} (checks not decided yet "
+            "are judged again at the next step, on its own evidence, and pooled for the promotion)"
+        )
         passed = (
             f"Step {step.weight}% passed: held {_duration(step.passed_at - step.started_at)} (window "
             f"{self.plan.window_texts[step.index]}), {(requests or 0):.0f} canary requests "
-            f"(minRequests {self.plan.min_requests[step.index]}), "
-            f"latest evaluation passed at {describe_time(step.passed_at)}."
+            f"(minRequests {self.plan.min_requests[step.index]}), {shown}."
         )
         self.reasons.insert(0, passed)
         if step.index + 1 < len(self.steps):
@@ -1195,11 +1202,20 @@ class _Tick:
         current = record.at is not None and record.at >= step.started_at
         requests = f"{record.requests:.0f}" if current and record.requests is not None else "?"
         verdict = record.verdict if current and record.verdict else "none yet"
+        waiting = ""
+        evaluation = self.evaluation
+        if evaluation is not None and step.index + 1 == len(self.steps):
+            undecided = [j.name for j in evaluation.judgements if j.verdict is CheckVerdict.NOT_YET]
+            if undecided:
+                waiting = (
+                    f" Before the promotion every limit must be shown met on the evidence pooled over the "
+                    f"steps; not yet: {', '.join(undecided)}."
+                )
         return (
             f"Holding {self.state.revision} at {step.weight}% (step {step.index + 1} of "
             f"{len(self.steps)}): held {_duration(held)} of {self.plan.window_texts[step.index]}, "
             f"{requests} of {self.plan.min_requests[step.index]} canary requests, latest evaluation "
-            f"{verdict}."
+            f"{verdict}.{waiting}"
         )
 
     # ------------------------------------------------------------------------------------------
