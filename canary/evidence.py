@@ -267,7 +267,7 @@ class Evidence:
     ``canary`` and ``stable`` map a check name (and :data:`REQUESTS`) to its measurement; a check
     without relative limits has no stable measurement. ``counts`` carries the revisions' request,
     error and latency-bucket counts (``"canary"``, ``"stable"``) as :class:`CountSeries`: the judge
-    tests error-rate and latency checks on them (docs/design.md §4.2); a check it has no counts for
+    tests error-rate and latency checks on them (docs/design.md §3.4); a check it has no counts for
     is judged on its measurement, as measured.
     """
 

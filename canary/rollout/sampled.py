@@ -1,6 +1,6 @@
 """Checks estimated from a sample of requests, judged on counts: error rates and latency quantiles.
 
-What a check means (docs/design.md §4.2; canary/rollout/SEMANTICS.md "How it decides"):
+What a check means (docs/design.md §3.4; canary/rollout/SEMANTICS.md "How it decides"):
 
 * a canary is **bad** for a limit ``L`` when its value is at or above ``L``, **good** when it is at
   or below ``L / (1 + tolerance)``; in between either decision is right;
@@ -77,7 +77,7 @@ def _counted(policy: PromotionPolicy) -> list[Check]:
 
 @dataclass(frozen=True, slots=True)
 class ErrorBudget:
-    """One rollout's error budget, split (docs/design.md §4.2).
+    """One rollout's error budget, split (docs/design.md §3.4).
 
     ``alpha`` (a good canary rolled back) is split evenly across the counted checks, then half to the
     per-step fail tests (each step's share equal) and half to the truncated decision; ``beta`` (a bad

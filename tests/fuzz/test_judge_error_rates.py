@@ -1,6 +1,6 @@
 """The judge's error guarantee, measured: thousands of simulated canaries, looked at every minute.
 
-The statement in docs/design.md §4.2: a canary that meets a limit within its tolerance is failed
+The statement in docs/design.md §3.4: a canary that meets a limit within its tolerance is failed
 with probability at most its fail budget, one that breaks it is met with probability at most its
 pass budget — whatever the number of looks. Simulated here on the boundary cases (the worst for
 each claim: a good canary exactly at ``L / (1 + t)``, a bad one exactly at ``L``), with Poisson and
@@ -12,7 +12,7 @@ standard errors of a binomial at the budget. Under Poisson traffic the guarantee
 inequality); under bursty traffic it rests on the quasi-likelihood correction (the likelihoods
 tempered by an upper bound on the dispersion), which is approximate: the stress world here (a
 coefficient of variation of 100 % per 15 s on both rate and error share) is held to twice the budget,
-and docs/design.md §4.2 quotes what it measures (about 7 % against 5 %).
+and docs/design.md §3.4 quotes what it measures (about 7 % against 5 %).
 """
 
 from __future__ import annotations
