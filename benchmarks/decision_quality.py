@@ -1,7 +1,13 @@
 """Decision quality: kserve-canary's core against a Flagger-style rule, cell by cell, same worlds, same run.
 
-Run: ``.venv/bin/python -m benchmarks.decision_quality [--rollouts N] [--seed S] [--cells KEY=V,V ...]
-[--outage] [--json PATH]``
+Run: ``.venv/bin/python -m benchmarks.decision_quality [--rollouts N] [--budget SECONDS] [--seed S]
+[--cells KEY=V,V ...] [--outage] [--jobs J] [--json PATH]``
+
+A run has a wall-time budget (``--budget``, 300 s by default, shared equally by the cells): a cell
+runs rollouts 0, 1, 2, ... until ``--rollouts`` (400) or its share of the budget is spent, and never
+fewer than 2 — so a cell whose rollouts are slow (one the judge leaves undecided for 240 simulated
+minutes costs tens of seconds) has few of them, and the table says how many (``n``) next to the
+standard error. ``--budget 0`` runs exactly ``--rollouts`` per cell (deterministic for a seed).
 
 **The worlds** (:mod:`canary_sandbox.worlds`): an InferenceService with a stable and a canary revision,
 scraped every 15 s. Per interval each revision serves ``Poisson(rps × multiplier × share × 15 s)``
@@ -42,7 +48,8 @@ failureLimit 2; window 2m, or 10m.
   one failed analysis is one failed check, failed checks are never reset, 5 of them roll back
   (Flagger's ``threshold``); a passing analysis advances a step (10 → 30 → 50 → promoted); the
   policy's limits, the relative ones against the stable revision's last-minute value (and its
-  minStable). It does not depend on the window, so it runs once per world and appears in both.
+  minStable). It does not depend on the window: its numbers differ between the two windows' cells
+  only by the worlds drawn (the same seeds, possibly not as many).
 
 **Per cell**: the share of right decisions (a promotion of a healthy/inside canary, a rollback of
 a regressed one; undecided after 240 minutes is wrong) with its Monte-Carlo standard error, the
@@ -64,12 +71,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -99,7 +108,9 @@ MAX_MINUTES = 240
 STEPS = (10, 30, 50)
 MIN_REQUESTS = 100
 FLAGGER_THRESHOLD = 5
-DEFAULT_ROLLOUTS = 100
+DEFAULT_ROLLOUTS = 400
+DEFAULT_BUDGET = 300.0  # seconds for the whole run (0: no budget, exactly --rollouts per cell)
+MIN_ROLLOUTS = 2
 
 # The stable revision and the limits.
 STABLE = Behaviour(Latency(0.15, 0.6), 0.003)
@@ -397,27 +408,43 @@ class CellResult:
     cell: Cell
     ours: Score
     flagger: Score
+    seconds: float = 0.0  # wall time the cell took
 
 
-def run_cells(cells: Iterable[Cell], rollouts: int, seed: int, *, outage: bool) -> list[CellResult]:
-    policies: dict[tuple[str, str], PromotionPolicy] = {}
-    flagger_scores: dict[str, Score] = {}
-    results = []
-    for cell in cells:
-        rollout_policy = policies.setdefault((cell.window, cell.limits), policy(cell.window, cell.limits))
-        ours = Score()
-        flagger = flagger_scores.get(cell.world_key)
-        run_flagger = flagger is None
-        if flagger is None:
-            flagger = flagger_scores[cell.world_key] = Score()
-        for index in range(rollouts):
-            world_seed = rollout_seed(seed, cell, index)
-            spec = world_spec(cell, index, outage=outage, rng=random.Random(world_seed))
-            ours.add(run_kserve_canary(rollout_policy, spec, world_seed), cell.truth)
-            if run_flagger:
-                flagger.add(run_flagger_rule(cell.limits, spec, world_seed), cell.truth)
-        results.append(CellResult(cell, ours, flagger))
-    return results
+def run_cell(cell: Cell, rollouts: int, seed: int, *, outage: bool, seconds: float | None) -> CellResult:
+    """Up to ``rollouts`` rollouts of one cell; with ``seconds``, stop once they are spent (at least
+    :data:`MIN_ROLLOUTS`). Both deciders run on the same worlds (rollout indexes 0, 1, ...)."""
+    rollout_policy = policy(cell.window, cell.limits)
+    ours, flagger = Score(), Score()
+    started = time.perf_counter()
+    for index in range(rollouts):
+        if seconds is not None and index >= MIN_ROLLOUTS and time.perf_counter() - started >= seconds:
+            break
+        world_seed = rollout_seed(seed, cell, index)
+        spec = world_spec(cell, index, outage=outage, rng=random.Random(world_seed))
+        ours.add(run_kserve_canary(rollout_policy, spec, world_seed), cell.truth)
+        flagger.add(run_flagger_rule(cell.limits, spec, world_seed), cell.truth)
+    return CellResult(cell, ours, flagger, time.perf_counter() - started)
+
+
+def run_cells(
+    cells: Sequence[Cell],
+    rollouts: int,
+    seed: int,
+    *,
+    outage: bool,
+    budget: float | None = None,
+    jobs: int = 1,
+) -> list[CellResult]:
+    """Every cell; ``budget`` seconds of wall time in all, shared equally by the cells."""
+    seconds = None if budget is None else budget * jobs / max(1, len(cells))
+    if jobs <= 1:
+        return [run_cell(cell, rollouts, seed, outage=outage, seconds=seconds) for cell in cells]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [
+            pool.submit(run_cell, cell, rollouts, seed, outage=outage, seconds=seconds) for cell in cells
+        ]
+        return [future.result() for future in futures]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,9 +506,8 @@ def targets(results: Sequence[CellResult]) -> list[Target]:
         )
     too_few = sum(r.ours.below_min_requests for r in results)
     promoted = sum(r.ours.promoted for r in results)
-    flagger = {r.cell.world_key: r.flagger for r in results}.values()  # one per world, not per window
-    flagger_below = sum(score.below_min_requests for score in flagger)
-    flagger_promoted = sum(score.promoted for score in flagger)
+    flagger_below = sum(r.flagger.below_min_requests for r in results)
+    flagger_promoted = sum(r.flagger.promoted for r in results)
     found.append(
         Target(
             "never a promotion below minRequests",
@@ -514,11 +540,13 @@ def table(results: Sequence[CellResult], title: str) -> Table:
         ("req/s", "right"),
         ("scenario", "left"),
         ("truth", "left"),
+        ("n", "right"),
         ("kserve-canary right", "right"),
         ("median min", "right"),
         ("undecided", "right"),
         ("Flagger-style right", "right"),
         ("median min ", "right"),
+        ("s", "right"),
     ):
         grid.add_column(name, justify=justify)  # type: ignore[arg-type]
     for result in results:
@@ -530,27 +558,44 @@ def table(results: Sequence[CellResult], title: str) -> Table:
             f"{cell.rps:g}",
             cell.scenario,
             "promote" if cell.truth == "promoted" else "roll back",
+            f"{ours.rollouts}",
             _pct(ours),
             f"{ours.median:g}",
             f"{ours.undecided}",
             _pct(flagger),
             f"{flagger.median:g}",
+            f"{result.seconds:.0f}",
         )
     return grid
 
 
 def _commit() -> str:
+    """The commit measured: ``git rev-parse`` where the code lives, else $KSERVE_CANARY_COMMIT."""
     try:
         return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("KSERVE_CANARY_COMMIT", "unknown")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, default=DEFAULT_ROLLOUTS, help="rollouts per cell")
+    parser.add_argument(
+        "--rollouts", type=int, default=DEFAULT_ROLLOUTS, help="rollouts per cell (at most, with --budget)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        help="seconds of wall time for the whole run, shared equally by the cells; a cell stops "
+        f"when its share is spent (after at least {MIN_ROLLOUTS} rollouts); 0: exactly --rollouts per cell",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (cells in parallel)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--cells",
@@ -565,15 +610,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cells = select_cells(args.cells)
     started = time.perf_counter()
-    results = run_cells(cells, args.rollouts, args.seed, outage=args.outage)
+    budget = args.budget if args.budget > 0 else None
+    results = run_cells(cells, args.rollouts, args.seed, outage=args.outage, budget=budget, jobs=args.jobs)
     runtime = time.perf_counter() - started
     commit = _commit()
     console = Console(width=max(150, Console().width), highlight=False)
+    total = sum(r.ours.rollouts for r in results)
     console.print(
-        f"{len(cells)} cells × {args.rollouts} rollouts (seed {args.seed}, commit {commit}"
-        f"{', Prometheus outage in every rollout' if args.outage else ''}) in {runtime:.0f} s; "
-        "right share ± Monte-Carlo standard error; median minutes to the decision (undecided = "
-        f"{MAX_MINUTES})"
+        f"{len(cells)} cells, {total} rollouts per decider (at most {args.rollouts} per cell"
+        + (f", budget {args.budget:g} s" if budget else "")
+        + f"; seed {args.seed}; commit {commit}"
+        + (", Prometheus outage in every rollout" if args.outage else "")
+        + f") in {runtime:.0f} s with {args.jobs} job(s); n rollouts per cell; right share ± Monte-Carlo "
+        f"standard error; median minutes to the decision (undecided = {MAX_MINUTES}); s: the cell's seconds"
     )
     console.print(table(results, "decision quality per cell"))
     found = targets(results)
@@ -583,7 +632,9 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "meta": {
                 "seed": args.seed,
-                "rollouts": args.rollouts,
+                "max_rollouts_per_cell": args.rollouts,
+                "budget_seconds": budget,
+                "jobs": args.jobs,
                 "outage": args.outage,
                 "commit": commit,
                 "runtime_seconds": runtime,
