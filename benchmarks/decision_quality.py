@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run_cells(cells, args.rollouts, args.seed, outage=args.outage, budget=budget, jobs=args.jobs)
     runtime = time.perf_counter() - started
     commit = _commit()
-    console = Console(width=max(150, Console().width), highlight=False)
+    console = Console(width=max(180, Console().width), highlight=False)
     total = sum(r.ours.rollouts for r in results)
     console.print(
         f"{len(cells)} cells, {total} rollouts per decider (at most {args.rollouts} per cell"
