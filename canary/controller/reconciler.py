@@ -52,7 +52,12 @@ from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
-from canary.rollout.persistence import DEFAULT_EXPLAIN_EVERY_INTERVALS, explain_due, store_reason
+from canary.rollout.persistence import (
+    DEFAULT_EXPLAIN_EVERY_INTERVALS,
+    explain_due,
+    restarted,
+    store_reason,
+)
 from canary.rollout.records import CommandFormatError, CommandOutcome, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
 from canary.rollout.vocabulary import Action, Severity
@@ -249,7 +254,6 @@ class Reconciler:
             state = stored.state()
         except StateFormatError:
             return
-        state = self._remembered(policy.key, stored, state)
         if not state.phase.is_rollout_active:
             return
         result = apply_command(state, CommandKind.PAUSE, self._clock(), by="kserve-canary (policy removed)")
@@ -309,13 +313,12 @@ class Reconciler:
                 self._dispatcher.submit(notification, destinations)
                 outcome.notifications.append(notification)
             return outcome
-        baseline = state.bound_to(observed.uid, owner_uid=stored.owner_uid)
-        state = self._remembered(key, stored, state)
-
         # The state (and the ledger) must describe this very object: a model deleted and re-created
         # under the same name gets a new uid, and Knative numbers its revisions from 00001 again.
-        bound_state = state.bound_to(observed.uid, owner_uid=stored.owner_uid)
+        bound_state = baseline = state.bound_to(observed.uid, owner_uid=stored.owner_uid)
         stale = bound_state is None
+        if bound_state is not None:
+            bound_state = self._remembered(key, stored, bound_state, now)
         if bound_state is None:
             bound.warning(
                 "rollout state of another InferenceService object (deleted and re-created?): not used, "
@@ -339,13 +342,15 @@ class Reconciler:
             request, baseline,
         )  # fmt: skip
 
-    def _remembered(self, key: str, stored: StoredState, state: RolloutState) -> RolloutState:
-        """The latest decided state when it was not written and the ConfigMap has not changed since."""
+    def _remembered(self, key: str, stored: StoredState, state: RolloutState, now: datetime) -> RolloutState:
+        """The latest decided state, while the ConfigMap is still the one it was decided on (or
+        written as); else the stored state as read after a restart (:func:`restarted`: what was not
+        stored since was not seen by this process, so onNoData counts again from now)."""
         with self._lock:
             unstored = self._unstored.get(key)
         if unstored is not None and unstored.resource_version == stored.resource_version:
             return unstored.state
-        return state
+        return restarted(state, now)
 
     def _finish(self, prepared: Prepared, evidence: Evidence | None) -> ReconcileOutcome:
         policy, bound, now = prepared.policy, prepared.bound, prepared.now
@@ -375,7 +380,7 @@ class Reconciler:
         reason = self._store_reason(prepared, decision.new_state, explain)
         if observed.exists and reason:
             try:
-                self._save(
+                written = self._save(
                     key,
                     stored,
                     decision.new_state,
@@ -388,7 +393,7 @@ class Reconciler:
                 outcome.store_reason = reason
                 self._metrics.state_writes.labels(reason).inc()
                 with self._lock:
-                    self._unstored.pop(key, None)
+                    self._unstored[key] = _Unstored(written, decision.new_state)
                     if explain is not None:
                         self._explained_at[key] = now
             except ConflictError:
@@ -533,7 +538,8 @@ class Reconciler:
         owner_uid: str | None,
         explain: ExplainDocument | None,
         command_result: CommandOutcome | None = None,
-    ) -> None:
+    ) -> str | None:
+        """Write the state; the new resourceVersion."""
         if self._dry_run:
             self._memory[key] = StoredState(
                 stored.namespace,
@@ -542,9 +548,9 @@ class Reconciler:
                 "dry-run",
                 explain_json=explain.to_json() if explain else None,
             )
-            return
+            return "dry-run"
         self._fence(key)
-        self._store.save(
+        return self._store.save(
             stored.namespace,
             stored.inference_service,
             state,

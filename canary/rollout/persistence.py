@@ -13,20 +13,22 @@ for safety or for the next decision after a restart, and why. Stored, always:
   and bake clocks;
 * the write-ahead intent and the weight known to be in the spec, the unguarded flag;
 * pauses, approvals, pending commands, the rolled-back list, the decision history;
-* the failure streak (any change of it: a failure counts towards ``failureLimit``, a pass resets it);
-* the ``onNoData`` clock — where it counts from (:func:`canary.rollout.bookkeeping.no_data_clock_from`)
-  while a step is held: a restart from an older clock would fire ``onNoData`` too early.
+* the failure streak (any change of it: a failure counts towards ``failureLimit``, a pass resets it).
 
 Not stored on their own: the evaluation time, its verdict, request count, failed checks and
-query-error flag, and the raw conclusive / query-error times when they do not move the clock
-(before a step has started, while pending or baking). The invariant, checked by a property test in
-``tests/controller/test_persistence.py``: replaying :func:`canary.rollout.core.decide` from the state as
-last stored (a restart) reaches the same phases, steps and writes as replaying it from every state.
+query-error flag, and the ``onNoData`` clock (the last conclusive evaluation, the last query error).
+A state read back after a restart is :func:`restarted`: its ``onNoData`` clock starts again at the
+restart, as it does after a query error or a resume — the evaluations in between were not stored,
+so a canary is never paused or rolled back for silence it was not seen to keep. The invariant,
+checked by a property test in ``tests/controller/test_persistence.py``: replaying
+:func:`canary.rollout.core.decide` from the state as last stored (a restart, at any tick) reaches
+the same phases, steps, streaks and writes as replaying it from every state — except that
+``onNoData`` may act later after a restart, never earlier.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from canary.rollout.bookkeeping import no_data_clock_from
@@ -40,6 +42,7 @@ __all__ = [
     "explain_due",
     "must_store",
     "no_data_clock",
+    "restarted",
     "store_reason",
 ]
 
@@ -97,9 +100,17 @@ def store_reason(previous: RolloutState, new: RolloutState) -> StoreReason:
             return StoreReason(True, reason)
     if previous.evaluation.failure_streak != new.evaluation.failure_streak:
         return StoreReason(True, "failure-streak")
-    if no_data_clock(previous) != no_data_clock(new):
-        return StoreReason(True, "no-data-clock")
     return StoreReason(False)
+
+
+def restarted(state: RolloutState, at: datetime) -> RolloutState:
+    """A state as stored, read by a controller that did not see the evaluations since it was stored
+    (a restart, a takeover): ``onNoData`` counts again from ``at``, nothing else changes."""
+    evaluation = state.evaluation
+    since = evaluation.no_data_clock_from
+    if since is not None and since >= at:
+        return state
+    return replace(state, evaluation=replace(evaluation, no_data_clock_from=at))
 
 
 def must_store(previous: RolloutState, new: RolloutState) -> bool:

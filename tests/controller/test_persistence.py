@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from canary.kserve.status_model import KServeSim
 from canary.rollout import Decision, RolloutState, decide, evidence_request
-from canary.rollout.persistence import explain_change, explain_due, must_store, no_data_clock, store_reason
+from canary.rollout.persistence import (
+    explain_change,
+    explain_due,
+    must_store,
+    no_data_clock,
+    restarted,
+    store_reason,
+)
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import (
     CommandKind,
@@ -82,14 +89,6 @@ STORED_CHANGES = {
         replace(HOLDING, evaluation=replace(HOLDING.evaluation, failure_streak=1)),
         "failure-streak",
     ),
-    "no-data clock (conclusive)": (
-        replace(HOLDING, evaluation=replace(HOLDING.evaluation, last_conclusive_at=T0 + 2 * MINUTE)),
-        "no-data-clock",
-    ),
-    "no-data clock (query error)": (
-        replace(HOLDING, evaluation=replace(HOLDING.evaluation, no_data_clock_from=T0 + 2 * MINUTE)),
-        "no-data-clock",
-    ),
 }
 
 
@@ -144,18 +143,11 @@ def test_an_evaluation_that_only_refreshes_numbers_is_not_stored(
     conclusive=st.none() | st.integers(min_value=0, max_value=600),
     error=st.none() | st.integers(min_value=0, max_value=600),
     phase=st.sampled_from(list(Phase)),
-    started=st.booleans(),
 )
-def test_the_raw_clocks_matter_only_when_they_move_the_no_data_clock(
-    conclusive: int | None, error: int | None, phase: Phase, started: bool
+def test_the_no_data_clock_is_not_stored_a_restart_starts_it_again(
+    conclusive: int | None, error: int | None, phase: Phase
 ) -> None:
-    """Before a step has started, while pending or baking, the conclusive and query-error times of an
-    evaluation do not move the onNoData clock (it counts from the later step start then)."""
-    base = replace(
-        HOLDING, phase=phase, step=replace(STEP, started_at=T0 + 700 * MINUTE if started else None)
-    )
-    if phase is Phase.PAUSED:
-        base = replace(base, pause=Pause(PauseKind.MANUAL, "p", T0, Phase.PROGRESSING))
+    base = replace(HOLDING, phase=phase)
     moved = replace(
         base,
         evaluation=replace(
@@ -164,8 +156,14 @@ def test_the_raw_clocks_matter_only_when_they_move_the_no_data_clock(
             no_data_clock_from=None if error is None else T0 + timedelta(seconds=error),
         ),
     )
-    assert no_data_clock(base) == no_data_clock(moved)
     assert not must_store(base, moved)
+    restart = T0 + timedelta(seconds=700)
+    again = restarted(moved, restart)
+    assert again.evaluation.no_data_clock_from == restart
+    assert replace(again, evaluation=moved.evaluation) == moved, "nothing else changes"
+    clock = no_data_clock(replace(again, phase=Phase.PROGRESSING))
+    assert clock is not None and clock >= restart, "onNoData counts from the restart at the earliest"
+    assert restarted(again, restart) == again
 
 
 def _explain(
@@ -209,10 +207,11 @@ def test_explain_writes_are_rate_limited_per_rollout() -> None:
 # -- the property: a restart from the stored state decides as if every state was stored --
 #
 # Request counts are cumulative over a step (they never go down within one). The one difference a
-# restart may make: the evaluation time and request count are not stored, so the first evaluation
-# after a restart sees requests "arriving since the previous evaluation" a little more often — it
-# may count as conclusive where the controller that kept running would not, which can only make
-# onNoData act later, never earlier, and never changes a pass, a failure, a step or a write.
+# restart may make: the onNoData clock starts again at the restart (restarted()), and the evaluation
+# time and request count are not stored, so the first evaluation after a restart may count as
+# conclusive where the controller that kept running would not: onNoData acts later, never earlier
+# (where it acted, the restarted one waits, or leaves a step both judged passed), and nothing else
+# — a failure, a streak, a step's clock — changes.
 
 HEALTHY = HEALTHY_EVIDENCE
 SLOW = HEALTHY_EVIDENCE.failing(p99=0.95)
@@ -255,7 +254,7 @@ class Run:
     ) -> Decision:
         self.now += timedelta(seconds=after)
         if restart:
-            self.memory = RolloutState.from_json(self.stored.to_json())
+            self.memory = restarted(RolloutState.from_json(self.stored.to_json()), self.now)
         step = self.memory.step
         if step is None or (step.index, step.started_at) != self.step:  # counts are per step
             self.requests = 0.0
@@ -321,17 +320,21 @@ def test_a_restart_from_the_stored_state_reaches_the_same_decisions(
         got = skipping.tick(60, kind, arrived, restart=restart)
         if _outcome(got) != _outcome(expected):
             # The one difference allowed: onNoData acted in the controller that kept running and
-            # not (yet) in the restarted one — later, never earlier, and nothing else.
+            # not (yet) in the restarted one — which waits, or leaves a step both judged passed.
             assert _by_no_data(expected) and not _by_no_data(got), (kind, arrived, restart)
-            assert got.action.value == "wait", (kind, arrived, restart)
+            assert got.action.value in ("wait", "advance", "promote"), (kind, arrived, restart)
+            if got.action.value != "wait":
+                step = expected.new_state.step
+                assert step is not None and step.passed_at is not None, (kind, arrived, restart)
             return
     assert skipping.writes <= always.writes
 
 
-def test_a_hold_with_requests_flowing_writes_only_what_moves_the_no_data_clock() -> None:
-    run = Run(0, skip=True)
+def test_a_hold_with_requests_flowing_or_not_writes_nothing_between_decisions() -> None:
+    run = Run(2, skip=True)
     run.start()
     before = run.writes
-    run.tick(60, "quiet")
-    run.tick(60, "quiet")
-    assert run.writes == before  # inconclusive and nothing else changed: nothing written
+    for kind, arrived in (("healthy", 400.0), ("healthy", 400.0), ("quiet", 0.0), ("healthy", 400.0)):
+        decision = run.tick(60, kind, arrived)
+        assert decision.action.value == "wait"
+    assert run.writes == before
