@@ -64,16 +64,20 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "PEAK_FIELD",
+    "PEAK_MEASURES",
     "REQUESTS_PROFILES",
     "BuiltinQuery",
     "CounterQuery",
     "Family",
     "GpuLabels",
+    "PeakQuery",
     "RequestsMetrics",
     "RevisionKey",
     "measure_unit",
     "render_builtin",
     "render_counters",
+    "render_peaks",
 ]
 
 # The label that tells a value series from its companions (see the module docstring).
@@ -279,13 +283,26 @@ class _Selection:
             parts.append(extra)
         return ", ".join(parts)
 
-    def by_revision(self, expression: str, revisions: Collection[RevisionKey]) -> str:
-        """``expression`` relabelled so that it carries ``namespace`` and ``revision`` labels."""
+    def by_revision(
+        self, expression: str, revisions: Collection[RevisionKey], *, generic: bool = False
+    ) -> str:
+        """``expression`` relabelled so that it carries ``namespace`` and ``revision`` labels.
+
+        ``generic``: the revision is read from any pod name (``<revision>-deployment-<hash>-<hash>``)
+        instead of matching the revisions asked for one by one: the selection already picked their
+        pods, and ``label_replace`` runs for every sample of every step of a range query.
+        """
         relabelled = _relabel(expression, "namespace", self.namespace_label)
         if self.revision_label is not None:
             return _relabel(relabelled, "revision", self.revision_label)
+        if generic:
+            return _relabel(relabelled, "revision", self.pod_label, _GENERIC_POD_PATTERN)
         names = [key.revision for key in revisions]
         return _relabel(relabelled, "revision", self.pod_label, _pod_pattern(names))
+
+
+# Greedy: the revision is everything before the last "-deployment-" (the pod hashes never contain it).
+_GENERIC_POD_PATTERN = "(.+)-deployment-.+"
 
 
 def _pod_pattern(revision_names: Collection[str]) -> str:
@@ -492,7 +509,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
 
     def normalised(metric: str) -> str:
         series = f"{metric}{{{selection.matchers(revisions)}}}"
-        relabelled = selection.by_revision(series, revisions)
+        relabelled = selection.by_revision(series, revisions, generic=True)
         relabelled = _relabel(relabelled, "pod", metrics.pod_label, "(.+)")
         replacement = string_literal(metrics.code_replacement)
         return (
@@ -503,3 +520,56 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
     buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
     return _union(_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gauge peaks per tick (the evidence pipeline's peak book, canary.metrics.counters.PeakBook)
+
+PEAK_FIELD = "peak"  # evidence_field of a series' peak over the span (bytes for GPU memory)
+PEAK_MEASURES = frozenset({MetricKind.GPU_MEMORY_PEAK.value, MetricKind.KV_CACHE_USAGE.value})
+
+
+@dataclass(frozen=True, slots=True)
+class PeakQuery:
+    """What shapes a gauge family's per-tick peak query, except the revisions and the span."""
+
+    measure: str  # gpu-memory-peak or kv-cache-usage
+    gpu_labels: GpuLabelStyle | None = None  # gpu-memory-peak only
+
+
+def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str) -> str:
+    """Per series (one GPU, one vLLM engine) of every revision: its peak over the last ``span``.
+
+    Not aggregated, so that the series seen over a window can be counted (the samples behind the
+    value); every series carries ``namespace``, ``revision`` and ``evidence_field``: ``peak`` (GPU
+    memory in bytes, KV cache as a fraction) and, for GPU memory, ``fraction`` — the peak of used /
+    (used + free + reserved) on that GPU. The window's value is the maximum of the ticks' peaks.
+    """
+    if not revisions:
+        raise ValueError("a peak query needs at least one revision")
+    if query.measure == MetricKind.KV_CACHE_USAGE.value:
+        matchers = _POD_SELECTION.matchers(revisions)
+        usage = (
+            f"max_over_time({VLLM_KV_CACHE}{{{matchers}}}[{span}]) or "
+            f"max_over_time({VLLM_KV_CACHE_OLD}{{{matchers}}}[{span}])"
+        )
+        return _with_field(_POD_SELECTION.by_revision(usage, revisions, generic=True), PEAK_FIELD)
+    if query.measure != MetricKind.GPU_MEMORY_PEAK.value:
+        raise ValueError(f"{query.measure} has no per-tick peak")
+    if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
+        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
+    labels = DCGM_LABELS[query.gpu_labels]
+    selection = _Selection(labels.namespace_label, None, labels.pod_label)
+    matchers = selection.matchers(revisions)
+
+    def over(function: str, metric: str) -> str:
+        return f"{function}({metric}{{{matchers}}}[{span}])"
+
+    peak_mib = over("max_over_time", DCGM_USED)
+    total_mib = (
+        f"({over('avg_over_time', DCGM_USED)} + {over('avg_over_time', DCGM_FREE)} + "
+        f"({over('avg_over_time', DCGM_RESERVED)} or 0 * {over('avg_over_time', DCGM_USED)}))"
+    )
+    peak_bytes = f"{selection.by_revision(peak_mib, revisions, generic=True)} * {_MIB}"
+    fraction = selection.by_revision(f"{peak_mib} / {total_mib}", revisions, generic=True)
+    return _union(_with_field(peak_bytes, PEAK_FIELD), _with_field(fraction, FIELD_FRACTION))

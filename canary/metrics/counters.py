@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -54,6 +54,9 @@ from canary.policy.units import Unit
 __all__ = [
     "BackfillChunk",
     "CounterBook",
+    "PeakBook",
+    "PeakEntry",
+    "PeakSample",
     "RevisionSample",
     "SeriesId",
     "Snapshot",
@@ -61,6 +64,8 @@ __all__ = [
     "interpolated_quantile",
     "parse_counter_matrix",
     "parse_counter_vector",
+    "parse_peak_matrix",
+    "parse_peaks",
     "plan_backfill",
 ]
 
@@ -624,3 +629,198 @@ def count_measurement(
             return Measurement.no_data(detail, unit, samples=samples, query=query, duration=duration)
         value = estimated
     return Measurement.ok(value, unit, samples=samples, query=query, duration=duration)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gauge peaks: per tick, the peak of each series over the time since the previous tick
+
+
+@dataclass(frozen=True, slots=True)
+class PeakSample:
+    """One revision's per-series peaks over one span: series -> {evidence_field: value}."""
+
+    values: Mapping[frozenset[tuple[str, str]], Mapping[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class PeakEntry:
+    """The peaks of one revision's series in ``(start, end]``."""
+
+    start: datetime
+    end: datetime
+    fields: Mapping[str, float]  # evidence_field -> the maximum over the revision's series
+    series: frozenset[frozenset[tuple[str, str]]]
+
+
+def _maximum(values: Iterable[float]) -> float | None:
+    """``max_over_time``'s rule: NaN only when everything is NaN."""
+    numbers = list(values)
+    if not numbers:
+        return None
+    real = [value for value in numbers if not math.isnan(value)]
+    return max(real) if real else math.nan
+
+
+@dataclass(slots=True)
+class _PeakTrack:
+    entries: list[PeakEntry] = field(default_factory=list)
+    asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)
+    backfilled_from: datetime | None = None
+
+
+class PeakBook:
+    """Per revision, the peaks of its gauge series tick by tick; a window's peak is the maximum of
+    the entries inside it, and the series behind it are those seen in any of them."""
+
+    def __init__(self, *, tolerance: timedelta, idle: timedelta = timedelta(minutes=15)) -> None:
+        self.tolerance = tolerance
+        self.idle = idle
+        self._tracks: dict[RevisionKey, _PeakTrack] = {}
+
+    def tracked(self) -> set[RevisionKey]:
+        return set(self._tracks)
+
+    def asked(self, revision: RevisionKey, asker: Hashable, start: datetime, at: datetime) -> None:
+        self._tracks.setdefault(revision, _PeakTrack()).asks[asker] = (start, at)
+
+    def entries(self, revision: RevisionKey) -> tuple[PeakEntry, ...]:
+        track = self._tracks.get(revision)
+        return tuple(track.entries) if track is not None else ()
+
+    def last_end(self, revision: RevisionKey) -> datetime | None:
+        track = self._tracks.get(revision)
+        return track.entries[-1].end if track is not None and track.entries else None
+
+    def needs_backfill(self, revision: RevisionKey, start: datetime) -> bool:
+        track = self._tracks.get(revision)
+        if track is None:
+            return True
+        if track.backfilled_from is not None and track.backfilled_from <= start + self.tolerance:
+            return False
+        return not track.entries or track.entries[0].start > start + self.tolerance
+
+    def record(self, revision: RevisionKey, start: datetime, end: datetime, sample: PeakSample) -> bool:
+        track = self._tracks.setdefault(revision, _PeakTrack())
+        if end <= start or (track.entries and end <= track.entries[-1].end):
+            return False
+        names = {name for fields in sample.values.values() for name in fields}
+        maxima = {
+            name: value
+            for name in names
+            if (value := _maximum(f[name] for f in sample.values.values() if name in f)) is not None
+        }
+        track.entries.append(PeakEntry(start, end, maxima, frozenset(sample.values)))
+        return True
+
+    def replay(
+        self, revision: RevisionKey, entries: Iterable[tuple[datetime, datetime, PeakSample]], start: datetime
+    ) -> None:
+        old = self._tracks.get(revision)
+        self._tracks[revision] = _PeakTrack(asks=dict(old.asks) if old is not None else {})
+        for entry_start, entry_end, sample in sorted(entries, key=lambda item: item[1]):
+            self.record(revision, entry_start, entry_end, sample)
+        self._tracks[revision].backfilled_from = start
+
+    def window(self, revision: RevisionKey, start: datetime, end: datetime) -> tuple[dict[str, float], int]:
+        """The maxima over the entries inside [start, end] and how many series they rest on."""
+        track = self._tracks.get(revision)
+        if track is None:
+            return {}, 0
+        inside = [
+            entry
+            for entry in track.entries
+            if entry.start >= start - self.tolerance and entry.end <= end + self.tolerance
+        ]
+        series = frozenset().union(*(entry.series for entry in inside)) if inside else frozenset()
+        names = {name for entry in inside for name in entry.fields}
+        maxima = {
+            name: value
+            for name in names
+            if (value := _maximum(e.fields[name] for e in inside if name in e.fields)) is not None
+        }
+        return maxima, len(series)
+
+    def prune(self, now: datetime) -> None:
+        for revision in list(self._tracks):
+            track = self._tracks[revision]
+            track.asks = {who: ask for who, ask in track.asks.items() if ask[1] >= now - self.idle}
+            if not track.asks:
+                del self._tracks[revision]
+                continue
+            oldest = min(start for start, _ in track.asks.values()) - self.tolerance
+            track.entries = [entry for entry in track.entries if entry.start >= oldest or entry.end > oldest]
+
+
+def parse_peaks(
+    outcome: QueryOutcome, revisions: Collection[RevisionKey]
+) -> dict[RevisionKey, PeakSample] | QueryFailure:
+    """A peak query's instant answer, per revision asked for."""
+    if outcome.failure is not None:
+        return outcome.failure
+    answer = outcome.answer
+    if answer is None or answer.result_type != "vector" or not isinstance(answer.result, list):
+        kind = answer.result_type if answer is not None else "nothing"
+        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"expected an instant vector, got a {kind}")
+    found = _peak_series(
+        [(series, series.get("value") if isinstance(series, dict) else None) for series in answer.result],
+        revisions,
+    )
+    if isinstance(found, QueryFailure):
+        return found
+    return {key: PeakSample(found.get(key, {})) for key in revisions}
+
+
+def parse_peak_matrix(
+    outcome: QueryOutcome, revisions: Collection[RevisionKey]
+) -> dict[float, dict[RevisionKey, PeakSample]] | QueryFailure:
+    """A peak query's range answer, per evaluation time, per revision asked for."""
+    if outcome.failure is not None:
+        return outcome.failure
+    answer = outcome.answer
+    if answer is None or answer.result_type != "matrix" or not isinstance(answer.result, list):
+        kind = answer.result_type if answer is not None else "nothing"
+        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"expected a range vector, got a {kind}")
+    by_time: dict[float, list[tuple[object, object]]] = {}
+    for series in answer.result:
+        points = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(points, list):
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable series: {_brief(series)}")
+        for point in points:
+            if not isinstance(point, list) or len(point) != 2:
+                return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable point: {_brief(point)}")
+            try:
+                moment = round(float(point[0]), 3)
+            except (TypeError, ValueError):
+                return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable time: {_brief(point)}")
+            by_time.setdefault(moment, []).append((series, point))
+    result: dict[float, dict[RevisionKey, PeakSample]] = {}
+    for moment, pairs in sorted(by_time.items()):
+        found = _peak_series(pairs, revisions)
+        if isinstance(found, QueryFailure):
+            return found
+        result[moment] = {key: PeakSample(found.get(key, {})) for key in revisions}
+    return result
+
+
+def _peak_series(
+    pairs: Sequence[tuple[object, object]], revisions: Collection[RevisionKey]
+) -> dict[RevisionKey, dict[frozenset[tuple[str, str]], dict[str, float]]] | QueryFailure:
+    wanted = set(revisions)
+    found: dict[RevisionKey, dict[frozenset[tuple[str, str]], dict[str, float]]] = {}
+    for series, pair in pairs:
+        labels = _labels(series)
+        if labels is None or not isinstance(pair, list) or len(pair) != 2:
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable series: {_brief(series)}")
+        namespace, revision, kind = labels.get("namespace"), labels.get("revision"), labels.get(FIELD_LABEL)
+        if not isinstance(namespace, str) or not isinstance(revision, str) or not isinstance(kind, str):
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unexpected peak series: {_brief(labels)}")
+        key = RevisionKey(namespace, revision)
+        if key not in wanted:
+            continue
+        try:
+            value = float(str(pair[1]))
+        except ValueError:
+            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable sample: {_brief(pair)}")
+        identity = frozenset((str(name), str(text)) for name, text in labels.items() if name != FIELD_LABEL)
+        found.setdefault(key, {}).setdefault(identity, {})[kind] = value
+    return found

@@ -18,6 +18,9 @@ Evidence keys
 * ``<check name>``: the check's value in its canonical unit; ``samples`` is what it rests on (requests
   for latency/error-rate/ttft/e2e-latency, pods for oom-kills/restarts/warm-up, GPUs for
   gpu-memory-peak, vLLM engines for kv-cache-usage).
+* ``gpu-memory-peak`` and ``kv-cache-usage`` come from the peak book (:class:`PeaksAsk`): one query
+  per family per tick gives each series' peak since the previous tick; the window's value is the
+  maximum of those peaks, ``samples`` the series seen in the window.
 * ``<check name>:fraction`` (:func:`fraction_key`) — gpu-memory-peak checks only: the peak over the
   window of used / (used + free + reserved) on the fullest GPU of the revision, a ratio in [0, 1]. This
   is what ``maxFraction`` is judged on; ``<check name>`` carries the peak in bytes on the fullest GPU.
@@ -54,9 +57,11 @@ from canary.metrics.catalog import (
     FIELD_LABEL,
     FIELD_SAMPLES,
     KIND_FAMILY,
+    PEAK_MEASURES,
     BuiltinQuery,
     CounterQuery,
     Family,
+    PeakQuery,
     RevisionKey,
     measure_unit,
 )
@@ -68,10 +73,12 @@ from canary.policy.units import Unit
 __all__ = [
     "COUNTED_MEASURES",
     "FRACTION_SUFFIX",
+    "VALUE_FIELD",
     "CountsAsk",
     "GroupedAnswer",
     "GroupedAsk",
     "Need",
+    "PeaksAsk",
     "QueryGrouping",
     "Resolution",
     "Side",
@@ -135,7 +142,15 @@ class CountsAsk:
     quantile: float | None = None  # latency only
 
 
-Ask = GroupedAsk | SingleAsk | CountsAsk
+@dataclass(frozen=True, slots=True)
+class PeaksAsk:
+    """A gauge peak answered from the peak book (gpu-memory-peak and its fraction, kv-cache-usage):
+    one peak query per family per tick serves every rollout (canary.metrics.counters.PeakBook)."""
+
+    peaks: PeakQuery
+
+
+Ask = GroupedAsk | SingleAsk | CountsAsk | PeaksAsk
 
 # The measures the counter book answers (canary.metrics.counters); the others are queried per window.
 COUNTED_MEASURES = frozenset({REQUESTS, MetricKind.LATENCY.value, MetricKind.ERROR_RATE.value})
@@ -243,6 +258,9 @@ def plan_rollout(
         if measure in COUNTED_MEASURES and choice:
             counter = CounterQuery(RequestsProfile(choice), metrics.revision_label)
             return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))
+        if measure in PEAK_MEASURES and (family is not Family.DCGM or choice):
+            peaks = PeakQuery(measure, GpuLabelStyle(choice) if family is Family.DCGM and choice else None)
+            return Need(rollout, side, key, revision, unit, measure, field, ask=PeaksAsk(peaks))
         query = BuiltinQuery(
             measure=measure,
             window=window,
@@ -308,7 +326,8 @@ class GroupedAnswer:
     values: Mapping[RevisionKey, Mapping[str, float]]
 
 
-_VALUE = "value"
+VALUE_FIELD = "value"  # where a GroupedAnswer keeps a revision's value
+_VALUE = VALUE_FIELD
 
 
 def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:

@@ -49,7 +49,17 @@ from canary.evidence import (
     Measurement,
     Tally,
 )
-from canary.metrics.catalog import CounterQuery, Family, RevisionKey, render_builtin, render_counters
+from canary.metrics.catalog import (
+    FIELD_SAMPLES,
+    PEAK_FIELD,
+    CounterQuery,
+    Family,
+    PeakQuery,
+    RevisionKey,
+    render_builtin,
+    render_counters,
+    render_peaks,
+)
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
@@ -58,21 +68,28 @@ from canary.metrics.client import (
     redact_url,
 )
 from canary.metrics.counters import (
+    BackfillChunk,
     CounterBook,
+    PeakBook,
+    PeakSample,
     RevisionSample,
     Snapshot,
     count_measurement,
     parse_counter_matrix,
     parse_counter_vector,
+    parse_peak_matrix,
+    parse_peaks,
     plan_backfill,
 )
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
 from canary.metrics.plan import (
     COUNTED_MEASURES,
+    VALUE_FIELD,
     CountsAsk,
     GroupedAnswer,
     GroupedAsk,
     Need,
+    PeaksAsk,
     QueryGrouping,
     Resolution,
     Side,
@@ -110,7 +127,7 @@ class PrometheusEvidenceSource:
         client: PrometheusClient | None = None,
         clock: Callable[[], float] | None = None,
         max_single_queries_per_tick: int = 200,
-        backfill_sample_budget: int = 5_000_000,
+        backfill_sample_budget: int = 1_000_000,
         idle_revision_ttl: float = 900.0,
     ) -> None:
         """
@@ -150,6 +167,15 @@ class PrometheusEvidenceSource:
             idle=idle_revision_ttl,
             min_requests=min_requests,
         )
+        self.peaks = PeaksPipeline(
+            self._ask,
+            self._ask_range,
+            scrape_interval=scrape_interval,
+            min_window=self.min_window,
+            idle=idle_revision_ttl,
+            min_requests=min_requests,
+            sample_budget=backfill_sample_budget,
+        )
         self.max_single_queries_per_tick = max_single_queries_per_tick
         self._budget = _TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
 
@@ -184,6 +210,7 @@ class PrometheusEvidenceSource:
         for ask, outcome in outcomes.items():
             parsed[ask] = parse_grouped(outcome) if isinstance(ask, GroupedAsk) else parse_single(outcome)
         counted = self.counts.serve(rollouts, needs)
+        peaked = self.peaks.serve(rollouts, needs)
 
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
@@ -192,6 +219,8 @@ class PrometheusEvidenceSource:
         for need in needs:
             if isinstance(need.ask, CountsAsk):
                 measurement = counted.measurements[id(need)]
+            elif isinstance(need.ask, PeaksAsk):
+                measurement = peaked.measurements[id(need)]
             elif isinstance(need.ask, SingleAsk) and need.ask not in granted:
                 measurement = Measurement.error(
                     ErrorClass.DEFERRED, deferred, need.unit, query=need.ask.promql
@@ -209,6 +238,7 @@ class PrometheusEvidenceSource:
                 detection_cost[index]
                 + sum(outcomes[ask].http_requests for ask in used_asks[index])
                 + counted.http_requests.get(index, 0)
+                + peaked.http_requests.get(index, 0)
             )
             evidence.append(
                 Evidence(
@@ -604,7 +634,9 @@ class CountsPipeline:
             revision: [] for revision in starts
         }
         failed: set[RevisionKey] = set()
-        for chunk in chunks:
+        pending = [(chunk, False) for chunk in chunks]
+        while pending:
+            chunk, halved = pending.pop(0)
             promql = render_counters(counter, chunk.revisions)
             outcome = self._range(promql, chunk.start, chunk.end, self.step)
             refresh.http_requests += outcome.http_requests
@@ -612,6 +644,8 @@ class CountsPipeline:
             matrix = parse_counter_matrix(
                 outcome, chunk.revisions, divisor=metrics.latency_divisor, metric=metrics.count_metric
             )
+            if _halve(matrix, chunk, halved, pending):
+                continue
             if isinstance(matrix, QueryFailure):
                 for revision in chunk.revisions:
                     failed.add(revision)
@@ -639,6 +673,24 @@ class CountsPipeline:
 
 
 _MIN_SERIES_ESTIMATE = 64  # a revision's series in the past: pods come and go (the live count x 2)
+_PEAK_SERIES_ESTIMATE = 64  # GPUs (x4 series in the fraction) or vLLM engines of a revision
+
+
+def _halve(
+    answer: object, chunk: BackfillChunk, halved: bool, pending: list[tuple[BackfillChunk, bool]]
+) -> bool:
+    """A backfill chunk Prometheus timed out on is asked again once, as two halves of its revisions
+    (the same query re-run would time out again; two smaller ones may not). True when halved."""
+    if halved or not isinstance(answer, QueryFailure) or answer.error_class is not ErrorClass.TIMEOUT:
+        return False
+    if len(chunk.revisions) < 2:
+        return False
+    middle = len(chunk.revisions) // 2
+    pending[:0] = [
+        (BackfillChunk(chunk.revisions[:middle], chunk.start, chunk.end), True),
+        (BackfillChunk(chunk.revisions[middle:], chunk.start, chunk.end), True),
+    ]
+    return True
 
 
 def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int) -> dict[str, CountSeries]:
@@ -710,3 +762,235 @@ class _TickBudget:
                 for gone, _ in oldest:
                     del self._served[gone]
         return granted
+
+
+# ---------------------------------------------------------------------------------------------
+# Gauge peaks: one peak query per family per tick, and the peak book
+
+
+@dataclass(slots=True)
+class _PeakRefresh:
+    at: datetime
+    revisions: set[RevisionKey]
+    failures: dict[RevisionKey, QueryFailure]
+    query: str
+    http_requests: int = 0
+    duration: float = 0.0
+
+
+@dataclass(slots=True)
+class Peaked:
+    """What :meth:`PeaksPipeline.serve` gives one collect call."""
+
+    measurements: dict[int, Measurement] = field(default_factory=dict)  # id(need) -> measurement
+    http_requests: dict[int, int] = field(default_factory=dict)
+
+
+class PeaksPipeline:
+    """gpu-memory-peak (bytes and fraction) and kv-cache-usage: each tick, one query per family asks
+    every tracked revision's per-series peak since the previous tick (``max_over_time`` over that
+    span only); a window's value is the maximum of its ticks' peaks. A revision first asked for with
+    a window reaching into the past gets it filled once by a range query (one peak per scrape
+    interval). Single-flight as :class:`CountsPipeline`."""
+
+    def __init__(
+        self,
+        instant: Callable[[str, datetime], QueryOutcome],
+        range_query: Callable[[str, datetime, datetime, float], QueryOutcome],
+        *,
+        scrape_interval: float,
+        min_window: float,
+        idle: float,
+        min_requests: float,
+        sample_budget: int,
+    ) -> None:
+        self._instant = instant
+        self._range = range_query
+        self.step = scrape_interval
+        self.tolerance = timedelta(seconds=scrape_interval / 2)
+        self.min_window = timedelta(seconds=min_window)
+        self.min_requests = min_requests
+        self.sample_budget = sample_budget
+        self._idle = timedelta(seconds=idle)
+        self._lock = threading.Lock()
+        self.books: dict[PeakQuery, PeakBook] = {}
+        self._last: dict[PeakQuery, _PeakRefresh] = {}
+
+    def book(self, query: PeakQuery) -> PeakBook:
+        book = self.books.get(query)
+        if book is None:
+            book = self.books[query] = PeakBook(tolerance=self.tolerance, idle=self._idle)
+        return book
+
+    def _start(self, request: EvidenceRequest) -> datetime:
+        """The window the peaks must cover: at least ``min_window``, as the per-window queries were."""
+        return min(request.window_start, request.at - self.min_window)
+
+    def serve(
+        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
+    ) -> Peaked:
+        peaked = Peaked()
+        wanted: dict[tuple[PeakQuery, datetime], dict[RevisionKey, datetime]] = {}
+        askers: dict[PeakQuery, list[tuple[RevisionKey, Hashable, datetime, datetime]]] = {}
+        for need in needs:
+            if not isinstance(need.ask, PeaksAsk):
+                continue
+            request = rollouts[need.rollout][1]
+            start = self._start(request)
+            starts = wanted.setdefault((need.ask.peaks, request.at), {})
+            starts[need.revision] = min(start, starts.get(need.revision, start))
+            who = (request.namespace, request.inference_service)
+            askers.setdefault(need.ask.peaks, []).append((need.revision, who, start, request.at))
+        refreshes: dict[tuple[PeakQuery, datetime], tuple[_PeakRefresh, bool]] = {}
+        for query, at in sorted(wanted, key=lambda item: item[1]):
+            refreshes[(query, at)] = self._refresh(query, wanted[(query, at)], askers[query], at)
+        charged: set[tuple[int, PeakQuery, datetime]] = set()
+        with self._lock:
+            for need in needs:
+                if not isinstance(need.ask, PeaksAsk):
+                    continue
+                request = rollouts[need.rollout][1]
+                refresh, paid = refreshes[(need.ask.peaks, request.at)]
+                charge = (need.rollout, need.ask.peaks, request.at)
+                if paid and charge not in charged:
+                    charged.add(charge)
+                    peaked.http_requests[need.rollout] = (
+                        peaked.http_requests.get(need.rollout, 0) + refresh.http_requests
+                    )
+                outcome = QueryOutcome(refresh.query, None, None, 0, refresh.duration)
+                failure = refresh.failures.get(need.revision)
+                parsed: GroupedAnswer | QueryFailure
+                if failure is not None:
+                    parsed = failure
+                else:
+                    maxima, series = self.book(need.ask.peaks).window(
+                        need.revision, self._start(request), request.at
+                    )
+                    fields = {
+                        (VALUE_FIELD if name == PEAK_FIELD else name): value for name, value in maxima.items()
+                    }
+                    if fields:
+                        fields[FIELD_SAMPLES] = float(series)
+                    parsed = GroupedAnswer({need.revision: fields})
+                peaked.measurements[id(need)] = measurement_for(
+                    need, outcome, parsed, min_requests=self.min_requests
+                )
+        return peaked
+
+    def _refresh(
+        self,
+        query: PeakQuery,
+        wanted: Mapping[RevisionKey, datetime],
+        askers: Sequence[tuple[RevisionKey, Hashable, datetime, datetime]],
+        at: datetime,
+    ) -> tuple[_PeakRefresh, bool]:
+        with self._lock:
+            book = self.book(query)
+            for revision, who, start, asked_at in askers:
+                book.asked(revision, who, start, asked_at)
+            last = self._last.get(query)
+            if last is not None and abs(last.at - at) <= self.tolerance:
+                missing = {
+                    revision: start for revision, start in wanted.items() if revision not in last.revisions
+                }
+                if not missing:
+                    return last, False
+                fresh = self._sample(query, book, missing, last.at)
+                last.revisions |= fresh.revisions
+                last.failures.update(fresh.failures)
+                merged = _PeakRefresh(
+                    last.at, last.revisions, last.failures, fresh.query, fresh.http_requests, fresh.duration
+                )
+                return merged, True
+            starts: dict[RevisionKey, datetime | None] = dict.fromkeys(book.tracked())
+            starts.update(wanted)
+            refresh = self._sample(query, book, starts, at)
+            self._last[query] = refresh
+            book.prune(at)
+            return refresh, True
+
+    def _sample(
+        self, query: PeakQuery, book: PeakBook, starts: Mapping[RevisionKey, datetime | None], at: datetime
+    ) -> _PeakRefresh:
+        revisions = sorted(starts)
+        backfill = {
+            revision: start
+            for revision, start in starts.items()
+            if start is not None and start < at - self.tolerance and book.needs_backfill(revision, start)
+        }
+        ends = {revision: book.last_end(revision) for revision in revisions if revision not in backfill}
+        known = [end for end in ends.values() if end is not None and end < at]
+        span_start = min(known) if known else at - timedelta(seconds=self.step)
+        live = [revision for revision in revisions if revision not in backfill]
+        refresh = _PeakRefresh(at, set(revisions), {}, "")
+        if live:
+            span = f"{max(1, round((at - span_start).total_seconds() * 1000))}ms"
+            try:
+                promql = render_peaks(query, live, span)
+            except ValueError as error:
+                failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
+                refresh.failures.update(dict.fromkeys(revisions, failure))
+                return refresh
+            outcome = self._instant(promql, at)
+            refresh.query, refresh.http_requests, refresh.duration = (
+                promql,
+                outcome.http_requests,
+                outcome.duration,
+            )
+            parsed = parse_peaks(outcome, live)
+            if isinstance(parsed, QueryFailure):
+                refresh.failures.update(dict.fromkeys(live, parsed))
+            else:
+                for revision in live:
+                    book.record(revision, ends.get(revision) or span_start, at, parsed[revision])
+        if backfill:
+            self._backfill(query, book, backfill, at, refresh)
+        return refresh
+
+    def _backfill(
+        self,
+        query: PeakQuery,
+        book: PeakBook,
+        starts: Mapping[RevisionKey, datetime],
+        at: datetime,
+        refresh: _PeakRefresh,
+    ) -> None:
+        """One peak per scrape interval, on a grid ending at ``at``, back to the earliest start."""
+        start = min(starts.values())
+        intervals = max(1, round((at - start).total_seconds() / self.step))
+        first_point = at - timedelta(seconds=(intervals - 1) * self.step)
+        revisions = sorted(starts)
+        span = f"{round(self.step * 1000)}ms"
+        estimate = dict.fromkeys(revisions, _PEAK_SERIES_ESTIMATE)
+        chunks = plan_backfill(estimate, first_point, at, self.step, sample_budget=self.sample_budget)
+        history: dict[RevisionKey, list[tuple[datetime, datetime, PeakSample]]] = {r: [] for r in revisions}
+        failed: QueryFailure | None = None
+        pending = [(chunk, False) for chunk in chunks]
+        while pending and failed is None:
+            chunk, halved = pending.pop(0)
+            promql = render_peaks(query, chunk.revisions, span)
+            if not refresh.query:
+                refresh.query = promql
+            outcome = self._range(promql, chunk.start, chunk.end, self.step)
+            refresh.http_requests += outcome.http_requests
+            refresh.duration += outcome.duration
+            matrix = parse_peak_matrix(outcome, chunk.revisions)
+            if _halve(matrix, chunk, halved, pending):
+                continue
+            if isinstance(matrix, QueryFailure):
+                failed = QueryFailure(
+                    matrix.error_class, f"backfill of the peaks: {matrix.detail}", matrix.http_status
+                )
+                break
+            points = round((chunk.end - chunk.start).total_seconds() / self.step)
+            for index in range(points + 1):
+                moment = chunk.start + timedelta(seconds=index * self.step)
+                per = matrix.get(round(moment.timestamp(), 3), {})
+                for revision in chunk.revisions:
+                    sample = per.get(revision, PeakSample({}))
+                    history[revision].append((moment - timedelta(seconds=self.step), moment, sample))
+        if failed is not None:
+            refresh.failures.update(dict.fromkeys(revisions, failed))
+            return
+        for revision in revisions:
+            book.replay(revision, history[revision], start)

@@ -17,6 +17,8 @@ from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.counters import (
     MAX_POINTS_PER_SERIES,
     CounterBook,
+    PeakBook,
+    PeakSample,
     RevisionSample,
     SeriesId,
     count_measurement,
@@ -451,3 +453,46 @@ def test_a_backfill_splits_the_revisions_by_the_sample_budget() -> None:
     huge = plan_backfill({REV: 100_000}, T0, at(3600), 30.0, sample_budget=1_000_000)
     assert len(huge) > 1  # one revision alone over budget: its range is split instead
     assert all((round((c.end - c.start).total_seconds() / 30) + 1) * 100_000 <= 1_000_000 for c in huge)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gauge peaks
+
+
+def _gpu(pod: str) -> frozenset[tuple[str, str]]:
+    return frozenset({("pod", pod), ("gpu", "0")})
+
+
+def test_a_window_peak_is_the_maximum_of_its_ticks_and_counts_every_series_seen() -> None:
+    book = PeakBook(tolerance=TOLERANCE)
+    book.record(REV, at(0), at(5), PeakSample({_gpu("a"): {"peak": 10.0, "fraction": 0.1}}))
+    book.record(REV, at(5), at(10), PeakSample({_gpu("a"): {"peak": 30.0, "fraction": 0.3}}))
+    book.record(REV, at(10), at(15), PeakSample({_gpu("b"): {"peak": 20.0, "fraction": 0.2}}))
+    assert book.window(REV, at(0), at(15)) == ({"peak": 30.0, "fraction": 0.3}, 2)
+    assert book.window(REV, at(10), at(15)) == ({"peak": 20.0, "fraction": 0.2}, 1)
+    assert book.window(RevisionKey("ml", "unknown"), at(0), at(15)) == ({}, 0)
+    assert not book.record(REV, at(10), at(15), PeakSample({}))  # not newer
+
+
+def test_peaks_follow_max_over_time_for_non_finite_values() -> None:
+    book = PeakBook(tolerance=TOLERANCE)
+    book.record(REV, at(0), at(5), PeakSample({_gpu("a"): {"peak": math.nan}}))
+    assert math.isnan(book.window(REV, at(0), at(5))[0]["peak"])  # NaN only when all is NaN
+    book.record(REV, at(5), at(10), PeakSample({_gpu("a"): {"peak": 3.0}}))
+    assert book.window(REV, at(0), at(10))[0]["peak"] == 3.0
+    book.record(REV, at(10), at(15), PeakSample({_gpu("a"): {"peak": math.inf}}))
+    assert book.window(REV, at(0), at(15))[0]["peak"] == math.inf
+
+
+def test_peak_memory_is_bounded_and_backfill_needed_once() -> None:
+    book = PeakBook(tolerance=TOLERANCE, idle=timedelta(minutes=5))
+    assert book.needs_backfill(REV, at(0))
+    book.replay(REV, [(at(-5), at(0), PeakSample({_gpu("a"): {"peak": 1.0}}))], at(-5))
+    assert not book.needs_backfill(REV, at(-5))
+    for tick in range(1, 200):
+        now = at(tick * 5)
+        book.asked(REV, "rollout", now - timedelta(seconds=60), now)
+        book.record(REV, now - timedelta(seconds=5), now, PeakSample({_gpu("a"): {"peak": float(tick)}}))
+        book.prune(now)
+    assert book.window(REV, at(995 - 60), at(995)) == ({"peak": 199.0}, 1)
+    assert len(book.entries(REV)) <= 60 / 5 + 2

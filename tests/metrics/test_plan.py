@@ -13,6 +13,7 @@ from canary.metrics.catalog import (
     BuiltinQuery,
     CounterQuery,
     Family,
+    PeakQuery,
     RevisionKey,
     render_builtin,
 )
@@ -20,6 +21,7 @@ from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.plan import (
     CountsAsk,
     GroupedAsk,
+    PeaksAsk,
     QueryGrouping,
     Resolution,
     Side,
@@ -31,7 +33,7 @@ from canary.metrics.plan import (
     parse_grouped,
     plan_rollout,
 )
-from canary.policy.model import PromotionPolicy, RequestsProfile
+from canary.policy.model import GpuLabelStyle, PromotionPolicy, RequestsProfile
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 RESOLVED = {
@@ -87,6 +89,7 @@ ALL_BUILTINS = [
 
 
 COUNTED = {"p99", "p50", "errors"}  # the checks answered from the counter book (and request-count)
+PEAKS = {"gpu", "kv"}  # the checks answered from the peak book
 
 
 def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure() -> None:
@@ -95,8 +98,8 @@ def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_ROLLOUT
     )
     grouped, singles = merge_asks(needs)
-    # one per check not counted (the gpu fraction shares the gpu query); none for the counted ones
-    assert len(grouped) == len(ALL_BUILTINS) - len(COUNTED)
+    # one per check not counted and not a peak; none for those
+    assert len(grouped) == len(ALL_BUILTINS) - len(COUNTED) - len(PEAKS)
     assert singles == []
     assert not any(ask.query.measure in {REQUESTS, "latency", "error-rate"} for ask in grouped)
     counted = [need for need in needs if isinstance(need.ask, CountsAsk)]
@@ -120,9 +123,9 @@ def test_per_revision_baseline_asks_once_per_check_per_revision() -> None:
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_REVISION
     )
     grouped, _ = merge_asks(needs)
-    others = [check for check in ALL_BUILTINS if check["name"] not in COUNTED]
+    others = [check for check in ALL_BUILTINS if check["name"] not in COUNTED | PEAKS]
     with_stable = sum(1 for check in others if "maxIncrease" in check)
-    # each check (gpu: value and fraction share one) for the canary, those compared for the stable too
+    # each check for the canary, those compared for the stable too
     assert len(grouped) == len(others) + with_stable
     assert all(len(revisions) == 1 for revisions in grouped.values())
 
@@ -145,6 +148,22 @@ def test_rollouts_share_queries_per_tick() -> None:
     assert len(counters) == 1  # one counter sample serves them all, whatever their windows
     revisions = {need.revision for need in needs if isinstance(need.ask, CountsAsk)}
     assert len(revisions) == 6
+
+
+def test_gauge_peaks_come_from_the_peak_book_value_and_fraction_alike() -> None:
+    the_policy = policy([ALL_BUILTINS[5], ALL_BUILTINS[6]])
+    needs = plan_rollout(
+        0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_TICK
+    )
+    peaks = {(need.key, need.side): need.ask for need in needs if isinstance(need.ask, PeaksAsk)}
+    gpu = PeaksAsk(PeakQuery("gpu-memory-peak", GpuLabelStyle.EXPORTED_POD))
+    assert peaks == {
+        ("gpu", Side.CANARY): gpu,
+        ("gpu", Side.STABLE): gpu,
+        (fraction_key("gpu"), Side.CANARY): gpu,
+        (fraction_key("gpu"), Side.STABLE): gpu,
+        ("kv", Side.CANARY): PeaksAsk(PeakQuery("kv-cache-usage")),
+    }
 
 
 def test_different_windows_do_not_share_the_other_families_queries() -> None:

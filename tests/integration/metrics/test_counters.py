@@ -229,6 +229,66 @@ def test_a_failed_sample_is_error_counts_never_a_failure() -> None:
         assert (measurement.status, measurement.error_class) == (EvidenceStatus.ERROR, ErrorClass.UNREACHABLE)
 
 
+def test_gauge_peaks_tick_by_tick_equal_the_raw_samples_and_the_backfill(production: Scenario) -> None:
+    checks = [
+        {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9, "maxIncrease": "10%"},
+        {"name": "kv", "metric": "kv-cache-usage", "max": "95%", "maxIncrease": "50%"},
+    ]
+    policy = make_policy(checks, metrics={"gpuLabels": "pod"})
+    start = AT - timedelta(seconds=300)
+    ticks = [start + timedelta(seconds=index * STEP) for index in range(round(300 / STEP) + 1)]
+    window = timedelta(seconds=120)  # the canary's GPU-memory spike is mid-way through its life
+    with production.source() as live:
+        for tick in ticks:
+            request = _request(
+                policy,
+                "kn118",
+                "llama-predictor-00002",
+                "llama-predictor-00001",
+                at=tick,
+                window_start=max(start, tick - window),
+            )
+            evidence = live.collect(policy, request)
+    simulation = production.simulation
+    window_start = (AT - window).timestamp()
+    for side, revision in (("canary", "llama-predictor-00002"), ("stable", "llama-predictor-00001")):
+        measurements = evidence.canary if side == "canary" else evidence.stable
+        samples = [
+            sample
+            for (name, _pod, _gpu), series in simulation.gpu_samples.items()
+            if name == revision
+            for sample in series
+            if window_start < sample[0] <= AT_SECONDS
+        ]
+        assert measurements["gpu"].value == max(used for _t, used, _f, _r in samples) * 1048576
+        fraction = max(used / (used + free + reserved) for _t, used, free, reserved in samples)
+        assert measurements["gpu:fraction"].value == pytest.approx(fraction, rel=1e-9)
+        assert measurements["gpu"].samples == len(
+            {key for key in simulation.gpu_samples if key[0] == revision}
+        )
+        levels = [
+            level
+            for (name, _pod), series in simulation.kv_samples.items()
+            if name == revision
+            for moment, level in series
+            if window_start < moment <= AT_SECONDS
+        ]
+        assert measurements["kv"].value == pytest.approx(max(levels), rel=1e-12)
+    with production.source() as fresh:  # after a restart: the same values from one backfill each
+        again = fresh.collect(policy, request)
+    for key in evidence.canary:
+        for before, after in (
+            (evidence.canary[key], again.canary[key]),
+            (evidence.stable.get(key), again.stable.get(key)),
+        ):
+            if before is not None and after is not None:
+                assert (after.status, after.value, after.samples) == (
+                    before.status,
+                    before.value,
+                    before.samples,
+                )
+
+
 # ---------------------------------------------------------------------------------------------
 # Cost independent of the number of rollouts
 
@@ -243,7 +303,10 @@ def _fleet_revisions() -> list[Revision]:
         for number in (1, 2):
             name = f"m{index}-predictor-0000{number}"
             pod = Pod(
-                name=f"{name}-deployment-5c6d7-a{index}", created=FLEET_END - 7200, ready=FLEET_END - 7000
+                name=f"{name}-deployment-5c6d7-a{index}",
+                created=FLEET_END - 7200,
+                ready=FLEET_END - 7000,
+                gpus=1,
             )
             revisions.append(
                 Revision(
@@ -254,6 +317,7 @@ def _fleet_revisions() -> list[Revision]:
                     requests_per_second=1.0,
                     error_ratio=0.02,
                     requests_profile="knative-otel-invocation",
+                    vllm=True,
                 )
             )
     return revisions
@@ -261,16 +325,26 @@ def _fleet_revisions() -> list[Revision]:
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[tuple[Simulation, PrometheusServer]]:
-    simulation = Simulation(_fleet_revisions(), start=FLEET_END - 900, end=FLEET_END, step=STEP, seed=12)
+    simulation = Simulation(_fleet_revisions(), start=FLEET_END - 600, end=FLEET_END, step=STEP, seed=12)
     with PrometheusServer(backfill=simulation.openmetrics()) as prometheus:
         yield simulation, prometheus
+
+
+FLEET_CHECKS = [
+    *CHECKS,
+    {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9, "maxIncrease": "10%"},
+    {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
+]
 
 
 def _fleet_rollouts(count: int, at: datetime) -> list[tuple[PromotionPolicy, EvidenceRequest]]:
     rollouts = []
     for index in range(count):
         policy = make_policy(
-            CHECKS, namespace="fleet", name=f"m{index}", metrics={"requests": "knative-otel-invocation"}
+            FLEET_CHECKS,
+            namespace="fleet",
+            name=f"m{index}",
+            metrics={"requests": "knative-otel-invocation", "gpuLabels": "pod"},
         )
         step_start = FLEET_AT - timedelta(seconds=400) + timedelta(seconds=7 * index)  # staggered
         request = _request(
@@ -317,9 +391,11 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
                 results.extend(pool.map(lambda pair: source.collect(*pair), jittered))
 
         third = _tick_cost(prometheus, threaded)
-    assert first == (1, 1)  # the tick's counter sample, and the backfill of every rollout's history
-    assert second == (1, 0)
-    assert third == (1, 0)
+    # The first tick: the counter sample, and one range query each filling every rollout's history
+    # of counts, GPU peaks and KV-cache peaks. Then one query per pipeline per tick.
+    assert first == (1, 3)
+    assert second == (3, 0)
+    assert third == (3, 0)
     for (_, request), evidence in zip(jittered, results, strict=True):
         canary = request.canary_revision
         series = evidence.counts["canary"]
@@ -329,6 +405,9 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
         total = CountSeries.total(picked)
         raw = counted_requests(simulation, canary, picked[0].start.timestamp(), ticks[2].timestamp())
         assert total is not None and total.requests == len(raw) > 0
+        for key in ("gpu", "gpu:fraction", "kv"):
+            assert evidence.canary[key].status is EvidenceStatus.OK, evidence.canary[key]
+        assert evidence.canary["gpu"].samples == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Few queries: counted by Prometheus itself, per evaluation, for one rollout and for a tick of several.
 
-request-count, latency and error-rate come from the tick's one counter sample (plus, the first time a
-revision is asked for, one range query filling its past: /api/v1/query_range, not counted here); the
-other checks are one grouped query each."""
+request-count, latency and error-rate come from the tick's one counter sample, gpu-memory-peak and
+kv-cache-usage from one peak query per family per tick (the first time a revision is asked for, its
+past is filled by one range query per pipeline instead: /api/v1/query_range); the other checks are
+one grouped query each. Both handlers are counted."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from canary.evidence import Evidence, EvidenceRequest
 from canary.metrics import QueryGrouping
 from canary.policy.model import PromotionPolicy
-from tests.integration.metrics.support import Scenario, http_queries, make_policy, make_request
+from tests.integration.metrics.support import Scenario, http_queries, make_policy, make_request, range_queries
 
 CHECKS: list[dict[str, Any]] = [
     {"name": "p99", "metric": "latency", "quantile": 0.99, "max": "2s", "maxIncrease": "20%"},
@@ -25,7 +26,10 @@ CHECKS: list[dict[str, Any]] = [
 ]
 EXPLICIT = {"requests": "knative-opencensus", "gpuLabels": "pod"}
 COUNTED = {"latency", "error-rate"}
-OTHERS = [check for check in CHECKS if check["metric"] not in COUNTED]
+PEAKS = {"gpu-memory-peak", "kv-cache-usage"}
+OTHERS = [check for check in CHECKS if check["metric"] not in COUNTED | PEAKS]
+# A fresh source's first tick: the counter sample, its backfill and one backfill per peak family.
+PIPELINES = 1 + 1 + len(PEAKS)
 
 
 def _rollouts() -> list[tuple[PromotionPolicy, EvidenceRequest]]:
@@ -47,19 +51,18 @@ def _values(evidence: Evidence) -> dict[str, tuple[str, float | None]]:
 
 def _measured(scenario: Scenario, grouping: QueryGrouping, rollouts: list[tuple[PromotionPolicy, EvidenceRequest]]) -> tuple[list[Evidence], int]:  # fmt: skip
     with scenario.source(grouping=grouping) as source:
-        before = http_queries(scenario.url)
+        before = http_queries(scenario.url) + range_queries(scenario.url)
         evidence = source.collect_many(rollouts)
-        return evidence, http_queries(scenario.url) - before
+        return evidence, http_queries(scenario.url) + range_queries(scenario.url) - before
 
 
 def test_one_query_per_measure_answers_canary_and_stable(production: Scenario) -> None:
     rollout = _rollouts()[:1]
     grouped, grouped_queries = _measured(production, QueryGrouping.PER_ROLLOUT, rollout)
     naive, naive_queries = _measured(production, QueryGrouping.PER_REVISION, rollout)
-    # the counter sample + one per other check; the gpu fraction shares the gpu query; + the backfill
-    assert grouped_queries == 1 + len(OTHERS) == grouped[0].queries - 1
+    assert grouped_queries == PIPELINES + len(OTHERS) == grouped[0].queries
     compared = sum(1 for check in OTHERS if "maxIncrease" in check)
-    assert naive_queries == 1 + len(OTHERS) + compared == naive[0].queries - 1
+    assert naive_queries == PIPELINES + len(OTHERS) + compared == naive[0].queries
     assert _values(grouped[0]) == _values(naive[0])  # the same answers, fewer round trips
 
 
@@ -67,8 +70,8 @@ def test_a_tick_of_rollouts_costs_no_more_queries_than_one(production: Scenario)
     rollouts = _rollouts()
     tick, tick_queries = _measured(production, QueryGrouping.PER_TICK, rollouts)
     alone = [_measured(production, QueryGrouping.PER_ROLLOUT, [rollout]) for rollout in rollouts]
-    assert tick_queries == 1 + len(OTHERS)
-    assert sum(queries for _, queries in alone) == len(rollouts) * (1 + len(OTHERS))
+    assert tick_queries == PIPELINES + len(OTHERS)
+    assert sum(queries for _, queries in alone) == len(rollouts) * (PIPELINES + len(OTHERS))
     for shared, (single, _) in zip(tick, alone, strict=True):
         assert _values(shared) == _values(single[0])
         assert shared.request == single[0].request
@@ -77,4 +80,4 @@ def test_a_tick_of_rollouts_costs_no_more_queries_than_one(production: Scenario)
 def test_per_rollout_grouping_does_not_share_the_other_checks_across_rollouts(production: Scenario) -> None:
     rollouts = _rollouts()
     _, queries = _measured(production, QueryGrouping.PER_ROLLOUT, rollouts)
-    assert queries == 1 + len(rollouts) * len(OTHERS)  # the counter sample is always per tick
+    assert queries == PIPELINES + len(rollouts) * len(OTHERS)  # the pipelines are always per tick
