@@ -296,7 +296,10 @@ def test_status_explain_and_metrics_show_the_numbers_behind_the_decisions(
     latest = json.loads(explained.output)["latestEvaluation"]
     p99 = next(check for check in latest["checks"] if check["name"] == "p99")
     assert p99["verdict"] == "fail"
-    assert "histogram_quantile(0.99" in p99["query"]
+    # Judged on raw bucket counters (no histogram_quantile, no rate): the PromQL they come from.
+    assert "revision_request_latencies_bucket" in p99["query"]
+    assert "histogram_quantile" not in p99["query"]
+    assert "broken at 95%" in p99["detail"]
     assert p99["value"] > p99["stable"]
     text = CliRunner().invoke(app, ["explain", "e2e/regress", *kubeconfig])
     assert "p99" in text.output
