@@ -137,6 +137,8 @@ class Stack:
     seed: int = 7
     workdir: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    scrape_interval: float = 1.0  # Prometheus' (the scale benchmark scrapes thousands of pods less often)
+    request_log_size: int = 10_000  # the emulator's request log
 
     def __post_init__(self) -> None:
         self._owned_workdir = self.workdir is None
@@ -146,7 +148,11 @@ class Stack:
         self.policy_dir = self.workdir / "policies"
         self.policy_dir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig = self.workdir / "kubeconfig.yaml"
-        self.emulator = Emulator(KServeConfig(reconcile_delay=self.reconcile_delay), seed=self.seed)
+        self.emulator = Emulator(
+            KServeConfig(reconcile_delay=self.reconcile_delay),
+            seed=self.seed,
+            request_log_size=self.request_log_size,
+        )
         self.server = EmulatorServer(self.emulator)
         self.receiver = WebhookReceiver()
         self.controllers: list[ControllerProcess] = []
@@ -178,7 +184,7 @@ class Stack:
             self._fleet_thread.start()
             port = exporter.server_address[1]
             self.prometheus = PrometheusServer(
-                scrape_targets=[f"127.0.0.1:{port}"], scrape_interval=1.0
+                scrape_targets=[f"127.0.0.1:{port}"], scrape_interval=self.scrape_interval
             ).start()
             self._closers.append(self.prometheus.stop)
             for name, text in self.policies.items():
@@ -259,7 +265,7 @@ class Stack:
             "--prometheus-url",
             prometheus_url or self.prometheus.url,
             "--scrape-interval",
-            "1",
+            f"{self.scrape_interval:g}",
             "--metrics-port",
             str(port),
             "--log-format",

@@ -79,6 +79,7 @@ class SimulatedFleet:
         self._revisions: dict[tuple[str, str], _RevisionInfo] = {}  # (namespace, revision)
         self._pods: dict[tuple[str, str], PodSimulator] = {}  # (namespace, pod)
         self._owner: dict[tuple[str, str], str] = {}  # (namespace, pod) -> InferenceService
+        self._of_model: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (namespace, isvc) -> pods
         self._pod_meta: dict[tuple[str, str], tuple[str, float, float | None]] = {}  # uid, created, ready
         self._carry: dict[tuple[str, str], float] = {}  # fractional requests per revision
         self._shares: dict[tuple[str, str, str], float] = {}  # (ns, isvc, revision) -> last share
@@ -87,29 +88,39 @@ class SimulatedFleet:
     # -- simulation --------------------------------------------------------------------------------
 
     def tick(self, dt: float) -> None:
-        """Advance the world by ``dt`` seconds of traffic."""
-        for (namespace, name), model in self._models.items():
+        """Advance the world by ``dt`` seconds of traffic.
+
+        One list of InferenceServices and one of pods per namespace (not a GET per model): the same
+        objects, so a fleet of a thousand models costs two requests per tick instead of two thousand.
+        """
+        namespaces = sorted({namespace for namespace, _ in self._models})
+        for namespace in namespaces:
             try:
-                isvc = cast(
+                listed = cast(
                     dict[str, Any],
-                    self._custom.get_namespaced_custom_object(
-                        "serving.kserve.io",
-                        "v1beta1",
-                        namespace,
-                        "inferenceservices",
-                        name,
-                        _request_timeout=5,
+                    self._custom.list_namespaced_custom_object(
+                        "serving.kserve.io", "v1beta1", namespace, "inferenceservices", _request_timeout=10
                     ),
                 )
+                pods = self._core.list_namespaced_pod(namespace, _request_timeout=10).items
             except client.ApiException:
                 continue
-            self._learn_revision(namespace, name, isvc, model)
-            pods = self._core.list_namespaced_pod(
-                namespace, label_selector=f"serving.kserve.io/inferenceservice={name}", _request_timeout=5
-            ).items
-            with self._lock:
-                self._sync_pods(namespace, name, pods)
-                self._route(namespace, name, isvc, model, dt)
+            isvcs = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+            by_model: dict[str, list[client.V1Pod]] = {}
+            for pod in pods:
+                owner = ((pod.metadata.labels if pod.metadata else None) or {}).get(
+                    "serving.kserve.io/inferenceservice"
+                )
+                if owner:
+                    by_model.setdefault(owner, []).append(pod)
+            for (model_namespace, name), model in self._models.items():
+                isvc = isvcs.get(name) if model_namespace == namespace else None
+                if isvc is None:
+                    continue
+                self._learn_revision(namespace, name, isvc, model)
+                with self._lock:
+                    self._sync_pods(namespace, name, by_model.get(name, []))
+                    self._route(namespace, name, isvc, model, dt)
 
     def _learn_revision(
         self, namespace: str, name: str, isvc: Mapping[str, Any], model: ModelTraffic
@@ -149,15 +160,17 @@ class SimulatedFleet:
                     seed=self._seed ^ zlib.crc32(meta.name.encode()),
                 )
                 self._owner[key] = name
+                self._of_model.setdefault((namespace, name), set()).add(key)
             ready, ready_since = _pod_ready(pod)
             created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
             ready_time = ready_since.timestamp() if ready and ready_since else None
             self._pod_meta[key] = (meta.uid or "", created, ready_time)
-        for key in [key for key, owner in self._owner.items() if owner == name and key[0] == namespace]:
-            if key not in seen:
-                del self._pods[key]
-                del self._owner[key]
-                self._pod_meta.pop(key, None)
+        mine = self._of_model.get((namespace, name), set())
+        for key in sorted(mine - seen):
+            del self._pods[key]
+            del self._owner[key]
+            self._pod_meta.pop(key, None)
+            mine.discard(key)
 
     def _route(
         self, namespace: str, name: str, isvc: Mapping[str, Any], model: ModelTraffic, dt: float
@@ -172,11 +185,9 @@ class SimulatedFleet:
         for revision, share in shares.items():
             self._shares[(namespace, name, revision)] = share
             ready_pods = [
-                simulator
-                for key, simulator in sorted(self._pods.items())
-                if key[0] == namespace
-                and simulator.revision == revision
-                and self._pod_meta[key][2] is not None
+                self._pods[key]
+                for key in sorted(self._of_model.get((namespace, name), ()))
+                if self._pods[key].revision == revision and self._pod_meta[key][2] is not None
             ]
             if not ready_pods:
                 continue
