@@ -253,6 +253,7 @@ def api_counts(stack: Stack, since: float, until: float) -> tuple[int, int, int]
 def rollouts(size: int, interval: float, console: Console) -> Result:
     result = Result(size, interval)
     models = names(size)
+    fleet_tick = max(1.0, size / 200)  # the same traffic in fewer, larger steps for big fleets
     traffic = [
         ModelTraffic(NS, name, 2.0, {V1: RevisionBehaviour(), V2: RevisionBehaviour()}) for name in models
     ]
@@ -262,7 +263,7 @@ def rollouts(size: int, interval: float, console: Console) -> Result:
     with Stack(
         traffic,
         policies,
-        fleet_tick=1.0,
+        fleet_tick=fleet_tick,
         scrape_interval=SCRAPE,
         request_log_size=3_000_000,
         env={"TICK_SECONDS": f"{TICK:g}"},
@@ -284,6 +285,8 @@ def rollouts(size: int, interval: float, console: Console) -> Result:
             stack.set_storage_uri(NS, name, V2)
         if not wait(lambda: holding_first_step(stack, models), 3 * interval + size / 5, 2.0):
             result.notes.append("not every rollout held its first step before the window")
+        # One more interval: every rollout has had its first evaluation (and written its first explain).
+        time.sleep(interval + TICK)
         window = 2 * interval
         text0, prom0, cpu0, t0 = (
             controller.metrics(),
@@ -348,6 +351,7 @@ def idle(count: int, interval: float, console: Console) -> tuple[float, float, f
     with Stack(
         [], policies, scrape_interval=SCRAPE, request_log_size=100_000, env={"TICK_SECONDS": f"{TICK:g}"}
     ) as stack:
+        stack.emulator.create_namespace(NS)
         for name in models:
             stack.emulator.create(inference_service(NS, name, V1))
         if not wait(lambda: all_ready(stack, count), 300, 2.0):
@@ -422,7 +426,7 @@ def report(
         ok &= met
         targets.add_row(text, measured, "yes" if met else "NO")
 
-    largest = results[-1]
+    largest = results[-1] if results else base
     if len(results) > 1:
         target(
             f"Prometheus requests per tick at N={largest.size} ≤ 2 × at N={base.size}",
