@@ -47,6 +47,7 @@ class TickScheduler:
         self._lock = threading.Lock()
         self._running = False
         self._pending = False
+        self._woken = False  # a wake is already scheduled: a burst of watch events moves the job once
         self._started = False
 
     @property
@@ -91,8 +92,9 @@ class TickScheduler:
             if self._running:
                 self._pending = True
                 return
-        if not self._started:
-            return
+            if self._woken or not self._started:
+                return
+            self._woken = True
         job = self._scheduler.get_job(TICK_JOB)
         if job is not None:
             job.modify(next_run_time=datetime.now(UTC) + timedelta(milliseconds=1))
@@ -100,6 +102,7 @@ class TickScheduler:
     def _guarded(self) -> None:
         with self._lock:
             self._running = True
+            self._woken = False
         try:
             while True:
                 try:

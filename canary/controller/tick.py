@@ -131,6 +131,7 @@ class TickRunner:
         self._triggered: set[str] = set()
         self._carried: list[str] = []
         self._in_flight: set[str] = set()
+        self._not_owned: set[str] = set()  # keys another replica drives (or drove) meanwhile
         self.last: TickOutcome | None = None
 
     # -- what there is -------------------------------------------------------------------------
@@ -254,9 +255,21 @@ class TickRunner:
         if loaded is None:
             return None
         namespace = loaded.policy.metadata.namespace
-        if not self._synced(namespace) or not self._ownership.owns(key):
+        if not self._synced(namespace):
             outcome.skipped.append(key)
             return None
+        if not self._ownership.owns(key):
+            with self._lock:
+                self._not_owned.add(key)
+            outcome.skipped.append(key)
+            return None
+        with self._lock:
+            regained = key in self._not_owned
+            self._not_owned.discard(key)
+        if regained:
+            # Another replica may have decided (and not stored) in between: what this one remembers
+            # of the rollout is no longer the latest; read it as after a restart.
+            self._reconciler.forget(key)
         with self._lock:
             self._triggered.discard(key)
         try:

@@ -308,6 +308,9 @@ def test_a_rollout_not_owned_is_skipped_and_its_writes_would_be_fenced(world: Wo
     assert set(outcome.decided) == mine
     assert set(outcome.skipped) == set(world.policies) - mine
     assert set(world.owner.fenced) == mine, "every write is fenced with its own key"
+    world.owner.keys = None  # the other keys come to this replica
+    regained = runner.run_tick()
+    assert set(regained.decided) == set(world.policies) - mine, "skipped rollouts stayed due"
 
 
 def test_a_broken_rollout_does_not_stop_the_others(world: World) -> None:
