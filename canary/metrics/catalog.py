@@ -67,6 +67,7 @@ __all__ = [
     "PEAK_FIELD",
     "PEAK_MEASURES",
     "REQUESTS_PROFILES",
+    "RESTARTS_COUNTER",
     "BuiltinQuery",
     "CounterQuery",
     "Family",
@@ -478,16 +479,42 @@ BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket seri
 _COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class CounterQuery:
-    """What shapes a requests family's raw-counter query, except the revisions: one per tick each."""
+    """What shapes a raw-counter query, except the revisions: one per tick each.
 
-    profile: RequestsProfile
+    The requests family of a profile (``profile``), or kube-state-metrics' container restart
+    counters (``profile=None``: :data:`RESTARTS_COUNTER`).
+    """
+
+    profile: RequestsProfile | None
     revision_label: str | None = None  # OTel profiles: a relabelled revision label instead of pod names
 
     @property
     def metrics(self) -> RequestsMetrics:
+        if self.profile is None:
+            raise ValueError("the restart counters have no requests profile")
         return REQUESTS_PROFILES[self.profile]
+
+    @property
+    def divisor(self) -> float:
+        """What the ``le`` of the buckets is divided by to be in seconds."""
+        return 1.0 if self.profile is None else self.metrics.latency_divisor
+
+    @property
+    def metric_name(self) -> str:
+        return KSM_RESTARTS if self.profile is None else self.metrics.count_metric
+
+    @property
+    def name(self) -> str:
+        if self.profile is None:
+            return "restarts"
+        return self.profile.value + (f"/{self.revision_label}" if self.revision_label else "")
+
+
+# kube-state-metrics' restart counters per pod and container, in the counter book (the container
+# travels as the series' code class; a tally's ``requests`` are then restarts).
+RESTARTS_COUNTER = CounterQuery(None)
 
 
 def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> str:
@@ -502,6 +529,8 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     """
     if not revisions:
         raise ValueError("a counter query needs at least one revision")
+    if query.profile is None:
+        return _restart_counters(revisions)
     if query.profile not in REQUESTS_PROFILES:
         raise ValueError(f"the counters need a concrete requests profile, got {query.profile}")
     metrics = query.metrics
@@ -520,6 +549,20 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
     buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
     return _union(_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD))
+
+
+def _restart_counters(revisions: Collection[RevisionKey]) -> str:
+    """Restarts per pod and container (the init containers' too), raw: one series per container."""
+    selection = _POD_SELECTION
+    parts = []
+    for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
+        series = selection.by_revision(
+            f"{metric}{{{selection.matchers(revisions)}}}", revisions, generic=True
+        )
+        # Several kube-state-metrics replicas export the same counter: one value per container.
+        parts.append(f"max by ({_GROUP}, pod, container) ({series})")
+    restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
+    return _with_field(restarts, COUNTER_FIELD)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -101,6 +101,7 @@ class Snapshot:
     buckets: Mapping[float, int]  # requests at most ``le`` seconds (``+Inf``: all the histogram saw)
     series: int  # request series present in the sample (0: the revision had none)
     invalid: str = ""  # a non-finite value in the sample (those series were left out)
+    pods: frozenset[str] = frozenset()  # the pods whose series were present
 
     @property
     def requests(self) -> int:
@@ -197,8 +198,9 @@ class CounterBook:
         else:
             self._advance(track, at, values)
         present = sum(1 for series in values if series.kind == COUNTER_FIELD) or len(values)
+        pods = frozenset(series.pod for series in values)
         track.snapshots.append(
-            Snapshot(at, dict(track.by_class), dict(track.buckets), present, sample.invalid)
+            Snapshot(at, dict(track.by_class), dict(track.buckets), present, sample.invalid, pods)
         )
         if len(track.snapshots) > self.max_snapshots:
             del track.snapshots[: len(track.snapshots) - self.max_snapshots]
@@ -316,6 +318,15 @@ class CounterBook:
         if not any(snapshot.series for snapshot in chosen):
             return None, chosen[-1]
         return _tally(chosen[0], chosen[-1]), chosen[-1]
+
+    def pods_seen(self, revision: RevisionKey, start: datetime, end: datetime) -> int:
+        """How many pods had series in the snapshots standing for [start, end]."""
+        track = self._tracks.get(revision)
+        span = self._span(track, start, end) if track is not None else None
+        if track is None or span is None:
+            return 0
+        first, last = span
+        return len(frozenset().union(*(snapshot.pods for snapshot in track.snapshots[first : last + 1])))
 
     # -- forgetting -----------------------------------------------------------------------------
 
@@ -588,15 +599,19 @@ def count_measurement(
     min_requests: float,
     query: str = "",
     duration: float = 0.0,
+    pods: int = 0,
 ) -> Measurement:
-    """``request-count``, ``error-rate`` or ``latency`` over a window, from the book's tally."""
+    """``request-count``, ``error-rate`` or ``latency`` over a window, from the book's tally; or
+    ``restarts`` from the restart counters' (``pods``: the pods seen, the samples behind it)."""
     if isinstance(counts, QueryFailure):
         return Measurement.error(counts.error_class, counts.detail, unit, query=query, duration=duration)
     tally, last = counts
     if last is not None and last.invalid:
         return Measurement.invalid(last.invalid, unit, query=query, duration=duration)
     if tally is None:
-        if measure == REQUESTS:
+        if measure == MetricKind.RESTARTS.value:
+            detail = f"kube-state-metrics shows no pods of {_where(revision)} in the window"
+        elif measure == REQUESTS:
             detail = (
                 f"no request series for {_where(revision)} in the window "
                 "(no requests yet, or its metrics are not scraped)"
@@ -608,6 +623,8 @@ def count_measurement(
         return Measurement.no_data(detail, unit, query=query, duration=duration)
     if measure == REQUESTS:
         return Measurement.ok(tally.requests, unit, samples=tally.requests, query=query, duration=duration)
+    if measure == MetricKind.RESTARTS.value:  # the restart counters: "requests" are restarts
+        return Measurement.ok(tally.requests, unit, samples=pods, query=query, duration=duration)
     if measure == MetricKind.ERROR_RATE.value:
         samples, histogram = tally.requests, None
     else:

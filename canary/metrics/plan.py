@@ -15,6 +15,8 @@ Evidence keys
   extrapolation). No request series at all is no-data; a series with no increase is ``0``.
   ``latency`` and ``error-rate`` come from the same counts (:class:`CountsAsk`): the 5xx share of the
   requests, and the quantile interpolated inside its latency bucket as ``histogram_quantile`` does.
+  ``restarts`` comes from a counter book of kube-state-metrics' restart counters the same way (a
+  pod born after the window's first sample counts all its restarts); samples: the pods seen.
 * ``<check name>``: the check's value in its canonical unit; ``samples`` is what it rests on (requests
   for latency/error-rate/ttft/e2e-latency, pods for oom-kills/restarts/warm-up, GPUs for
   gpu-memory-peak, vLLM engines for kv-cache-usage).
@@ -58,6 +60,7 @@ from canary.metrics.catalog import (
     FIELD_SAMPLES,
     KIND_FAMILY,
     PEAK_MEASURES,
+    RESTARTS_COUNTER,
     BuiltinQuery,
     CounterQuery,
     Family,
@@ -255,6 +258,8 @@ def plan_rollout(
             settled = _relabelled(resolution.unavailable, unit)
             return Need(rollout, side, key, revision, unit, measure, field, settled=settled)
         choice = resolution.choice
+        if measure == MetricKind.RESTARTS.value:
+            return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(RESTARTS_COUNTER))
         if measure in COUNTED_MEASURES and choice:
             counter = CounterQuery(RequestsProfile(choice), metrics.revision_label)
             return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))

@@ -462,14 +462,7 @@ class CountsPipeline:
                 "scrapeIntervalSeconds": self.step,
                 "backfillSampleBudget": self.sample_budget,
                 "trackedRevisions": dict(
-                    sorted(
-                        (
-                            counter.profile.value
-                            + (f"/{counter.revision_label}" if counter.revision_label else ""),
-                            len(book.tracked()),
-                        )
-                        for counter, book in self.books.items()
-                    )
+                    sorted((counter.name, len(book.tracked())) for counter, book in self.books.items())
                 ),
             }
 
@@ -520,7 +513,7 @@ class CountsPipeline:
         book = self.book(need.ask.counter)
         failure = refresh.failures.get(need.revision)
         side = counted.series.setdefault(need.rollout, {})
-        if need.side.value not in side:
+        if need.side.value not in side and need.ask.counter.profile is not None:  # requests only
             if failure is not None:
                 side[need.side.value] = CountSeries(
                     EvidenceStatus.ERROR,
@@ -533,10 +526,12 @@ class CountsPipeline:
                     need.revision, request.counts_start, request.at, query=refresh.query
                 )
         counts: tuple[Tally | None, Snapshot | None] | QueryFailure
+        pods = 0
         if failure is not None:
             counts = failure
         else:
             counts = book.tally(need.revision, request.window_start, request.at)
+            pods = book.pods_seen(need.revision, request.window_start, request.at)
         counted.measurements[id(need)] = count_measurement(
             need.measure or REQUESTS,
             need.unit,
@@ -546,6 +541,7 @@ class CountsPipeline:
             min_requests=self.min_requests,
             query=refresh.query,
             duration=refresh.duration,
+            pods=pods,
         )
 
     def _refresh(
@@ -589,7 +585,6 @@ class CountsPipeline:
         at: datetime,
     ) -> _Refresh:
         revisions = sorted(starts)
-        metrics = counter.metrics
         try:
             promql = render_counters(counter, revisions)
         except ValueError as error:  # a catalog bug must not take the controller down
@@ -597,9 +592,7 @@ class CountsPipeline:
             return _Refresh(at, set(revisions), dict.fromkeys(revisions, failure), "")
         outcome = self._instant(promql, at)
         refresh = _Refresh(at, set(revisions), {}, promql, outcome.http_requests, outcome.duration)
-        parsed = parse_counter_vector(
-            outcome, revisions, divisor=metrics.latency_divisor, metric=metrics.count_metric
-        )
+        parsed = parse_counter_vector(outcome, revisions, divisor=counter.divisor, metric=counter.metric_name)
         if isinstance(parsed, QueryFailure):
             refresh.failures = dict.fromkeys(revisions, parsed)
             return refresh
@@ -624,7 +617,6 @@ class CountsPipeline:
         refresh: _Refresh,
     ) -> set[RevisionKey]:
         """Fill the revisions' past from [earliest start, at] with range queries; the ones filled."""
-        metrics = counter.metrics
         start = min(starts.values())
         estimate = {
             revision: max(_MIN_SERIES_ESTIMATE, 2 * len(live[revision].values)) for revision in starts
@@ -642,7 +634,7 @@ class CountsPipeline:
             refresh.http_requests += outcome.http_requests
             refresh.duration += outcome.duration
             matrix = parse_counter_matrix(
-                outcome, chunk.revisions, divisor=metrics.latency_divisor, metric=metrics.count_metric
+                outcome, chunk.revisions, divisor=counter.divisor, metric=counter.metric_name
             )
             if _halve(matrix, chunk, halved, pending):
                 continue

@@ -10,6 +10,7 @@ import pytest
 from canary.evidence import REQUESTS, ErrorClass, EvidenceRequest, EvidenceStatus, Measurement
 from canary.metrics.catalog import (
     FIELD_FRACTION,
+    RESTARTS_COUNTER,
     BuiltinQuery,
     CounterQuery,
     Family,
@@ -90,6 +91,7 @@ ALL_BUILTINS = [
 
 COUNTED = {"p99", "p50", "errors"}  # the checks answered from the counter book (and request-count)
 PEAKS = {"gpu", "kv"}  # the checks answered from the peak book
+RESTARTS = {"restarts"}  # from the counter book of kube-state-metrics' restart counters
 
 
 def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure() -> None:
@@ -99,15 +101,16 @@ def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure
     )
     grouped, singles = merge_asks(needs)
     # one per check not counted and not a peak; none for those
-    assert len(grouped) == len(ALL_BUILTINS) - len(COUNTED) - len(PEAKS)
+    assert len(grouped) == len(ALL_BUILTINS) - len(COUNTED) - len(PEAKS) - len(RESTARTS)
     assert singles == []
     assert not any(ask.query.measure in {REQUESTS, "latency", "error-rate"} for ask in grouped)
     counted = [need for need in needs if isinstance(need.ask, CountsAsk)]
     assert {(need.key, need.side) for need in counted} == {
         (key, side) for key in (REQUESTS, *COUNTED) for side in (Side.CANARY, Side.STABLE)
-    }
+    } | {("restarts", Side.CANARY)}
     assert {need.ask.counter for need in counted if isinstance(need.ask, CountsAsk)} == {
-        CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS)
+        CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS),
+        RESTARTS_COUNTER,
     }
     p99 = next(need for need in counted if need.key == "p99")
     assert isinstance(p99.ask, CountsAsk) and p99.ask.quantile == 0.99
@@ -123,7 +126,7 @@ def test_per_revision_baseline_asks_once_per_check_per_revision() -> None:
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_REVISION
     )
     grouped, _ = merge_asks(needs)
-    others = [check for check in ALL_BUILTINS if check["name"] not in COUNTED | PEAKS]
+    others = [check for check in ALL_BUILTINS if check["name"] not in COUNTED | PEAKS | RESTARTS]
     with_stable = sum(1 for check in others if "maxIncrease" in check)
     # each check for the canary, those compared for the stable too
     assert len(grouped) == len(others) + with_stable
@@ -145,7 +148,7 @@ def test_rollouts_share_queries_per_tick() -> None:
             grouping=QueryGrouping.PER_TICK,
         )
     counters = {need.ask.counter for need in needs if isinstance(need.ask, CountsAsk)}
-    assert len(counters) == 1  # one counter sample serves them all, whatever their windows
+    assert counters == {CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS), RESTARTS_COUNTER}  # for all windows
     revisions = {need.revision for need in needs if isinstance(need.ask, CountsAsk)}
     assert len(revisions) == 6
 

@@ -180,6 +180,42 @@ def test_the_live_book_across_queue_proxy_restarts_equals_the_truth_and_the_back
             assert (after.status, after.value, after.samples) == (before.status, before.value, before.samples)
 
 
+def test_restarts_from_the_restart_counters_live_and_backfilled(production: Scenario) -> None:
+    # llama's canary: kserve-container OOMKilled at AT-300, queue-proxy at AT-200; stable: queue-proxy
+    # at AT-250 (each asked as the canary of its own rollout here: restarts are not compared).
+    policy = make_policy([{"name": "restarts", "metric": "restarts", "max": 0}])
+    start = AT - timedelta(seconds=310)
+    ticks = [start + timedelta(seconds=index * 30) for index in range(11)] + [AT]
+    revisions = ("llama-predictor-00002", "llama-predictor-00001")
+
+    def rollouts(at: datetime) -> list[tuple[PromotionPolicy, EvidenceRequest]]:
+        return [
+            (policy, _request(policy, "kn118", name, None, at=at, window_start=start, inference_service=name))
+            for name in revisions
+        ]
+
+    with production.source() as live:
+        for tick in ticks:
+            evidence = live.collect_many(rollouts(tick))
+    with production.source() as fresh:
+        again = fresh.collect_many(rollouts(AT))
+    simulation = production.simulation
+    for answers in (evidence, again):
+        for answer, revision in zip(answers, revisions, strict=True):
+            restarts = answer.canary["restarts"]
+            pods = revision_of(simulation, revision).pods
+            truth = sum(1 for pod in pods for r in pod.restarts if start.timestamp() < r.at <= AT_SECONDS)
+            assert (restarts.status, restarts.value, restarts.samples) == (
+                EvidenceStatus.OK,
+                truth,
+                len(pods),
+            )
+            assert "increase(" not in restarts.query and "max_over_time" not in restarts.query
+            # the restart counters are not request counts
+            assert "restarts_total" not in answer.counts["canary"].query
+    assert [answer.canary["restarts"].value for answer in evidence] == [2, 1]
+
+
 def test_a_backfill_split_by_the_sample_budget_gives_the_same_counts(production: Scenario) -> None:
     policy = make_policy(CHECKS, metrics={"requests": "knative-opencensus"})
     request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
@@ -332,6 +368,7 @@ def fleet() -> Iterator[tuple[Simulation, PrometheusServer]]:
 
 FLEET_CHECKS = [
     *CHECKS,
+    {"name": "restarts", "metric": "restarts", "max": 0},
     {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9, "maxIncrease": "10%"},
     {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
 ]
@@ -391,11 +428,12 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
                 results.extend(pool.map(lambda pair: source.collect(*pair), jittered))
 
         third = _tick_cost(prometheus, threaded)
-    # The first tick: the counter sample, and one range query each filling every rollout's history
-    # of counts, GPU peaks and KV-cache peaks. Then one query per pipeline per tick.
-    assert first == (1, 3)
-    assert second == (3, 0)
-    assert third == (3, 0)
+    # The first tick: the request and restart counters' samples, and one range query each filling
+    # every rollout's history of request counts, restarts, GPU peaks and KV-cache peaks. Then one
+    # query per pipeline per tick, whatever the number of rollouts.
+    assert first == (2, 4)
+    assert second == (4, 0)
+    assert third == (4, 0)
     for (_, request), evidence in zip(jittered, results, strict=True):
         canary = request.canary_revision
         series = evidence.counts["canary"]
