@@ -38,7 +38,7 @@ from canary.policy.model import Check
 from canary.policy.units import Unit, format_value
 from canary.rollout.limits import limit_text, percent, relative_bound_text
 from canary.rollout.memo import IdentityMemo
-from canary.rollout.sampled import ErrorBudget, is_sampled, judge_sampled
+from canary.rollout.sampled import ErrorBudget, Totals, is_sampled, judge_sampled
 from canary.rollout.state import EvaluationVerdict
 from canary.rollout.vocabulary import CheckVerdict
 
@@ -161,8 +161,9 @@ def judge_evidence(
     ``context``; without them every check is judged as measured.
     """
     canary_counts = counts.get("canary") if counts is not None and context is not None else None
+    memo: Totals = {}
     judgements = tuple(
-        _judge_counted(check, canary_counts, counts, context, compare_with_stable)
+        _judge_counted(check, canary_counts, counts, context, compare_with_stable, memo)
         if canary_counts is not None and context is not None and is_sampled(check)
         else judge_check(check, canary, stable, compare_with_stable=compare_with_stable)
         for check in checks
@@ -198,6 +199,7 @@ def _judge_counted(
     counts: Mapping[str, CountSeries] | None,
     context: CountContext,
     compare_with_stable: bool,
+    memo: Totals,
 ) -> Judgement:
     plan = _plan(check)
     stable = counts.get("stable") if counts is not None else None
@@ -211,6 +213,7 @@ def _judge_counted(
         compare_with_stable=compare_with_stable and plan.max_increase is not None,
         final_step=context.final_step,
         share_needed=context.share_needed if context.final_step else 0.0,
+        memo=memo,
     )
     condition = (
         plan.relative_limit_text if compare_with_stable and plan.max_increase else plan.absolute_limit_text

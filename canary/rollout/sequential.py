@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "cut",
     "dispersion",
     "paired_log_ratio",
+    "paired_log_ratios",
     "truncation",
 ]
 
@@ -129,12 +131,18 @@ class MixtureTest:
         if trials <= 0:
             return 0.0
         tempered = max(phi, 1.0)
-        return _log_mean_exp(
-            [_log_ratio(events, trials, alt, self.boundary) / tempered for alt in self.alternatives]
-        )
+        misses = max(trials - events, 0.0)
+        return _log_mean_exp([(events * hit + misses * miss) / tempered for hit, miss in _coefficients(self)])
 
     def rejects(self, events: float, trials: float, phi: float = 1.0) -> bool:
         return self.log_evidence(events, trials, phi) >= self.threshold
+
+
+@lru_cache(maxsize=8192)
+def _coefficients(test: MixtureTest) -> tuple[tuple[float, float], ...]:
+    """Per alternative, the log-likelihood ratio of one event and of one miss: computed once per test."""
+    null = test.boundary
+    return tuple((math.log(alt / null), math.log((1.0 - alt) / (1.0 - null))) for alt in test.alternatives)
 
 
 def dispersion(intervals: Sequence[tuple[float, float]], confidence: float = 0.95) -> float:
@@ -166,6 +174,24 @@ def chi_square_quantile(degrees: int, probability: float) -> float:
     z = NormalDist().inv_cdf(probability)
     ninth = 2.0 / (9.0 * degrees)
     return max(degrees * (1.0 - ninth + z * math.sqrt(ninth)) ** 3, 1e-3 * degrees)
+
+
+def paired_log_ratios(
+    intervals: Sequence[tuple[int, int, int, int]], alternatives: Sequence[float], null: float
+) -> list[float]:
+    """:func:`paired_log_ratio` for several alternatives at once (one pass over the intervals)."""
+    totals = [0.0] * len(alternatives)
+    for canary_errors, canary_requests, stable_errors, stable_requests in intervals:
+        if canary_errors + stable_errors == 0 or canary_requests <= 0 or stable_requests <= 0:
+            continue
+        pi_null = canary_requests * null / (canary_requests * null + stable_requests)
+        log_null, log_null_miss = math.log(pi_null), math.log(1.0 - pi_null)
+        for index, alternative in enumerate(alternatives):
+            pi_alt = canary_requests * alternative / (canary_requests * alternative + stable_requests)
+            totals[index] += canary_errors * (math.log(pi_alt) - log_null) + stable_errors * (
+                math.log(1.0 - pi_alt) - log_null_miss
+            )
+    return totals
 
 
 def paired_log_ratio(
