@@ -36,6 +36,17 @@ Semantics built into the PromQL
   the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name
   (``<revision>-deployment-...``) everywhere else.
 
+Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counters`)
+------------------------------------------------------------------------
+:func:`render_counters` samples *raw cumulative counters* — no ``rate``, no ``increase``, no range
+selector — of every tracked revision at once: the request counter and latency buckets of a requests
+profile ``sum by (namespace, revision, pod, code_class[, le])`` (``code_class`` 2xx..5xx from the
+status code; ``pod`` kept so that a queue-proxy restart is a reset of that pod's series), or
+kube-state-metrics' restart counters per pod and container (:data:`RESTARTS_COUNTER`).
+:func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. Both read the
+revision from any pod name (``(.+)-deployment-.+``) rather than from an alternation of the revisions:
+``label_replace`` runs for every sample of every step of a backfill's range query.
+
 Approximations documented rather than hidden: kube-state-metrics keeps only the *last* termination
 reason, so a container OOMKilled and then restarted for another reason in the same window counts its
 restarts as OOM kills while the OOMKilled reason was seen in the window; warm-up counts only pods that
