@@ -309,3 +309,50 @@ def test_a_200_with_status_error_reaches_evidence_without_a_traceback(
     assert custom.detail == 'HTTP 200 bad_data: invalid parameter "query": 1:1: parse error'
     assert not any(log.get("exc_info") for log in logs)
     assert not any("internal error" in str(log) for log in logs)
+
+
+class SplitPrometheus(FaultyPrometheus):
+    """Instant queries answer an empty vector; range queries time out (Prometheus' own 503)."""
+
+    def __init__(self) -> None:
+        super().__init__(Answer(200, b""))
+        self.paths: list[str] = []
+        outer = self
+        handler = self.server.RequestHandlerClass
+
+        class Routed(handler):  # type: ignore[misc, valid-type]
+            def _handle(self) -> None:
+                outer.paths.append(self.path.split("?")[0])
+                if self.path.startswith("/api/v1/query_range"):
+                    outer.answer = Answer(
+                        503,
+                        b'{"status":"error","errorType":"timeout","error":"query timed out in query execution"}',
+                    )
+                else:
+                    outer.answer = Answer(
+                        200, b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+                    )
+                super()._handle()
+
+            do_GET = _handle
+            do_POST = _handle
+
+        self.server.RequestHandlerClass = Routed
+
+
+def test_a_backfill_that_times_out_is_asked_once_more_in_halves_then_is_error_counts() -> None:
+    policy = make_policy(
+        [{"name": "errors", "metric": "error-rate", "max": "1%", "maxIncrease": "50%"}],
+        metrics={"requests": "knative-opencensus"},
+    )
+    request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
+    with SplitPrometheus() as prometheus:
+        config = PrometheusConfig(url=f"http://127.0.0.1:{prometheus.port}", retry=RetryPolicy(attempts=3))
+        with PrometheusEvidenceSource(config) as source:
+            evidence = source.collect(policy, request)
+    # the tick's sample, the backfill of both revisions, then each revision alone — never more
+    assert prometheus.paths == ["/api/v1/query"] + ["/api/v1/query_range"] * 3
+    for side in ("canary", "stable"):
+        counts = evidence.counts[side]
+        assert (counts.status, counts.error_class) == (EvidenceStatus.ERROR, ErrorClass.TIMEOUT)
+        assert counts.detail.startswith("backfill of the counters: HTTP 503 timeout")
