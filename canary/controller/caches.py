@@ -78,6 +78,7 @@ class WatchCache:
         scopes: Sequence[str | None],
         watch_timeout: int = 300,
         on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
+        on_synced: Callable[[str | None], None] | None = None,
     ):
         self.kind = kind
         self._lister = lister
@@ -86,6 +87,7 @@ class WatchCache:
         self._scopes = list(scopes) or [None]
         self._watch_timeout = watch_timeout
         self._on_event = on_event
+        self._on_synced = on_synced
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         self._synced: set[str | None] = set()
         self._lock = threading.Lock()
@@ -100,6 +102,10 @@ class WatchCache:
     def synced(self, namespace: str) -> bool:
         with self._lock:
             return None in self._synced or namespace in self._synced
+
+    def synced_scope(self, scope: str | None) -> bool:
+        with self._lock:
+            return scope in self._synced
 
     @property
     def all_synced(self) -> bool:
@@ -135,7 +141,10 @@ class WatchCache:
             try:
                 items, version = self._lister(scope)
                 self.lists += 1
+                first = not self.synced_scope(scope)
                 self._replace(scope, items)
+                if first and self._on_synced is not None:
+                    self._on_synced(scope)
                 backoff = 1.0
                 for event in self._watcher(scope, version, self._watch_timeout):
                     if stop.is_set():

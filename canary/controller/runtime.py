@@ -174,6 +174,7 @@ class Controller:
             scopes=scopes,
             watch_timeout=settings.watch_timeout,
             on_event=self._inference_service_changed,
+            on_synced=self._cache_synced,
         )
         core = client.CoreV1Api(api_client)
         self.configmap_cache = WatchCache(
@@ -186,6 +187,7 @@ class Controller:
             scopes=scopes,
             watch_timeout=settings.watch_timeout,
             on_event=self._configmap_changed,
+            on_synced=self._cache_synced,
         )
         self._outbox = (
             None
@@ -428,6 +430,12 @@ class Controller:
 
     def _watcher(self, cache: WatchCache, namespace: str | None) -> Callable[[], None]:
         return lambda: cache.run(namespace, self._stop)
+
+    def _cache_synced(self, scope: str | None) -> None:
+        """A cache has listed a namespace: its rollouts can be reconciled now, not a tick later."""
+        log.info("watch cache listed", namespace=scope or "all")
+        if self.inference_service_cache.all_synced and self.configmap_cache.all_synced:
+            self._timer.wake()
 
     def _inference_service_changed(self, kind: str, obj: Mapping[str, Any]) -> None:
         """A watch event: a governed InferenceService changed; reconcile it in a tick now."""
