@@ -272,26 +272,37 @@ class TickRunner:
             self._reconciler.forget(key)
         with self._lock:
             self._triggered.discard(key)
+            self._in_flight.add(key)  # from the read to the write (in_flight(): a draining elector waits)
         try:
             self._before(loaded)
             prepared = self._reconciler.prepare(loaded, self._destinations(loaded.policy), now=now)
         except NotLeader as error:
             log.warning("write refused: not the owner", key=key, error=str(error))
             outcome.skipped.append(key)
+            self._done(key)
             return None
         except Exception as error:  # prepare never raises; this is the last line
             log.exception("reconcile failed", key=key, error=str(error))
             outcome.failed.append(key)
+            self._done(key)
             self._schedule(key, now, None)
             return None
         if isinstance(prepared, ReconcileOutcome):
             outcome.outcomes[key] = prepared
             outcome.failed.append(key)
+            self._done(key)
             self._schedule(key, now, prepared)
             return None
-        with self._lock:
-            self._in_flight.add(key)
         return prepared
+
+    def _done(self, key: str) -> None:
+        with self._lock:
+            self._in_flight.discard(key)
+
+    def in_flight(self) -> set[str]:
+        """The keys read and not yet written (for an elector that drains a shard: it waits for them)."""
+        with self._lock:
+            return set(self._in_flight)
 
     def _collect(self, items: list[Prepared]) -> tuple[list[Evidence | None], int]:
         started = self._monotonic()
