@@ -75,6 +75,7 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "OOM_FIELD",
     "PEAK_FIELD",
     "PEAK_MEASURES",
     "REQUESTS_PROFILES",
@@ -487,6 +488,7 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
 CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no readable code
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
 BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
+OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
 _COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
 
 
@@ -573,7 +575,17 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
         # Several kube-state-metrics replicas export the same counter: one value per container.
         parts.append(f"max by ({_GROUP}, pod, container) ({series})")
     restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
-    return _with_field(restarts, COUNTER_FIELD)
+    # Markers: the model container's (the storage-initializer's) last termination was an OOM kill.
+    markers = []
+    for reasons, container in (
+        (KSM_LAST_TERMINATED, MODEL_CONTAINER),
+        (KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
+    ):
+        matchers = selection.matchers(revisions, f'container="{container}", reason="OOMKilled"')
+        series = selection.by_revision(f"{reasons}{{{matchers}}} == 1", revisions, generic=True)
+        markers.append(f"max by ({_GROUP}, pod, container) ({series})")
+    oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
+    return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from canary.metrics.catalog import (
     CODE_CLASS_LABEL,
     COUNTER_FIELD,
     FIELD_LABEL,
+    OOM_FIELD,
     RevisionKey,
 )
 from canary.metrics.client import QueryFailure, QueryOutcome
@@ -102,6 +103,9 @@ class Snapshot:
     series: int  # request series present in the sample (0: the revision had none)
     invalid: str = ""  # a non-finite value in the sample (those series were left out)
     pods: frozenset[str] = frozenset()  # the pods whose series were present
+    oom_kills: int = (
+        0  # restart counters: the restarts counted while the container's last reason was OOMKilled
+    )
 
     @property
     def requests(self) -> int:
@@ -135,6 +139,7 @@ class _Track:
     gone: set[SeriesId] = field(default_factory=set)  # reset pods' series absent since the restart
     by_class: dict[str, int] = field(default_factory=dict)
     buckets: dict[float, int] = field(default_factory=dict)
+    oom_kills: int = 0
     asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)  # who: (from, when)
     backfilled_from: datetime | None = None
 
@@ -189,18 +194,22 @@ class CounterBook:
         track = self._tracks.setdefault(revision, _Track())
         if track.snapshots and at <= track.snapshots[-1].at:
             return False
-        values = sample.values
+        # OOM markers are not counters: they say which containers' increments are OOM kills.
+        oom = {(series.pod, series.code_class) for series in sample.values if series.kind == OOM_FIELD}
+        values = {series: value for series, value in sample.values.items() if series.kind != OOM_FIELD}
         if not track.snapshots:
             track.last = dict(values)
             track.seen = dict.fromkeys(values, at)
             for series in values:  # everything is baseline: the totals start at zero
                 self._add(track, series, 0)
         else:
-            self._advance(track, at, values)
+            self._advance(track, at, values, oom)
         present = sum(1 for series in values if series.kind == COUNTER_FIELD) or len(values)
         pods = frozenset(series.pod for series in values)
         track.snapshots.append(
-            Snapshot(at, dict(track.by_class), dict(track.buckets), present, sample.invalid, pods)
+            Snapshot(
+                at, dict(track.by_class), dict(track.buckets), present, sample.invalid, pods, track.oom_kills
+            )
         )
         if len(track.snapshots) > self.max_snapshots:
             del track.snapshots[: len(track.snapshots) - self.max_snapshots]
@@ -218,7 +227,13 @@ class CounterBook:
         track = self._tracks.setdefault(revision, _Track())
         track.backfilled_from = start
 
-    def _advance(self, track: _Track, at: datetime, values: Mapping[SeriesId, float]) -> None:
+    def _advance(
+        self,
+        track: _Track,
+        at: datetime,
+        values: Mapping[SeriesId, float],
+        oom: Collection[tuple[str, str]] = frozenset(),
+    ) -> None:
         reset_pods = {
             (series.kind, series.pod)
             for series, value in values.items()
@@ -251,6 +266,8 @@ class CounterBook:
             track.last[series] = value
             track.seen[series] = at
             self._add(track, series, increment)
+            if (series.pod, series.code_class) in oom and series.kind == COUNTER_FIELD:
+                track.oom_kills += increment
         # Series of a restarted pod that are absent now count from zero when they come back.
         for series in track.last:
             if series not in values and (series.kind, series.pod) in reset_pods:
@@ -319,6 +336,15 @@ class CounterBook:
             return None, chosen[-1]
         return _tally(chosen[0], chosen[-1]), chosen[-1]
 
+    def oom_kills(self, revision: RevisionKey, start: datetime, end: datetime) -> int:
+        """Restarts counted in [start, end] while the container's last termination was an OOM kill."""
+        track = self._tracks.get(revision)
+        span = self._span(track, start, end) if track is not None else None
+        if track is None or span is None:
+            return 0
+        first, last = span
+        return track.snapshots[last].oom_kills - track.snapshots[first].oom_kills
+
     def pods_seen(self, revision: RevisionKey, start: datetime, end: datetime) -> int:
         """How many pods had series in the snapshots standing for [start, end]."""
         track = self._tracks.get(revision)
@@ -380,7 +406,11 @@ def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKe
     kind = labels.get(FIELD_LABEL)
     pod = labels.get("pod", "")
     code = labels.get(CODE_CLASS_LABEL, "")
-    if kind not in (COUNTER_FIELD, BUCKET_FIELD) or not isinstance(pod, str) or not isinstance(code, str):
+    if (
+        kind not in (COUNTER_FIELD, BUCKET_FIELD, OOM_FIELD)
+        or not isinstance(pod, str)
+        or not isinstance(code, str)
+    ):
         return f"an unexpected counter series: {_brief(labels)}"
     le = _INF
     if kind == BUCKET_FIELD:
@@ -600,6 +630,7 @@ def count_measurement(
     query: str = "",
     duration: float = 0.0,
     pods: int = 0,
+    oom_kills: int = 0,
 ) -> Measurement:
     """``request-count``, ``error-rate`` or ``latency`` over a window, from the book's tally; or
     ``restarts`` from the restart counters' (``pods``: the pods seen, the samples behind it)."""
@@ -609,7 +640,7 @@ def count_measurement(
     if last is not None and last.invalid:
         return Measurement.invalid(last.invalid, unit, query=query, duration=duration)
     if tally is None:
-        if measure == MetricKind.RESTARTS.value:
+        if measure in {MetricKind.RESTARTS.value, MetricKind.OOM_KILLS.value}:
             detail = f"kube-state-metrics shows no pods of {_where(revision)} in the window"
         elif measure == REQUESTS:
             detail = (
@@ -625,6 +656,8 @@ def count_measurement(
         return Measurement.ok(tally.requests, unit, samples=tally.requests, query=query, duration=duration)
     if measure == MetricKind.RESTARTS.value:  # the restart counters: "requests" are restarts
         return Measurement.ok(tally.requests, unit, samples=pods, query=query, duration=duration)
+    if measure == MetricKind.OOM_KILLS.value:
+        return Measurement.ok(oom_kills, unit, samples=pods, query=query, duration=duration)
     if measure == MetricKind.ERROR_RATE.value:
         samples, histogram = tally.requests, None
     else:

@@ -15,8 +15,9 @@ Evidence keys
   extrapolation). No request series at all is no-data; a series with no increase is ``0``.
   ``latency`` and ``error-rate`` come from the same counts (:class:`CountsAsk`): the 5xx share of the
   requests, and the quantile interpolated inside its latency bucket as ``histogram_quantile`` does.
-  ``restarts`` comes from a counter book of kube-state-metrics' restart counters the same way (a
-  pod born after the window's first sample counts all its restarts); samples: the pods seen.
+  ``restarts`` and ``oom-kills`` come from a counter book of kube-state-metrics' restart counters
+  the same way (a pod born after the window's first sample counts all its restarts; an OOM kill is
+  a restart counted while the container's last termination reason was OOMKilled); samples: pods.
 * ``<check name>``: the check's value in its canonical unit; ``samples`` is what it rests on (requests
   for latency/error-rate/ttft/e2e-latency, pods for oom-kills/restarts/warm-up, GPUs for
   gpu-memory-peak, vLLM engines for kv-cache-usage).
@@ -258,7 +259,7 @@ def plan_rollout(
             settled = _relabelled(resolution.unavailable, unit)
             return Need(rollout, side, key, revision, unit, measure, field, settled=settled)
         choice = resolution.choice
-        if measure == MetricKind.RESTARTS.value:
+        if measure in {MetricKind.RESTARTS.value, MetricKind.OOM_KILLS.value}:
             return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(RESTARTS_COUNTER))
         if measure in COUNTED_MEASURES and choice:
             counter = CounterQuery(RequestsProfile(choice), metrics.revision_label)

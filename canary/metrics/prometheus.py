@@ -526,12 +526,13 @@ class CountsPipeline:
                     need.revision, request.counts_start, request.at, query=refresh.query
                 )
         counts: tuple[Tally | None, Snapshot | None] | QueryFailure
-        pods = 0
+        pods = oom_kills = 0
         if failure is not None:
             counts = failure
         else:
             counts = book.tally(need.revision, request.window_start, request.at)
             pods = book.pods_seen(need.revision, request.window_start, request.at)
+            oom_kills = book.oom_kills(need.revision, request.window_start, request.at)
         counted.measurements[id(need)] = count_measurement(
             need.measure or REQUESTS,
             need.unit,
@@ -542,6 +543,7 @@ class CountsPipeline:
             query=refresh.query,
             duration=refresh.duration,
             pods=pods,
+            oom_kills=oom_kills,
         )
 
     def _refresh(

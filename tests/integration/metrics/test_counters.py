@@ -182,8 +182,14 @@ def test_the_live_book_across_queue_proxy_restarts_equals_the_truth_and_the_back
 
 def test_restarts_from_the_restart_counters_live_and_backfilled(production: Scenario) -> None:
     # llama's canary: kserve-container OOMKilled at AT-300, queue-proxy at AT-200; stable: queue-proxy
-    # at AT-250 (each asked as the canary of its own rollout here: restarts are not compared).
-    policy = make_policy([{"name": "restarts", "metric": "restarts", "max": 0}])
+    # at AT-250 (each asked as the canary of its own rollout here: restarts are not compared). The
+    # live ticks are 30 s apart, the backfill's 5 s: both see every restart and its reason.
+    policy = make_policy(
+        [
+            {"name": "restarts", "metric": "restarts", "max": 0},
+            {"name": "oom", "metric": "oom-kills", "max": 0},
+        ]
+    )
     start = AT - timedelta(seconds=310)
     ticks = [start + timedelta(seconds=index * 30) for index in range(11)] + [AT]
     revisions = ("llama-predictor-00002", "llama-predictor-00001")
@@ -211,9 +217,18 @@ def test_restarts_from_the_restart_counters_live_and_backfilled(production: Scen
                 len(pods),
             )
             assert "increase(" not in restarts.query and "max_over_time" not in restarts.query
+            oom = answer.canary["oom"]
+            killed = sum(
+                1
+                for pod in pods
+                for r in pod.restarts
+                if start.timestamp() < r.at <= AT_SECONDS and r.reason == "OOMKilled"
+            )
+            assert (oom.status, oom.value, oom.samples) == (EvidenceStatus.OK, killed, len(pods))
             # the restart counters are not request counts
             assert "restarts_total" not in answer.counts["canary"].query
     assert [answer.canary["restarts"].value for answer in evidence] == [2, 1]
+    assert [answer.canary["oom"].value for answer in evidence] == [1, 0]  # the queue-proxy's is no OOM
 
 
 def test_a_backfill_split_by_the_sample_budget_gives_the_same_counts(production: Scenario) -> None:

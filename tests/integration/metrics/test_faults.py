@@ -180,7 +180,10 @@ def test_tenant_header_and_bearer_token_file_reach_prometheus(
         with production.source(config=config) as source:
             first = source.collect(policy, make_request(policy, "kn118", "llama-predictor-00002", None))
             token.write_text("rotated-token\n")  # service-account tokens rotate: re-read on every request
-            source.collect(policy, make_request(policy, "kn118", "llama-predictor-00002", None))
+            next_tick = make_request(
+                policy, "kn118", "llama-predictor-00002", None, at=AT + timedelta(seconds=30)
+            )
+            source.collect(policy, next_tick)
         monkeypatch.setenv("PROM_PASSWORD", "pa:ss")
         basic = PrometheusConfig(
             url=relay.url, basic_auth_username="reader", basic_auth_password_env="PROM_PASSWORD"
@@ -189,14 +192,16 @@ def test_tenant_header_and_bearer_token_file_reach_prometheus(
             source.collect(policy, make_request(policy, "kn118", "llama-predictor-00002", None))
     assert first.canary["oom"].value == 1.0  # the relayed answers are real
     # first: the counter sample, its backfill (a range query) and oom; second (the same tick): oom
+    # first: the request and restart counters' samples and backfills; the next tick: the two samples
     paths = [request["path"].split("?")[0] for request in relay.seen]
-    assert sorted(paths[:3]) == ["/api/v1/query", "/api/v1/query", "/api/v1/query_range"]
-    assert len(paths) == 3 + 1 + 3
-    assert {request["X-Scope-OrgID"] for request in relay.seen[:4]} == {"team-a"}
-    assert {request["Authorization"] for request in relay.seen[:3]} == {"Bearer first-token"}
-    assert {request["Authorization"] for request in relay.seen[3:4]} == {"Bearer rotated-token"}
+    assert sorted(paths[:4]) == ["/api/v1/query"] * 2 + ["/api/v1/query_range"] * 2
+    assert paths[4:6] == ["/api/v1/query"] * 2
+    assert len(paths) == 4 + 2 + 4
+    assert {request["X-Scope-OrgID"] for request in relay.seen[:6]} == {"team-a"}
+    assert {request["Authorization"] for request in relay.seen[:4]} == {"Bearer first-token"}
+    assert {request["Authorization"] for request in relay.seen[4:6]} == {"Bearer rotated-token"}
     expected = "Basic " + base64.b64encode(b"reader:pa:ss").decode()
-    assert {request["Authorization"] for request in relay.seen[4:]} == {expected}
+    assert {request["Authorization"] for request in relay.seen[6:]} == {expected}
 
 
 def test_long_queries_are_posted_as_a_form_body(production: Scenario) -> None:
@@ -210,9 +215,9 @@ def test_long_queries_are_posted_as_a_form_body(production: Scenario) -> None:
     assert long_ones, "the OOM query is longer than 300 characters"
     assert all("query=" not in request["path"] for request in long_ones)
     assert any(b"kube_pod_container_status_restarts_total" in body for body in relay.bodies)
-    # the counter sample's backfill is a range query: long, so POSTed as a form body as well
+    # the counter samples' backfills are range queries: long, so POSTed as a form body as well
     ranges = [request for request in long_ones if request["path"].startswith("/api/v1/query_range")]
-    assert len(ranges) == 1
+    assert len(ranges) == 2  # request and restart counters
     assert evidence.counts["canary"].status is EvidenceStatus.OK and evidence.counts["canary"].tallies
 
 
