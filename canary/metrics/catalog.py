@@ -592,7 +592,9 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
 # Gauge peaks per tick (the evidence pipeline's peak book, canary.metrics.counters.PeakBook)
 
 PEAK_FIELD = "peak"  # evidence_field of a series' peak over the span (bytes for GPU memory)
-PEAK_MEASURES = frozenset({MetricKind.GPU_MEMORY_PEAK.value, MetricKind.KV_CACHE_USAGE.value})
+PEAK_MEASURES = frozenset(
+    {MetricKind.GPU_MEMORY_PEAK.value, MetricKind.KV_CACHE_USAGE.value, MetricKind.WARMUP_TIME.value}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,7 +606,8 @@ class PeakQuery:
 
 
 def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str) -> str:
-    """Per series (one GPU, one vLLM engine) of every revision: its peak over the last ``span``.
+    """Per series (one GPU, one vLLM engine, one Ready pod) of every revision: its peak over the last
+    ``span`` (warm-up: the pod's ready time minus its creation time).
 
     Not aggregated, so that the series seen over a window can be counted (the samples behind the
     value); every series carries ``namespace``, ``revision`` and ``evidence_field``: ``peak`` (GPU
@@ -620,6 +623,13 @@ def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str
             f"max_over_time({VLLM_KV_CACHE_OLD}{{{matchers}}}[{span}])"
         )
         return _with_field(_POD_SELECTION.by_revision(usage, revisions, generic=True), PEAK_FIELD)
+    if query.measure == MetricKind.WARMUP_TIME.value:
+        # Per pod Ready in the span: ready time - creation time (one series per pod, replicas merged).
+        matchers = _POD_SELECTION.matchers(revisions)
+        ready = f"max by (namespace, pod, uid) (max_over_time({KSM_READY_TIME}{{{matchers}}}[{span}]))"
+        created = f"max by (namespace, pod, uid) (max_over_time({KSM_CREATED}{{{matchers}}}[{span}]))"
+        per_pod = f"{ready} - on (namespace, pod, uid) {created}"
+        return _with_field(_POD_SELECTION.by_revision(per_pod, revisions, generic=True), PEAK_FIELD)
     if query.measure != MetricKind.GPU_MEMORY_PEAK.value:
         raise ValueError(f"{query.measure} has no per-tick peak")
     if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:

@@ -21,9 +21,10 @@ Evidence keys
 * ``<check name>``: the check's value in its canonical unit; ``samples`` is what it rests on (requests
   for latency/error-rate/ttft/e2e-latency, pods for oom-kills/restarts/warm-up, GPUs for
   gpu-memory-peak, vLLM engines for kv-cache-usage).
-* ``gpu-memory-peak`` and ``kv-cache-usage`` come from the peak book (:class:`PeaksAsk`): one query
-  per family per tick gives each series' peak since the previous tick; the window's value is the
-  maximum of those peaks, ``samples`` the series seen in the window.
+* ``gpu-memory-peak``, ``kv-cache-usage`` and ``warmup-time`` come from the peak book
+  (:class:`PeaksAsk`): one query per family per tick gives each series' peak since the previous tick
+  (warm-up: per pod Ready, ready time - creation time); the window's value is the maximum of those
+  peaks, ``samples`` the series (GPUs, engines, Ready pods) seen in the window.
 * ``<check name>:fraction`` (:func:`fraction_key`) — gpu-memory-peak checks only: the peak over the
   window of used / (used + free + reserved) on the fullest GPU of the revision, a ratio in [0, 1]. This
   is what ``maxFraction`` is judged on; ``<check name>`` carries the peak in bytes on the fullest GPU.

@@ -90,7 +90,7 @@ ALL_BUILTINS = [
 
 
 COUNTED = {"p99", "p50", "errors"}  # the checks answered from the counter book (and request-count)
-PEAKS = {"gpu", "kv"}  # the checks answered from the peak book
+PEAKS = {"gpu", "kv", "warmup"}  # the checks answered from the peak book
 RESTARTS = {"restarts", "oom"}  # from the counter book of kube-state-metrics' restart counters
 
 
@@ -115,7 +115,7 @@ def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure
     p99 = next(need for need in counted if need.key == "p99")
     assert isinstance(p99.ask, CountsAsk) and p99.ask.quantile == 0.99
     # checks without maxIncrease (or not comparable) ask only for the canary
-    assert grouped[next(a for a in grouped if a.query.measure == "warmup-time")] == {
+    assert grouped[next(a for a in grouped if a.query.measure == "ttft")] == {
         RevisionKey("ml", "llama-predictor-00002")
     }
 
@@ -170,7 +170,7 @@ def test_gauge_peaks_come_from_the_peak_book_value_and_fraction_alike() -> None:
 
 
 def test_different_windows_do_not_share_the_other_families_queries() -> None:
-    the_policy = policy([ALL_BUILTINS[0], ALL_BUILTINS[7]])
+    the_policy = policy([ALL_BUILTINS[0], ALL_BUILTINS[8]])
     needs = plan_rollout(
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_TICK
     )
@@ -183,12 +183,12 @@ def test_different_windows_do_not_share_the_other_families_queries() -> None:
         grouping=QueryGrouping.PER_TICK,
     )
     grouped, _ = merge_asks(needs)
-    assert len(grouped) == 2  # warmup-time, per window
+    assert len(grouped) == 2  # ttft, per window
     assert {ask.query.window for ask in grouped} == {"600s", "900s"}
 
 
 def test_window_is_at_least_the_minimum() -> None:
-    the_policy = policy(ALL_BUILTINS[7:8])
+    the_policy = policy(ALL_BUILTINS[8:9])
     needs = plan_rollout(
         0, the_policy, request(the_policy, window=3), RESOLVED, min_window=60, grouping=QueryGrouping.PER_TICK
     )

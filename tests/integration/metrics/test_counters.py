@@ -386,6 +386,7 @@ FLEET_CHECKS = [
     {"name": "restarts", "metric": "restarts", "max": 0},
     {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9, "maxIncrease": "10%"},
     {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
+    {"name": "warmup", "metric": "warmup-time", "max": "5m"},
 ]
 
 
@@ -444,11 +445,11 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
 
         third = _tick_cost(prometheus, threaded)
     # The first tick: the request and restart counters' samples, and one range query each filling
-    # every rollout's history of request counts, restarts, GPU peaks and KV-cache peaks. Then one
+    # every rollout's history of request counts, restarts, GPU, KV-cache and warm-up peaks. Then one
     # query per pipeline per tick, whatever the number of rollouts.
-    assert first == (2, 4)
-    assert second == (4, 0)
-    assert third == (4, 0)
+    assert first == (2, 5)
+    assert second == (5, 0)
+    assert third == (5, 0)
     for (_, request), evidence in zip(jittered, results, strict=True):
         canary = request.canary_revision
         series = evidence.counts["canary"]
@@ -458,7 +459,8 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
         total = CountSeries.total(picked)
         raw = counted_requests(simulation, canary, picked[0].start.timestamp(), ticks[2].timestamp())
         assert total is not None and total.requests == len(raw) > 0
-        for key in ("gpu", "gpu:fraction", "kv"):
+        assert evidence.canary["warmup"].value == 200.0  # ready 200 s after creation
+        for key in ("gpu", "gpu:fraction", "kv", "warmup"):
             assert evidence.canary[key].status is EvidenceStatus.OK, evidence.canary[key]
         assert evidence.canary["gpu"].samples == 1
 
