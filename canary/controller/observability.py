@@ -140,8 +140,9 @@ class ControllerMetrics:
         )
         self.tick_rollouts = Counter(
             "kserve_canary_tick_rollouts",
-            "Rollouts per tick outcome: due, decided, carried (to the next tick: out of budget), "
-            "skipped (not owned or cache not synced), failed.",
+            "Rollouts by tick outcome: due; decided (or failed) as each decision finishes; carried (not "
+            "read before the budget ran out: first in the next tick); in-flight (evidence in hand, still "
+            "deciding when the budget ran out); skipped (not owned, or caches not listed yet).",
             ("outcome",),
             registry=self.registry,
         )

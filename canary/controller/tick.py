@@ -221,7 +221,8 @@ class TickRunner:
             outcome.collect_calls = calls
             for item, evidence in zip(needing, evidences, strict=True):
                 futures[item.key] = self._submit(item, evidence)
-        # 4b. wait for the decisions within the budget; carry what has not started
+        # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
+        # what is not done by then finishes on the pool, and its rollout is not read again until then.
         for key, future in futures.items():
             remaining = deadline - self._monotonic()
             if remaining > 0:
@@ -235,14 +236,9 @@ class TickRunner:
                     outcome.outcomes[key] = result
                     (outcome.failed if result.error else outcome.decided).append(key)
                 continue
-            if future.cancel():
-                outcome.carried.append(key)
-            else:
-                outcome.in_flight.append(key)
+            outcome.in_flight.append(key)
         with self._lock:
             self._carried = [key for key in outcome.carried if key in self._intervals]
-            for key in outcome.carried:
-                self._in_flight.discard(key)
         outcome.duration = self._monotonic() - started
         self._record(outcome, api_before)
         self.last = outcome
@@ -284,12 +280,14 @@ class TickRunner:
         except Exception as error:  # prepare never raises; this is the last line
             log.exception("reconcile failed", key=key, error=str(error))
             outcome.failed.append(key)
+            self._metrics.tick_rollouts.labels("failed").inc()
             self._done(key)
             self._schedule(key, now, None)
             return None
         if isinstance(prepared, ReconcileOutcome):
             outcome.outcomes[key] = prepared
             outcome.failed.append(key)
+            self._metrics.tick_rollouts.labels("failed").inc()
             self._done(key)
             self._schedule(key, now, prepared)
             return None
@@ -352,6 +350,9 @@ class TickRunner:
             log.warning("write refused: not the owner", key=key, error=str(error))
             result = ReconcileOutcome(key, error=f"not the owner: {error}")
         finally:
+            self._metrics.tick_rollouts.labels(
+                "failed" if result is None or result.error else "decided"
+            ).inc()
             with self._lock:
                 self._in_flight.discard(key)
             self._schedule(key, item.now, result)
@@ -383,12 +384,12 @@ class TickRunner:
         metrics = self._metrics
         metrics.ticks.inc()
         metrics.tick_duration.observe(outcome.duration)
+        # "decided" and the failures of a decision are counted as each finishes (_finish).
         for name, keys in (
             ("due", outcome.due),
-            ("decided", outcome.decided),
             ("carried", outcome.carried),
             ("skipped", outcome.skipped),
-            ("failed", outcome.failed),
+            ("in-flight", outcome.in_flight),
         ):
             metrics.tick_rollouts.labels(name).inc(len(keys))
         reads, writes = _api_counts(metrics)
