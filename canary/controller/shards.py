@@ -118,6 +118,7 @@ class _Held:
     renewed_at: float  # monotonic time at which the last successful renewal was sent
     resource_version: str | None
     draining_since: float | None = None
+    lease: client.V1Lease | None = None  # as last written: renewed first in the next round
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,9 @@ class ShardedElector:
         self.release()
 
     def tick(self) -> None:
-        """One round: renew the member Lease, list the group, renew, drain, release, acquire."""
+        """One round: renew the shards held (first, each under the resourceVersion it was last
+        written with), renew the member Lease, list the group, then drain, release, acquire."""
+        renewed_shards = self._renew_held()
         started = self._monotonic()
         now = self._now()
         renewed = self._renew_member(now, started)
@@ -339,15 +342,15 @@ class ShardedElector:
                 continue
             if release:
                 self._release_shard(index, lease)
-            else:
-                self._write_shard(index, lease, now, started)
+            elif index not in renewed_shards:
+                self._write_shard(index, lease)
         with self._lock:
             room = 0 if self.blocked or self._stopping else share - len(self._held)
         if room > 0:
             free = [i for i in range(self.shards) if i not in shards or self._free(shards[i], now, started)]
             free = [i for i in free if shards.get(i) is None or shards[i].holder != self.identity]
             for index in sorted(free, key=lambda i: _preference(self.identity, i))[:room]:
-                self._write_shard(index, shards.get(index), now, started)
+                self._write_shard(index, shards.get(index))
         self._report()
 
     def release(self, timeout: float | None = None) -> None:
@@ -514,8 +517,47 @@ class ShardedElector:
             str(body.metadata.name), self.namespace, body, _request_timeout=self._timeout
         )
 
-    def _write_shard(self, index: int, lease: _Seen | None, now: datetime, started: float) -> None:
+    def _renew_held(self) -> set[int]:
+        """Renew every shard held, each stamped with the time it is sent: the shards renewed."""
+        with self._lock:
+            if self._stopping:
+                return set()
+            todo = {i: h.lease for i, h in self._held.items() if h.lease is not None}
+        done = set()
+        for index, lease in sorted(todo.items()):
+            if lease is None or lease.spec is None:
+                continue
+            started = self._monotonic()
+            lease.spec.renew_time = self._now()
+            lease.spec.acquire_time = _micro(lease.spec.acquire_time)
+            try:
+                written = self._put(lease, create=False)
+            except ApiException as error:  # 409: changed since (taken after expiry); the list tells
+                log.info(
+                    "shard lease renewal refused", shard=index, status=error.status, identity=self.identity
+                )
+                with self._lock:
+                    if index in self._held:
+                        self._held[index].lease = None
+                continue
+            except Exception as error:
+                log.warning(
+                    "shard lease renewal failed", shard=index, error=str(error), identity=self.identity
+                )
+                continue
+            with self._lock:
+                held = self._held.get(index)
+                if held is not None:
+                    held.renewed_at = started
+                    held.lease = written
+                    held.resource_version = written.metadata.resource_version if written.metadata else None
+                    done.add(index)
+        return done
+
+    def _write_shard(self, index: int, lease: _Seen | None) -> None:
         """Acquire or renew shard ``index`` under the resourceVersion listed (create if absent)."""
+        started = self._monotonic()
+        now = self._now()
         name = shard_lease_name(self.name, index)
         ours = lease is not None and lease.holder == self.identity
         spec = lease.lease.spec if lease is not None else None
@@ -526,7 +568,7 @@ class ShardedElector:
             "shard",
             self.identity,
             now,
-            acquired=acquired or now,
+            acquired=_micro(acquired) or now,
             transitions=transitions if ours else transitions + (1 if lease is not None else 0),
             resource_version=lease.resource_version if lease is not None else None,
             annotations={SHARD_ANNOTATION: str(index)},
@@ -550,10 +592,11 @@ class ShardedElector:
                     identity=self.identity,
                     taken_from=lease.holder if lease else None,
                 )
-                self._held[index] = _Held(renewed_at=started, resource_version=version)
+                self._held[index] = _Held(renewed_at=started, resource_version=version, lease=written)
             else:
                 held.renewed_at = started
                 held.resource_version = version
+                held.lease = written
 
     def _release_shard(self, index: int, lease: _Seen) -> None:
         """Empty the holder (under the resourceVersion listed) so another replica takes it at once."""
@@ -651,6 +694,13 @@ class ShardedElector:
             log.info("shards changed", shards=sorted(held), identity=self.identity, live=self.live_members)
             if self._on_change is not None:
                 self._on_change(held)
+
+
+def _micro(value: datetime | None) -> datetime | None:
+    """A MicroTime the client can send: it drops a zero fraction, which the apiserver refuses."""
+    if value is None or value.microsecond:
+        return value
+    return value.replace(microsecond=1)
 
 
 def _aware(value: datetime | None) -> datetime | None:
