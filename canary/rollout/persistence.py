@@ -13,10 +13,12 @@ for safety or for the next decision after a restart, and why. Stored, always:
   and bake clocks;
 * the write-ahead intent and the weight known to be in the spec, the unguarded flag;
 * pauses, approvals, pending commands, the rolled-back list, the decision history;
-* the failure streak (any change of it: a failure counts towards ``failureLimit``, a pass resets it).
+* the failure streak (any change of it: a failure counts towards ``failureLimit``, a pass resets it);
+* a change of the latest verdict or of whether Prometheus answered (what ``kserve-canary status``
+  shows people) — not a verdict that repeats.
 
-Not stored on their own: the evaluation time, its verdict, request count, failed checks and
-query-error flag, and the ``onNoData`` clock (the last conclusive evaluation, the last query error).
+Not stored on their own: the evaluation time, its request count and failed checks, and the
+``onNoData`` clock (the last conclusive evaluation, the last query error).
 A state read back after a restart is :func:`restarted`: its ``onNoData`` clock starts again at the
 restart, as it does after a query error or a resume — the evaluations in between were not stored,
 so a canary is never paused or rolled back for silence it was not seen to keep. The invariant,
@@ -100,6 +102,12 @@ def store_reason(previous: RolloutState, new: RolloutState) -> StoreReason:
             return StoreReason(True, reason)
     if previous.evaluation.failure_streak != new.evaluation.failure_streak:
         return StoreReason(True, "failure-streak")
+    # What `kserve-canary status` shows people: the latest verdict and whether Prometheus answered —
+    # stored when they change, not when they repeat.
+    if previous.evaluation.verdict != new.evaluation.verdict:
+        return StoreReason(True, "verdict")
+    if previous.evaluation.query_error != new.evaluation.query_error:
+        return StoreReason(True, "query-error")
     return StoreReason(False)
 
 

@@ -85,6 +85,14 @@ STORED_CHANGES = {
         replace(HOLDING, history=(HistoryEntry(T0, "advance", 30, Phase.PROGRESSING, "e", "r", "id"),)),
         "history",
     ),
+    "verdict": (
+        replace(HOLDING, evaluation=replace(HOLDING.evaluation, verdict=EvaluationVerdict.INCONCLUSIVE)),
+        "verdict",
+    ),
+    "query error": (
+        replace(HOLDING, evaluation=replace(HOLDING.evaluation, query_error=True)),
+        "query-error",
+    ),
     "failure streak up": (
         replace(HOLDING, evaluation=replace(HOLDING.evaluation, failure_streak=1)),
         "failure-streak",
@@ -113,27 +121,17 @@ def test_the_same_state_is_not_stored() -> None:
 
 @given(
     at=st.integers(min_value=0, max_value=10_000),
-    verdict=st.sampled_from([None, *EvaluationVerdict]),
     requests=st.none() | st.floats(min_value=0, max_value=1e9),
     failed=st.lists(st.sampled_from(["p99", "errors", "oom"]), max_size=3).map(tuple),
-    query_error=st.booleans(),
 )
 def test_an_evaluation_that_only_refreshes_numbers_is_not_stored(
-    at: int,
-    verdict: EvaluationVerdict | None,
-    requests: float | None,
-    failed: tuple[str, ...],
-    query_error: bool,
+    at: int, requests: float | None, failed: tuple[str, ...]
 ) -> None:
+    """The same verdict again, with another time, request count or failed checks."""
     refreshed = replace(
         HOLDING,
         evaluation=replace(
-            HOLDING.evaluation,
-            at=T0 + timedelta(seconds=at),
-            verdict=verdict,
-            requests=requests,
-            failed_checks=failed,
-            query_error=query_error,
+            HOLDING.evaluation, at=T0 + timedelta(seconds=at), requests=requests, failed_checks=failed
         ),
     )
     assert not must_store(HOLDING, refreshed)
@@ -330,11 +328,17 @@ def test_a_restart_from_the_stored_state_reaches_the_same_decisions(
     assert skipping.writes <= always.writes
 
 
-def test_a_hold_with_requests_flowing_or_not_writes_nothing_between_decisions() -> None:
+def test_a_hold_writes_only_when_its_verdict_changes() -> None:
     run = Run(2, skip=True)
     run.start()
+    first = run.tick(60, "healthy", 400.0)  # the first verdict of the step
     before = run.writes
-    for kind, arrived in (("healthy", 400.0), ("healthy", 400.0), ("quiet", 0.0), ("healthy", 400.0)):
-        decision = run.tick(60, kind, arrived)
-        assert decision.action.value == "wait"
-    assert run.writes == before
+    for _ in range(2):
+        again = run.tick(60, "healthy", 400.0)
+        assert again.action.value == "wait" and again.verdict == first.verdict
+    assert run.writes == before, "a verdict that repeats is not written"
+    changed = run.tick(60, "down")
+    assert changed.verdict != first.verdict or changed.new_state.evaluation.query_error
+    assert run.writes == before + 1, "a verdict (or Prometheus failing) that changes is"
+    run.tick(60, "down")
+    assert run.writes == before + 1

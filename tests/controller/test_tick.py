@@ -252,8 +252,8 @@ def test_one_collect_per_tick_for_every_due_rollout_with_the_same_time(world: Wo
     assert sorted(key for key, _ in call) == sorted(world.policies)
     assert {at for _, at in call} == {world.clock.now}, "one evaluation time for the whole tick"
     assert world.metrics.api_totals()[0] == reads_before, "a tick reads from the caches, not with GETs"
-    # The first evaluation writes its explain document; the state itself has nothing new.
-    assert {result.store_reason for result in outcome.outcomes.values()} <= {"explain-first"}, outcome
+    # The first evaluation writes its verdict (and explain document).
+    assert {result.store_reason for result in outcome.outcomes.values()} <= {"explain-first", "verdict"}
     assert runner.due(world.clock()) == [], "evaluated: due again one interval later"
     world.clock.now += timedelta(minutes=1)
     assert sorted(runner.due(world.clock())) == sorted(world.policies)
