@@ -538,6 +538,8 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     for the buckets), so a queue-proxy restart shows as a reset of that pod's series and a status
     code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
     ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
+    vLLM's time-to-first-token and end-to-end histograms come along (``bucket:ttft``,
+    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them.
     Valid as an instant query (one sample per series) and as a range query (the same, per step).
     """
     if not revisions:
@@ -561,7 +563,15 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
 
     counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
     buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
-    return _union(_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD))
+    parts = [_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD)]
+    # vLLM's own histograms (in the model server, seconds; absent for other servers: no series).
+    vllm_matchers = _POD_SELECTION.matchers(revisions)
+    for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):
+        series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions, generic=True)
+        parts.append(
+            _with_field(f"sum by (namespace, revision, pod, le) ({series})", f"{BUCKET_FIELD}:{measure}")
+        )
+    return _union(*parts)
 
 
 def _restart_counters(revisions: Collection[RevisionKey]) -> str:

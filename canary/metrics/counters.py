@@ -61,6 +61,7 @@ __all__ = [
     "RevisionSample",
     "SeriesId",
     "Snapshot",
+    "bucket_measure",
     "count_measurement",
     "interpolated_quantile",
     "parse_counter_matrix",
@@ -85,6 +86,16 @@ class SeriesId(NamedTuple):
     le: float = _INF  # buckets only: the upper bound in seconds (+Inf for the total)
 
 
+def bucket_measure(kind: str) -> str:
+    """The latency measure a bucket series belongs to: ``bucket`` is the request latency,
+    ``bucket:ttft`` / ``bucket:e2e-latency`` vLLM's histograms."""
+    return kind.partition(":")[2] or LATENCY
+
+
+def _is_bucket(kind: object) -> bool:
+    return isinstance(kind, str) and (kind == BUCKET_FIELD or kind.startswith(BUCKET_FIELD + ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class RevisionSample:
     """A revision's raw counter values at one moment; ``invalid`` names a non-finite value seen."""
@@ -99,7 +110,9 @@ class Snapshot:
 
     at: datetime
     by_class: Mapping[str, int]  # requests per response class ("" for unknown)
-    buckets: Mapping[float, int]  # requests at most ``le`` seconds (``+Inf``: all the histogram saw)
+    # per latency measure ("latency", "ttft", "e2e-latency"): requests at most ``le`` seconds
+    # (``+Inf``: all the histogram saw)
+    buckets: Mapping[str, Mapping[float, int]]
     series: int  # request series present in the sample (0: the revision had none)
     invalid: str = ""  # a non-finite value in the sample (those series were left out)
     pods: frozenset[str] = frozenset()  # the pods whose series were present
@@ -117,14 +130,14 @@ def _tally(first: Snapshot, last: Snapshot) -> Tally:
     errors = last.by_class.get(_SERVER, 0) - first.by_class.get(_SERVER, 0)
     client_errors = last.by_class.get(_CLIENT, 0) - first.by_class.get(_CLIENT, 0)
     histograms: dict[str, Histogram] = {}
-    if last.buckets:
-        edges = tuple(sorted(le for le in last.buckets if le != _INF))
-        at_most = tuple(last.buckets[le] - first.buckets.get(le, 0) for le in edges)
-        if _INF in last.buckets:
-            total = last.buckets[_INF] - first.buckets.get(_INF, 0)
-        else:
-            total = max(at_most, default=0)
-        histograms[LATENCY] = Histogram(edges, at_most, total)
+    for measure, buckets in last.buckets.items():
+        if not buckets:
+            continue
+        before = first.buckets.get(measure, {})
+        edges = tuple(sorted(le for le in buckets if le != _INF))
+        at_most = tuple(buckets[le] - before.get(le, 0) for le in edges)
+        total = buckets[_INF] - before.get(_INF, 0) if _INF in buckets else max(at_most, default=0)
+        histograms[measure] = Histogram(edges, at_most, total)
     return Tally(first.at, last.at, requests, errors, client_errors, histograms)
 
 
@@ -138,7 +151,7 @@ class _Track:
     stale: dict[SeriesId, float] = field(default_factory=dict)  # reset pods' series not yet re-counted
     gone: set[SeriesId] = field(default_factory=set)  # reset pods' series absent since the restart
     by_class: dict[str, int] = field(default_factory=dict)
-    buckets: dict[float, int] = field(default_factory=dict)
+    buckets: dict[str, dict[float, int]] = field(default_factory=dict)
     oom_kills: int = 0
     asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)  # who: (from, when)
     backfilled_from: datetime | None = None
@@ -208,7 +221,13 @@ class CounterBook:
         pods = frozenset(series.pod for series in values)
         track.snapshots.append(
             Snapshot(
-                at, dict(track.by_class), dict(track.buckets), present, sample.invalid, pods, track.oom_kills
+                at,
+                dict(track.by_class),
+                {measure: dict(buckets) for measure, buckets in track.buckets.items()},
+                present,
+                sample.invalid,
+                pods,
+                track.oom_kills,
             )
         )
         if len(track.snapshots) > self.max_snapshots:
@@ -279,7 +298,8 @@ class CounterBook:
         if series.kind == COUNTER_FIELD:
             track.by_class[series.code_class] = track.by_class.get(series.code_class, 0) + increment
         else:
-            track.buckets[series.le] = track.buckets.get(series.le, 0) + increment
+            buckets = track.buckets.setdefault(bucket_measure(series.kind), {})
+            buckets[series.le] = buckets.get(series.le, 0) + increment
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -406,15 +426,13 @@ def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKe
     kind = labels.get(FIELD_LABEL)
     pod = labels.get("pod", "")
     code = labels.get(CODE_CLASS_LABEL, "")
-    if (
-        kind not in (COUNTER_FIELD, BUCKET_FIELD, OOM_FIELD)
-        or not isinstance(pod, str)
-        or not isinstance(code, str)
-    ):
+    known = kind in (COUNTER_FIELD, OOM_FIELD) or _is_bucket(kind)
+    if not known or not isinstance(pod, str) or not isinstance(code, str):
         return f"an unexpected counter series: {_brief(labels)}"
     le = _INF
-    if kind == BUCKET_FIELD:
-        parsed = _le_seconds(str(labels.get("le", "")), divisor)
+    if _is_bucket(kind):
+        # Only the request latency is in the profile's unit (OpenCensus: ms); vLLM's are seconds.
+        parsed = _le_seconds(str(labels.get("le", "")), divisor if kind == BUCKET_FIELD else 1.0)
         if parsed is None:
             return f"a bucket series without a readable le: {_brief(labels)}"
         le = parsed
@@ -661,7 +679,7 @@ def count_measurement(
     if measure == MetricKind.ERROR_RATE.value:
         samples, histogram = tally.requests, None
     else:
-        histogram = tally.histograms.get(LATENCY)
+        histogram = tally.histograms.get(LATENCY if measure == MetricKind.LATENCY.value else measure)
         if histogram is None:
             detail = f"no latency series for {_where(revision)} in the window"
             return Measurement.no_data(detail, unit, query=query, duration=duration)

@@ -14,7 +14,9 @@ Evidence keys
   the tick samples standing for the window's start and end; counter resets handled, no
   extrapolation). No request series at all is no-data; a series with no increase is ``0``.
   ``latency`` and ``error-rate`` come from the same counts (:class:`CountsAsk`): the 5xx share of the
-  requests, and the quantile interpolated inside its latency bucket as ``histogram_quantile`` does.
+  requests, and the quantile interpolated inside its latency bucket as ``histogram_quantile`` does;
+  ``ttft`` and ``e2e-latency`` likewise from vLLM's histograms, sampled with the same query (their
+  tallies travel in ``Evidence.counts`` under those names).
   ``restarts`` and ``oom-kills`` come from a counter book of kube-state-metrics' restart counters
   the same way (a pod born after the window's first sample counts all its restarts; an OOM kill is
   a restart counted while the container's last termination reason was OOMKilled); samples: pods.
@@ -159,6 +161,8 @@ Ask = GroupedAsk | SingleAsk | CountsAsk | PeaksAsk
 
 # The measures the counter book answers (canary.metrics.counters); the others are queried per window.
 COUNTED_MEASURES = frozenset({REQUESTS, MetricKind.LATENCY.value, MetricKind.ERROR_RATE.value})
+# vLLM's histograms come with the requests profile's counter sample when a profile is known.
+VLLM_COUNTED = frozenset({MetricKind.TTFT.value, MetricKind.E2E_LATENCY.value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +268,11 @@ def plan_rollout(
             return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(RESTARTS_COUNTER))
         if measure in COUNTED_MEASURES and choice:
             counter = CounterQuery(RequestsProfile(choice), metrics.revision_label)
+            return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))
+        requests_choice = resolutions.get(Family.REQUESTS, Resolution()).choice
+        if measure in VLLM_COUNTED and requests_choice:
+            # vLLM's histograms travel in the requests profile's counter sample (the same tallies).
+            counter = CounterQuery(RequestsProfile(requests_choice), metrics.revision_label)
             return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))
         if measure in PEAK_MEASURES and (family is not Family.DCGM or choice):
             peaks = PeakQuery(measure, GpuLabelStyle(choice) if family is Family.DCGM and choice else None)

@@ -92,6 +92,9 @@ ALL_BUILTINS = [
 COUNTED = {"p99", "p50", "errors"}  # the checks answered from the counter book (and request-count)
 PEAKS = {"gpu", "kv", "warmup"}  # the checks answered from the peak book
 RESTARTS = {"restarts", "oom"}  # from the counter book of kube-state-metrics' restart counters
+VLLM = {"ttft", "e2e"}  # vLLM's histograms, in the requests profile's counter sample
+# Without a requests profile, vLLM's latencies fall back to a per-window query (as every builtin did).
+NO_REQUESTS = {Family.DCGM: Resolution("exported_pod")}
 
 
 def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure() -> None:
@@ -100,33 +103,34 @@ def test_counted_measures_ask_no_query_of_their_own_and_the_rest_one_per_measure
         0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_ROLLOUT
     )
     grouped, singles = merge_asks(needs)
-    # one per check not counted and not a peak; none for those
-    assert len(grouped) == len(ALL_BUILTINS) - len(COUNTED) - len(PEAKS) - len(RESTARTS)
+    # every builtin is answered by a book: no per-window query at all
+    assert grouped == {}
     assert singles == []
     assert not any(ask.query.measure in {REQUESTS, "latency", "error-rate"} for ask in grouped)
     counted = [need for need in needs if isinstance(need.ask, CountsAsk)]
     assert {(need.key, need.side) for need in counted} == {
         (key, side) for key in (REQUESTS, *COUNTED) for side in (Side.CANARY, Side.STABLE)
-    } | {("restarts", Side.CANARY), ("oom", Side.CANARY)}
+    } | {("restarts", Side.CANARY), ("oom", Side.CANARY), ("ttft", Side.CANARY), ("e2e", Side.CANARY)}
     assert {need.ask.counter for need in counted if isinstance(need.ask, CountsAsk)} == {
         CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS),
         RESTARTS_COUNTER,
     }
     p99 = next(need for need in counted if need.key == "p99")
     assert isinstance(p99.ask, CountsAsk) and p99.ask.quantile == 0.99
-    # checks without maxIncrease (or not comparable) ask only for the canary
-    assert grouped[next(a for a in grouped if a.query.measure == "ttft")] == {
-        RevisionKey("ml", "llama-predictor-00002")
-    }
+    ttft = next(need for need in counted if need.key == "ttft")
+    assert ttft.ask == CountsAsk(CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS), 0.95)
 
 
 def test_per_revision_baseline_asks_once_per_check_per_revision() -> None:
     the_policy = policy(ALL_BUILTINS)
     needs = plan_rollout(
-        0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_REVISION
+        0, the_policy, request(the_policy), NO_REQUESTS, min_window=10, grouping=QueryGrouping.PER_REVISION
     )
     grouped, _ = merge_asks(needs)
-    others = [check for check in ALL_BUILTINS if check["name"] not in COUNTED | PEAKS | RESTARTS]
+    grouped = {
+        ask: revisions for ask, revisions in grouped.items() if ask.query.measure in {"ttft", "e2e-latency"}
+    }
+    others = [check for check in ALL_BUILTINS if check["name"] in VLLM]
     with_stable = sum(1 for check in others if "maxIncrease" in check)
     # each check for the canary, those compared for the stable too
     assert len(grouped) == len(others) + with_stable
@@ -169,28 +173,34 @@ def test_gauge_peaks_come_from_the_peak_book_value_and_fraction_alike() -> None:
     }
 
 
-def test_different_windows_do_not_share_the_other_families_queries() -> None:
+def test_different_windows_do_not_share_the_per_window_queries() -> None:
     the_policy = policy([ALL_BUILTINS[0], ALL_BUILTINS[8]])
     needs = plan_rollout(
-        0, the_policy, request(the_policy), RESOLVED, min_window=10, grouping=QueryGrouping.PER_TICK
+        0, the_policy, request(the_policy), NO_REQUESTS, min_window=10, grouping=QueryGrouping.PER_TICK
     )
     needs += plan_rollout(
         1,
         the_policy,
         request(the_policy, window=900),
-        RESOLVED,
+        NO_REQUESTS,
         min_window=10,
         grouping=QueryGrouping.PER_TICK,
     )
     grouped, _ = merge_asks(needs)
-    assert len(grouped) == 2  # ttft, per window
-    assert {ask.query.window for ask in grouped} == {"600s", "900s"}
+    ttft = [ask for ask in grouped if ask.query.measure == "ttft"]
+    assert len(ttft) == 2  # per window
+    assert {ask.query.window for ask in ttft} == {"600s", "900s"}
 
 
 def test_window_is_at_least_the_minimum() -> None:
     the_policy = policy(ALL_BUILTINS[8:9])
     needs = plan_rollout(
-        0, the_policy, request(the_policy, window=3), RESOLVED, min_window=60, grouping=QueryGrouping.PER_TICK
+        0,
+        the_policy,
+        request(the_policy, window=3),
+        NO_REQUESTS,
+        min_window=60,
+        grouping=QueryGrouping.PER_TICK,
     )
     assert {need.ask.query.window for need in needs if isinstance(need.ask, GroupedAsk)} == {"60s"}
 

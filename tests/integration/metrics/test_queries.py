@@ -1,6 +1,6 @@
 """Few queries: counted by Prometheus itself, per evaluation, for one rollout and for a tick of several.
 
-request-count, latency, error-rate, restarts and oom-kills come from the tick's counter samples, gpu-memory-peak and
+request-count, latency, error-rate, ttft, restarts and oom-kills come from the tick's counter samples, gpu-memory-peak and
 kv-cache-usage and warmup-time from one peak query per family per tick (the first time a revision is asked for, its
 past is filled by one range query per pipeline instead: /api/v1/query_range); the other checks are
 one grouped query each. Both handlers are counted."""
@@ -26,7 +26,7 @@ CHECKS: list[dict[str, Any]] = [
     {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": 2, "maxIncrease": "50%"},
 ]
 EXPLICIT = {"requests": "knative-opencensus", "gpuLabels": "pod"}
-COUNTED = {"latency", "error-rate", "restarts", "oom-kills"}
+COUNTED = {"latency", "error-rate", "restarts", "oom-kills", "ttft"}
 PEAKS = {"gpu-memory-peak", "kv-cache-usage", "warmup-time"}
 OTHERS = [check for check in CHECKS if check["metric"] not in COUNTED | PEAKS]
 # A fresh source's first tick: the request and the restart counters' samples and their backfills,
