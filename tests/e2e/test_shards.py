@@ -354,7 +354,8 @@ def test_three_replicas_share_the_rollouts_survive_a_kill_and_rebalance(shared: 
                 return entry.time
         return None
 
-    allowed = takeover + WINDOW + 2 * 2.0 + 0.1 * len(active)
+    # (an evaluation may be inconclusive a few times before the step passes: generous on a loaded machine)
+    allowed = takeover + WINDOW + 15.0 + 0.1 * len(active)
     assert wait_until(lambda: all(continued(n) is not None for n in active), allowed + 5)
     times = sorted(float(continued(n) or 0) - killed_at for n in active)
     print(
@@ -389,7 +390,7 @@ def test_three_replicas_share_the_rollouts_survive_a_kill_and_rebalance(shared: 
             for _, replica, what, model in fenced_writes(stack.emulator.requests, since=mark)
         )
 
-    assert wait_until(lambda: all(written_by_newcomer(n) for n in under_way), WINDOW + 20)
+    assert wait_until(lambda: all(written_by_newcomer(n) for n in under_way), WINDOW + 30)
     assert not windows_changed(stack, {n: steps_before[n] for n in moved})
     milestone(f"the new replica drives {len(under_way)} of them on")
     finished = sum(phase_of(stack, n) == "Succeeded" for n in names)
