@@ -3,11 +3,12 @@
 Run: ``.venv/bin/python -m benchmarks.decision_quality [--rollouts N] [--budget SECONDS] [--seed S]
 [--cells KEY=V,V ...] [--outage] [--jobs J] [--json PATH]``
 
-A run has a wall-time budget (``--budget``, 300 s by default, shared equally by the cells): a cell
-runs rollouts 0, 1, 2, ... until ``--rollouts`` (400) or its share of the budget is spent, and never
-fewer than 2 — so a cell whose rollouts are slow (one the judge leaves undecided for 240 simulated
-minutes costs tens of seconds) has few of them, and the table says how many (``n``) next to the
-standard error. ``--budget 0`` runs exactly ``--rollouts`` per cell (deterministic for a seed).
+A run has a wall-time budget (``--budget``, 300 s by default, shared by the cells: each gets what is
+left divided by the cells left): a cell runs rollouts 0, 1, 2, ... until ``--rollouts`` (400) or its
+share of the budget is spent, and never fewer than 2 — so a cell whose rollouts are slow (one the
+judge leaves undecided for 240 simulated minutes costs seconds) has few of them, and the table says
+how many (``n``) next to the standard error. ``--budget 0`` runs exactly ``--rollouts`` per cell
+(deterministic for a seed).
 
 **The worlds** (:mod:`canary_sandbox.worlds`): an InferenceService with a stable and a canary revision,
 scraped every 15 s. Per interval each revision serves ``Poisson(rps × multiplier × share × 15 s)``
@@ -437,11 +438,17 @@ def run_cells(
     jobs: int = 1,
     progress: bool = False,
 ) -> list[CellResult]:
-    """Every cell; ``budget`` seconds of wall time in all, shared equally by the cells."""
+    """Every cell; ``budget`` seconds of wall time in all, shared by the cells (see the loop)."""
     seconds = None if budget is None else budget * jobs / max(1, len(cells))
     if jobs <= 1:
+        # One job: each cell gets what is left of the budget shared by the cells left, so a cell
+        # that overran (its minimum of rollouts was slow) is paid for by the cells after it.
         results = []
+        started = time.perf_counter()
         for number, cell in enumerate(cells, 1):
+            if budget is not None:
+                left = budget - (time.perf_counter() - started)
+                seconds = max(0.0, left / (len(cells) - number + 1))
             results.append(run_cell(cell, rollouts, seed, outage=outage, seconds=seconds))
             if progress:
                 done = results[-1]
