@@ -211,7 +211,9 @@ class _Handler(BaseHTTPRequestHandler):
         fault = rule.fault if rule is not None else None
         status: int | None = None
         try:
-            status = self._serve(method, body, fault, watch)
+            # A grouped query answers many series at once: every rewrite rule it matches applies.
+            rewrites = owner.rewrites(method, parts.path, text, watch)
+            status = self._serve(method, body, fault, watch, rewrites)
         except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
             self.close_connection = True
         finally:
@@ -228,7 +230,14 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             )
 
-    def _serve(self, method: str, body: bytes, fault: ProxyFault | None, watch: bool) -> int | None:
+    def _serve(
+        self,
+        method: str,
+        body: bytes,
+        fault: ProxyFault | None,
+        watch: bool,
+        rewrites: list[ProxyFault] | None = None,
+    ) -> int | None:
         owner = self.server.owner
         if fault is not None:
             if fault.kind == "answer":
@@ -278,8 +287,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._abort()
                 return None
             content_type = response.getheader("Content-Type", "application/json")
-            if fault is not None and fault.kind == "rewrite":
-                payload = _rewrite(payload, fault)
+            for rewrite in rewrites or ():
+                payload = _rewrite(payload, rewrite)
             self._reply(response.status, content_type, payload, response.getheaders())
             return response.status
         finally:
@@ -442,10 +451,15 @@ class FaultProxy:
         body: str = "",
         method: str | None = None,
         count: int | None = None,
+        first: bool = False,
     ) -> ProxyRule:
+        """Add a rule; the first matching rule answers a request (``first``: ahead of the others)."""
         rule = ProxyRule(next(self._ids), fault, path, body, method, count)
         with self._lock:
-            self._rules.append(rule)
+            if first:
+                self._rules.insert(0, rule)
+            else:
+                self._rules.append(rule)
         return rule
 
     def remove(self, rule: ProxyRule) -> None:
@@ -463,10 +477,24 @@ class FaultProxy:
             cut()
         return len(cuts)
 
+    def rewrites(self, method: str, path: str, text: str, watch: bool) -> list[ProxyFault]:
+        """Every rewrite rule matching the request: they all apply to its answer (a grouped query
+        answers the series of many revisions at once)."""
+        with self._lock:
+            matched = [
+                rule
+                for rule in self._rules
+                if rule.fault.kind == "rewrite" and rule.matches(method, path, text, watch)
+            ]
+            for rule in matched:
+                rule.hits += 1
+            return [rule.fault for rule in matched]
+
     def take(self, method: str, path: str, text: str, watch: bool) -> ProxyRule | None:
+        """The first matching rule that is not a rewrite (rewrites: :meth:`rewrites`)."""
         with self._lock:
             for rule in self._rules:
-                if rule.matches(method, path, text, watch):
+                if rule.fault.kind != "rewrite" and rule.matches(method, path, text, watch):
                     rule.hits += 1
                     if rule.remaining is not None:
                         rule.remaining -= 1

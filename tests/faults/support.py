@@ -39,6 +39,9 @@ MIN_REQUESTS = 10
 def policy(
     name: str, namespace: str, *, window: str = "2s", extra: str = "", steps: str = "[10, 30, 50, 100]"
 ) -> str:
+    # A p90, not a p99: these tests are about faults, and a p90 is shown met on about a hundred
+    # requests (a p99 needs several hundred whatever the canary: tests/rollout/test_sequential_judge.py),
+    # which keeps each rollout seconds long at the suite's 40 requests/s.
     return f"""\
 apiVersion: kserve-canary.dev/v1alpha1
 kind: PromotionPolicy
@@ -52,7 +55,7 @@ spec:
   progressDeadline: 20s
   failureLimit: 2
 {extra}  checks:
-    - {{name: p99, metric: latency, quantile: 0.99, max: 2s, maxIncrease: 50%}}
+    - {{name: p90, metric: latency, quantile: 0.9, max: 2s, maxIncrease: 50%}}
     - {{name: errors, metric: error-rate, max: 5%}}
     - {{name: oom, metric: oom-kills, max: 0, critical: true}}
   notify:
@@ -290,8 +293,10 @@ def _epoch(timestamp: str) -> float:
 
 
 def check_no_blind_promotion(stack: Stack, case: Case) -> list[str]:
-    """(a) every write that raised the percentage or removed it came from a passing evaluation with
-    minRequests, of the revision it moved, and never while the evidence was failing."""
+    """(a) every write that raised the percentage or removed it came from an evaluation of the
+    revision it moved, with minRequests, never while the evidence was failing: a promotion (the
+    percentage removed) on a passing evaluation — every check met —, an advance on one in which
+    nothing failed, errored or lacked data (counted checks may be "not-yet": advance on exposure)."""
     problems = []
     lines = decision_lines(stack, case.namespace, case.name)
     previous: int | str | None = _ABSENT
@@ -309,7 +314,11 @@ def check_no_blind_promotion(stack: Stack, case: Case) -> list[str]:
                 f"write {write.weight} at #{write.sequence} has no advancing decision: {decision}"
             )
             continue
-        if decision.get("verdict") != "pass" or (decision.get("requests") or 0) < case.min_requests:
+        promotion = write.weight is None
+        verdict_ok = decision.get("verdict") == "pass" or (
+            not promotion and decision.get("verdict") == "inconclusive"
+        )
+        if not verdict_ok or (decision.get("requests") or 0) < case.min_requests:
             problems.append(
                 f"write {write.weight} at #{write.sequence} on verdict {decision.get('verdict')} with "
                 f"{decision.get('requests')} requests (minRequests {case.min_requests})"
@@ -319,8 +328,9 @@ def check_no_blind_promotion(stack: Stack, case: Case) -> list[str]:
             for n in notifications(stack, case.namespace, case.name, delivered=False)
             if n["id"] == decision["decisionId"]
         ]
+        allowed = {"pass"} if promotion else {"pass", "not-yet"}
         for payload in told:
-            failing = [c["name"] for c in payload["checks"] if c["verdict"] != "pass"]
+            failing = [c["name"] for c in payload["checks"] if c["verdict"] not in allowed]
             if failing:
                 problems.append(
                     f"{payload['action']} {decision['decisionId']} with checks not passing: {failing}"
