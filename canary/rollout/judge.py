@@ -187,6 +187,8 @@ def judge_evidence(
 def _counted_requests(series: CountSeries, step_start: datetime) -> tuple[float | None, str]:
     if series.status is EvidenceStatus.ERROR:
         return None, f"request counts failed: {series.detail or series.error_class}"
+    if series.status is EvidenceStatus.INVALID_VALUE:
+        return None, f"request counts are not numbers to judge: {series.detail}"
     if series.status is not EvidenceStatus.OK:
         return 0.0, series.detail or "no request series"
     total = CountSeries.total(series.since(step_start))

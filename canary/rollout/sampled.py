@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 
@@ -284,6 +284,15 @@ def judge_sampled(
     if canary.status is EvidenceStatus.ERROR:
         detail = canary.detail or str(canary.error_class or "the counts could not be read")
         return SampledResult(CheckVerdict.ERROR, None, None, 0, 0, f"counts for the canary failed: {detail}")
+    if canary.status is EvidenceStatus.INVALID_VALUE:  # NaN/±Inf in a counter: held like a query problem
+        return SampledResult(
+            CheckVerdict.ERROR,
+            None,
+            None,
+            0,
+            0,
+            f"invalid value for the canary: {canary.detail or 'not a number'}",
+        )
     if canary.status is not EvidenceStatus.OK:
         return SampledResult(
             CheckVerdict.NO_DATA, None, None, 0, 0, f"no data for the canary: {canary.detail or 'no series'}"
@@ -299,8 +308,21 @@ def judge_sampled(
         stable_pooled = _counts(_range(stable, None, memo), measure)
     context = _Context(check, budget, final_step, share_needed, compare_with_stable, confidence)
     if check.metric is MetricKind.ERROR_RATE:
-        return _judge_rate(context, step, pooled, stable_step, stable_pooled, stable)
-    return _judge_quantile(context, step, pooled, stable_step, stable_pooled, stable)
+        result = _judge_rate(context, step, pooled, stable_step, stable_pooled, stable)
+    else:
+        result = _judge_quantile(context, step, pooled, stable_step, stable_pooled, stable)
+    unreadable = stable is not None and stable.status in (EvidenceStatus.ERROR, EvidenceStatus.INVALID_VALUE)
+    if (
+        compare_with_stable
+        and check.max_increase is not None
+        and unreadable
+        and result.verdict is not CheckVerdict.FAIL
+    ):
+        # The stable revision's counts could not be read: a query problem holds the rollout (a broken
+        # absolute limit still fails, above); it is never "not yet" that lets a step advance.
+        assert stable is not None
+        return replace(result, verdict=CheckVerdict.ERROR, statement=_stable_missing(stable))
+    return result
 
 
 def _no_requests(step: _Counts, pooled: _Counts) -> SampledResult:
@@ -319,6 +341,8 @@ def _stable_missing(stable: CountSeries | None) -> str:
         return "no counts for the stable revision"
     if stable.status is EvidenceStatus.ERROR:
         return f"counts for the stable revision failed: {stable.detail or stable.error_class}"
+    if stable.status is EvidenceStatus.INVALID_VALUE:
+        return f"invalid value for the stable revision: {stable.detail or 'not a number'}"
     return f"no data for the stable revision: {stable.detail or 'no series'}"
 
 
