@@ -253,3 +253,32 @@ def test_a_healthy_canary_at_20_requests_per_second_is_promoted_on_evidence() ->
     assert decision.action is Action.PROMOTE, harness.timeline.render()
     assert any("p99 ≤ 800ms met at 95%" in reason for reason in decision.reasons), decision.reasons
     assert [w for w in harness.writes() if w is not None] == [10, 30, 50]
+
+
+def test_invalid_counts_and_unreadable_stable_counts_hold_the_rollout() -> None:
+    policy = counted_policy({**P99, "maxIncrease": "50%"})
+    check = check_of(policy, "p99")
+    budget = ErrorBudget.of(policy)
+
+    def judged(canary: CountSeries, stable: CountSeries | None) -> CheckVerdict:
+        return judge_sampled(
+            check,
+            canary,
+            stable,
+            step_start=T0,
+            budget=budget,
+            confidence=0.95,
+            compare_with_stable=True,
+            final_step=False,
+            share_needed=0.0,
+        ).verdict
+
+    # NaN/Inf in the canary's counters: a query problem, never data.
+    assert judged(CountSeries(EvidenceStatus.INVALID_VALUE, detail="+Inf"), None) is CheckVerdict.ERROR
+    healthy = series([exact_tally(T0, 600, 4000, 0, {})])
+    broken = series([exact_tally(T0, 600, 600, 0, {0.75: 200, 1.0: 150, 2.5: 0})])
+    # The stable revision unreadable: an error (a step must not advance on "not yet")...
+    for status in (EvidenceStatus.ERROR, EvidenceStatus.INVALID_VALUE):
+        assert judged(healthy, CountSeries(status, detail="down")) is CheckVerdict.ERROR
+        # ...but a broken absolute limit still fails without it.
+        assert judged(broken, CountSeries(status, detail="down")) is CheckVerdict.FAIL
