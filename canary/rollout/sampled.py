@@ -697,7 +697,17 @@ def _judge_quantile(
             low, high, estimate, bound_note = bounds
             if bound_note:
                 notes.append(f"stable {name}: {bound_note}")
-            if check.min_stable is not None and estimate is not None and estimate < check.min_stable:
+            first_edge = (
+                stable_pooled.histogram.edges[0] if stable_pooled and stable_pooled.histogram else 0.0
+            )
+            if low is None and high is not None and high <= first_edge:
+                # Stable's quantile is below the first bucket edge: no bucket can tell it from the
+                # canary's, so the relative limit cannot be judged (like minStable); absolute limits apply.
+                stable_applies = False
+                notes.append(
+                    f"maxIncrease not applied: stable {name} is below the first bucket edge {_ms(first_edge)}"
+                )
+            elif check.min_stable is not None and estimate is not None and estimate < check.min_stable:
                 stable_applies = False
                 notes.append(
                     f"maxIncrease not applied: stable {name} {_ms(estimate)} is below minStable "
@@ -736,7 +746,9 @@ def _judge_quantile(
     needed: int | None = None
     truncated: tuple[int, bool] | None = None
     valid_targets = [target for target in pass_targets if target > 0]
-    if pass_targets and len(valid_targets) == len(pass_targets):
+    if not pass_targets:  # only a relative limit, and it does not apply (minStable, below the buckets)
+        met, met_text = True, "; ".join(notes)
+    elif len(valid_targets) == len(pass_targets):
         target = min(valid_targets)
         point = _pass_point(pooled_histogram.edges, target, tolerance)
         slower, how = _slower(pooled_histogram, point)

@@ -224,3 +224,52 @@ class CountingWorld:
             stable=dict(base.stable) if base is not None else {},
             counts={"canary": series(canary), "stable": series(stable)},
         )
+
+
+# A healthy latency profile as shares slower than OTel edges: p50 under 50ms, p99 under 250ms.
+HEALTHY_SLOWER = {0.01: 0.9, 0.025: 0.7, 0.05: 0.3, 0.1: 0.1, 0.25: 0.005}
+
+
+@dataclass(frozen=True)
+class SteadyCounts:
+    """Deterministic counts for any request: per 15 s from ``counts_start`` to ``at``, ``rate``
+    requests a second (canary) with ``error_share`` errors and the healthy latency profile, plus
+    ``slow_share`` of the requests slower than every edge up to ``slow_above``; the stable revision
+    four times the traffic, healthy. The same request always gets the same evidence (for properties
+    that re-decide)."""
+
+    rate: float = 10.0
+    error_share: float = 0.001
+    slow_share: float = 0.0
+    slow_above: float = 0.5
+    measured: Callable[[EvidenceRequest], Evidence] | None = None
+
+    def __call__(self, request: EvidenceRequest) -> Evidence:
+        from canary.evidence import Measurement
+
+        def tallies(rate: float, errors: float, slow: float) -> list[Tally]:
+            out, start = [], request.counts_start
+            while start + timedelta(seconds=15) <= request.at:
+                requests = round(rate * 15)
+                slower = {
+                    edge: round(
+                        requests * max(HEALTHY_SLOWER.get(edge, 0.0), slow if edge <= self.slow_above else 0)
+                    )
+                    for edge in OTEL_EDGES
+                }
+                out.append(exact_tally(start, 15, requests, round(requests * errors), slower))
+                start += timedelta(seconds=15)
+            return out
+
+        canary = tallies(self.rate, self.error_share, self.slow_share)
+        stable = tallies(self.rate * 4, 0.001, 0.0)
+        base = self.measured(request) if self.measured is not None else None
+        measurements = dict(base.canary) if base is not None else {}
+        step = [t for t in canary if t.start >= request.window_start]
+        measurements[REQUESTS] = Measurement.ok(float(sum(t.requests for t in step)), Unit.COUNT)
+        return Evidence(
+            request=request,
+            canary=measurements,
+            stable=dict(base.stable) if base is not None else {},
+            counts={"canary": series(canary), "stable": series(stable)},
+        )

@@ -29,6 +29,7 @@ from canary.kserve.status_model import KServeSim
 from canary.rollout import Action, Decision, EvaluationVerdict, RolloutState, decide, evidence_request
 from canary.rollout.judge import CheckVerdict
 
+from .counts import SteadyCounts
 from .helpers import HEALTHY_EVIDENCE, T0, EvidenceMaker, make_policy, no_data, query_error
 
 POLICIES = [
@@ -54,6 +55,10 @@ EVIDENCE: dict[str, EvidenceMaker] = {
     "silent": HEALTHY_EVIDENCE.failing(p99=no_data()),
     "down": HEALTHY_EVIDENCE.failing(p99=query_error(), errors=query_error()),
     "few-requests": EvidenceMaker(requests=40),
+    # Counted checks judged on counts (tests/rollout/counts.py): healthy, a broken tail, a trickle.
+    "counted-healthy": SteadyCounts(rate=20.0, measured=HEALTHY_EVIDENCE),
+    "counted-slow": SteadyCounts(rate=20.0, slow_share=0.05, slow_above=1.0, measured=HEALTHY_EVIDENCE),
+    "counted-trickle": SteadyCounts(rate=0.2, measured=HEALTHY_EVIDENCE),
 }
 
 CLOCK_STEPS = st.one_of(

@@ -17,8 +17,8 @@ from canary.rollout import Action
 from canary.rollout.sampled import ErrorBudget, judge_sampled, worst_case_requests
 from canary.rollout.vocabulary import CheckVerdict
 
-from .counts import OPENCENSUS_EDGES, CountingWorld, Revision, draw_tally, exact_tally, series
-from .helpers import T0, make_policy, progressing
+from .counts import OPENCENSUS_EDGES, CountingWorld, Revision, SteadyCounts, draw_tally, exact_tally, series
+from .helpers import HEALTHY_EVIDENCE, T0, make_policy, progressing
 
 P99 = {"name": "p99", "metric": "latency", "quantile": 0.99, "max": "800ms"}
 ERRORS = {"name": "errors", "metric": "error-rate", "max": "1%"}
@@ -282,3 +282,34 @@ def test_invalid_counts_and_unreadable_stable_counts_hold_the_rollout() -> None:
         assert judged(healthy, CountSeries(status, detail="down")) is CheckVerdict.ERROR
         # ...but a broken absolute limit still fails without it.
         assert judged(broken, CountSeries(status, detail="down")) is CheckVerdict.FAIL
+
+
+def test_steady_counts_promote_a_healthy_canary_and_roll_back_a_slow_one() -> None:
+    # The deterministic evidence the property tests draw from, checked to reach both outcomes.
+    for maker, outcome in (
+        (SteadyCounts(rate=20.0, measured=HEALTHY_EVIDENCE), Action.PROMOTE),
+        (
+            SteadyCounts(rate=20.0, slow_share=0.05, slow_above=1.0, measured=HEALTHY_EVIDENCE),
+            Action.ROLLBACK,
+        ),
+    ):
+        harness = progressing(make_policy())
+        decision = harness.run(lambda d: d.action in (Action.PROMOTE, Action.ROLLBACK), evidence=maker)
+        assert decision.action is outcome, harness.timeline.render()
+
+
+def test_a_relative_latency_limit_below_the_first_bucket_or_min_stable_does_not_apply() -> None:
+    relative_only = counted_policy(
+        {"name": "p99", "metric": "latency", "quantile": 0.99, "maxIncrease": "20%"}
+    )
+    fast = [exact_tally(T0 + timedelta(seconds=15 * i), 15, 300, 0, {}) for i in range(40)]  # all under 5ms
+    result = judge(relative_only, "p99", fast, fast, final=True)
+    assert result.verdict is CheckVerdict.PASS
+    assert "below the first bucket edge 5.00ms" in result.statement
+    floor = counted_policy(
+        {"name": "p99", "metric": "latency", "quantile": 0.99, "maxIncrease": "20%", "minStable": "1s"}
+    )
+    normal = [exact_tally(T0 + timedelta(seconds=15 * i), 15, 300, 0, {0.1: 30, 0.25: 1}) for i in range(40)]
+    below_floor = judge(floor, "p99", normal, normal, final=True)
+    assert below_floor.verdict is CheckVerdict.PASS
+    assert "maxIncrease not applied" in below_floor.statement
