@@ -626,6 +626,20 @@ def _relative_rate(
     pass_evidence = _paired_evidence(pooled_pairs, bad_ratio, good_ratio, ratio, above=False)
     met = pass_evidence >= math.log(1.0 / pass_budget)
     canary_rate = pooled.errors / max(pooled.requests, 1)
+    if not met and not failure and pooled.errors == 0 and stable_pooled.errors == 0:
+        # No error on either revision: nothing to compare (as below minStable); the absolute limit
+        # applies. Without this a quiet service would wait for an error that never comes.
+        note = "maxIncrease not applied: no errors on either revision to compare"
+        return _Relative("", True, note, None, applies=False)
+    decided = _paired_truncation(context, pooled, stable_pooled, good_ratio, bad_ratio)
+    if not met and not failure and decided is not None:
+        size, passes = decided
+        met = passes
+        if not passes:
+            failure = (
+                f"error rate ≤ +{percent(increase)} vs stable decided on the estimate after {size:,} errors "
+                f"on both revisions: canary {percent(canary_rate)}, stable {percent(stable_rate)}"
+            )
     if met:
         text = (
             f"error rate ≤ +{percent(increase)} vs stable met at {percent(context.confidence)} (canary "
@@ -638,6 +652,25 @@ def _relative_rate(
             f"{pooled.requests:,}, stable {percent(stable_rate)}"
         )
     return _Relative(failure, met, text, allowed)
+
+
+def _paired_truncation(
+    context: _Context, pooled: _Counts, stable: _Counts, good: float, bad: float
+) -> tuple[int, bool] | None:
+    """The paired test's fixed-sample fallback: once both revisions' errors reach the size that tells
+    a canary share of them at ``good`` from one at ``bad``, decided on the estimated rate ratio."""
+    if pooled.requests == 0 or stable.requests == 0:
+        return None
+    exposure = pooled.requests / stable.requests
+    share_good = exposure * good / (exposure * good + 1.0)
+    share_bad = exposure * bad / (exposure * bad + 1.0)
+    budget = context.budget
+    alpha, beta = budget.fail_truncated(), budget.pass_truncated()
+    size = truncation(share_good, share_bad, alpha, beta)
+    errors = pooled.errors + stable.errors
+    if errors < size:
+        return None
+    return errors, pooled.errors / errors <= cut(share_good, share_bad, alpha, beta)
 
 
 def _paired_evidence(

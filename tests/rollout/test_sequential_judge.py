@@ -313,3 +313,19 @@ def test_a_relative_latency_limit_below_the_first_bucket_or_min_stable_does_not_
     below_floor = judge(floor, "p99", normal, normal, final=True)
     assert below_floor.verdict is CheckVerdict.PASS
     assert "maxIncrease not applied" in below_floor.statement
+
+
+def test_a_relative_error_limit_always_comes_to_a_decision() -> None:
+    policy = counted_policy({"name": "errors", "metric": "error-rate", "maxIncrease": "50%"})
+
+    def tallies(requests: int, errors: int, count: int) -> list[Tally]:
+        return [exact_tally(T0 + timedelta(seconds=15 * i), 15, requests, errors, {}) for i in range(count)]
+
+    # No error on either side: nothing to compare, met on the absolute limits (none here).
+    quiet = judge(policy, "errors", tallies(100, 0, 40), tallies(400, 0, 40), final=True)
+    assert quiet.verdict is CheckVerdict.PASS
+    assert "no errors on either revision" in quiet.statement
+    # A canary in the indifference zone (1.43 x stable's rate: between 1.5 / 1.1 and 1.5), with errors
+    # enough to reach the paired test's fixed-sample size: decided on the estimate.
+    zone = judge(policy, "errors", tallies(1000, 10, 600), tallies(1000, 7, 600), final=True)
+    assert zone.verdict in (CheckVerdict.PASS, CheckVerdict.FAIL)
