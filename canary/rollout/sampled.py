@@ -807,11 +807,14 @@ def _judge_quantile(
                 f"{name}: {percent(slower / pooled_total)} of {pooled_histogram.total:,} pooled requests "
                 f"slower than {_ms(point)}, at most {percent(share)} allowed"
             )
-        if check.max is not None and not relative:
+        limits = [limit for limit, _ in fail_limits]
+        if limits:
+            # The fixed-sample fallback: at this many pooled requests, the share slower than the
+            # tightest limit in force (absolute, or relative to stable's bound) decides.
             good, bad = share / ratio, share
             alpha_t, beta_t = budget.fail_truncated(), budget.pass_truncated()
             size = truncation(good, bad, alpha_t, beta_t, phi)
-            at_limit, _ = _slower_count(pooled_histogram, check.max)
+            at_limit, _ = _slower_count(pooled_histogram, min(limits))
             truncated = (size, at_limit / pooled_total <= cut(good, bad, alpha_t, beta_t))
     waiting = "not yet: " + "; ".join(notes or [f"{name} not shown within its limit yet"])
     waiting += f" — {_needed_text(needed, pooled)}"
@@ -915,7 +918,8 @@ def _crossing(
 
 def worst_case_requests(policy: PromotionPolicy) -> dict[str, int | None]:
     """Per counted check, the pooled requests after which it is decided on its estimate at the latest
-    (``validate`` prints them); None where the check has no such bound (relative limits only)."""
+    (``validate`` prints them); None for a relative error-rate limit, whose fallback counts errors
+    (both revisions' errors reaching the paired test's size), not requests."""
     budget = ErrorBudget.of(policy)
     sizes: dict[str, int | None] = {}
     for check in _counted(policy):
@@ -925,10 +929,7 @@ def worst_case_requests(policy: PromotionPolicy) -> dict[str, int | None]:
                 sizes[check.name] = None
                 continue
             good, bad = check.max / ratio, check.max
-        else:
-            if check.max is None:
-                sizes[check.name] = None
-                continue
+        else:  # absolute or relative: the same fixed-sample size on the share slower than the limit
             quantile = check.effective_quantile
             assert quantile is not None
             good, bad = (1 - quantile) / ratio, 1 - quantile
