@@ -255,6 +255,15 @@ def run(
     lease_duration: Annotated[float, typer.Option(envvar="LEASE_DURATION", help="Seconds.")] = 15.0,
     renew_deadline: Annotated[float, typer.Option(envvar="LEASE_RENEW_DEADLINE", help="Seconds.")] = 10.0,
     retry_period: Annotated[float, typer.Option(envvar="LEASE_RETRY_PERIOD", help="Seconds.")] = 2.0,
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="SHARDS",
+            help="Shard Leases the governed InferenceServices are split into (docs/ha.md); 1: one "
+            "Lease, one leader.",
+        ),
+    ] = 1,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", envvar="DRY_RUN", help="Decide and report; write nothing; take no lease."),
@@ -320,6 +329,7 @@ def run(
             lease_duration=lease_duration,
             renew_deadline=renew_deadline,
             retry_period=retry_period,
+            shards=shards,
             dry_run=dry_run,
             max_workers=max_workers,
             policy_namespaces=policy_namespaces,

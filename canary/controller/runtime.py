@@ -41,6 +41,7 @@ from canary.controller.observability import ControllerMetrics, HealthServer, Hea
 from canary.controller.policies import PolicyRegistry
 from canary.controller.reconciler import Reconciler
 from canary.controller.scheduler import TickScheduler
+from canary.controller.shards import ShardedElector
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.evidence import EvidenceSource
 from canary.kserve.client import InferenceServiceClient
@@ -91,6 +92,8 @@ class ControllerConfig:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    # Shard Leases the rollouts are split into (docs/ha.md); 1: one Lease, one leader.
+    shards: int = 1
     dry_run: bool = False
     max_workers: int = 8
     # The tick (seconds): every due rollout is evaluated at once; never more than the smallest policy
@@ -213,7 +216,23 @@ class Controller:
         )
         self._destinations: dict[str, tuple[PromotionPolicy, list[Destination]]] = {}
         self._elector: LeaderElector | None = None
-        if settings.leader_elect and not settings.dry_run:
+        self._sharded: ShardedElector | None = None
+        self._held_shards: frozenset[int] = frozenset()
+        if settings.leader_elect and not settings.dry_run and settings.shards > 1:
+            self._sharded = ShardedElector(
+                api_client,
+                name=settings.lease_name,
+                namespace=settings.lease_namespace,
+                identity=settings.identity,
+                shards=settings.shards,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+                request_timeout=min(settings.request_timeout, settings.retry_period * 2),
+                on_change=self._shards_changed,
+                in_flight=self._in_flight,
+            )
+        elif settings.leader_elect and not settings.dry_run:
             self._elector = LeaderElector(
                 api_client,
                 name=settings.lease_name,
@@ -225,11 +244,11 @@ class Controller:
                 request_timeout=min(settings.request_timeout, settings.retry_period * 2),
                 on_change=self._leadership_changed,
             )
-        if self._elector is None and not settings.dry_run:
+        if self._elector is None and self._sharded is None and not settings.dry_run:
             # A single replica without election acts alone: it is the leader (for dashboards and the
             # no-leader alert). A dry run never acts, so it never leads.
             self.metrics.leader.set(1)
-        self.ownership: Ownership = SingleLeaseOwnership(self._elector)
+        self.ownership: Ownership = self._sharded or SingleLeaseOwnership(self._elector)
         store = ConfigMapStateStore(api_client, request_timeout=timeout, on_written=self.configmap_cache.put)
         self.reconciler = Reconciler(
             inference_services=self._isvcs,
@@ -294,6 +313,8 @@ class Controller:
         )
         if self._elector is not None:
             self._spawn("leader-election", lambda: self._elector.run(self._stop) if self._elector else None)
+        if self._sharded is not None:
+            self._spawn("shard-election", lambda: self._sharded.run(self._stop) if self._sharded else None)
         watched: list[str | None] = list(settings.namespaces) or [None]
         for namespace in watched:
             for cache in (self.inference_service_cache, self.configmap_cache):
@@ -392,7 +413,29 @@ class Controller:
     # -- work ----------------------------------------------------------------------------------
 
     def _is_leading(self) -> bool:
+        if self._sharded is not None:
+            return self._sharded.is_leader  # holds a shard
         return self._elector is None or self._elector.is_leader
+
+    def _shards_changed(self, held: frozenset[int]) -> None:
+        self.metrics.leader.set(1 if held else 0)
+        sharded = self._sharded
+        if sharded is None:
+            return
+        gained, self._held_shards = held - self._held_shards, held
+        # A rollout whose shard comes (back) to this replica is read afresh, as after a restart
+        # (what another replica decided meanwhile is not in this process's memory), takes its
+        # outbox up again, and is reconciled in the next tick rather than at its next interval.
+        self._resumed = {key for key in self._resumed if sharded.shard_of(key) in held}
+        for key in self.ticks.keys:
+            if sharded.shard_of(key) in gained:
+                self.reconciler.forget(key)
+                self.ticks.trigger(key)
+
+    def _in_flight(self) -> set[str]:
+        """The rollouts read and not yet written (a drained shard is released only after them)."""
+        ticks = getattr(self, "ticks", None)  # asked from the renew thread; None while constructing
+        return ticks.in_flight() if ticks is not None else set()
 
     def _leadership_changed(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
@@ -458,7 +501,7 @@ class Controller:
     def _readiness(self) -> tuple[bool, str]:
         if not self._loaded_once:
             return False, "policies not loaded yet\n"
-        role = "leader" if self._elector is None or self._elector.is_leader else "standby"
+        role = "leader" if self._is_leading() else "standby"
         synced = self.inference_service_cache.all_synced and self.configmap_cache.all_synced
         caches = "" if synced else ", caches listing"
         return True, f"ok ({role}, {len(self._registry.active)} policies{caches})\n"
