@@ -32,7 +32,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from canary.evidence import REQUESTS, Evidence, EvidenceRequest, Measurement
+from canary.evidence import (
+    REQUESTS,
+    CountSeries,
+    Evidence,
+    EvidenceRequest,
+    EvidenceStatus,
+    Histogram,
+    Measurement,
+    Tally,
+)
 from canary.kserve.view import observe
 from canary.policy.model import PromotionPolicy
 from canary.policy.units import Unit
@@ -122,8 +131,28 @@ def isvc_json(percent: int) -> dict[str, Any]:
     }
 
 
+# Knative >= 1.19 bucket edges and a healthy profile: the share of requests slower than each edge.
+EDGES = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+SLOWER = (1.0, 0.95, 0.85, 0.6, 0.4, 0.25, 0.06, 0.004, 0.0005, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _tallies(request: EvidenceRequest, per_tally: int, errors: int) -> CountSeries:
+    """What the pipeline delivers: one tally per 15 s scrape from counts_start to the evaluation."""
+    tallies = []
+    start = request.counts_start
+    at_most = tuple(per_tally - round(per_tally * share) for share in SLOWER)
+    while start + timedelta(seconds=15) <= request.at:
+        histogram = Histogram(EDGES, at_most, per_tally)
+        tallies.append(
+            Tally(start, start + timedelta(seconds=15), per_tally, errors, 0, {"latency": histogram})
+        )
+        start += timedelta(seconds=15)
+    return CountSeries(EvidenceStatus.OK, tuple(tallies), query="counters")
+
+
 def build_evidence(request: EvidenceRequest) -> Evidence:
-    """What the evidence layer hands the core for one evaluation of the six checks."""
+    """What the evidence layer hands the core for one evaluation of the six checks: the counted
+    ones (p99, error rate) judged on 15 s tallies of both revisions, the others on values."""
     canary: dict[str, Measurement] = {REQUESTS: Measurement.ok(4321.0, Unit.COUNT)}
     stable: dict[str, Measurement] = {}
     for check in request.checks:
@@ -132,7 +161,8 @@ def build_evidence(request: EvidenceRequest) -> Evidence:
             canary[fraction_key(check)] = Measurement.ok(0.52, Unit.RATIO)
         if request.compare_with_stable and check.comparable_to_stable:
             stable[check.name] = Measurement.ok(STABLE_VALUES[check.name], check.value_unit, samples=38000.0)
-    return Evidence(request=request, canary=canary, stable=stable)
+    counts = {"canary": _tallies(request, 300, 1), "stable": _tallies(request, 2700, 5)}
+    return Evidence(request=request, canary=canary, stable=stable, counts=counts)
 
 
 def state_in_step(observed: ObservedInferenceService) -> tuple[RolloutState, datetime]:

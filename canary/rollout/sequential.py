@@ -135,7 +135,20 @@ class MixtureTest:
         return _log_mean_exp([(events * hit + misses * miss) / tempered for hit, miss in _coefficients(self)])
 
     def rejects(self, events: float, trials: float, phi: float = 1.0) -> bool:
-        return self.log_evidence(events, trials, phi) >= self.threshold
+        if trials <= 0:
+            return False
+        # The mean of the ratios lies between the largest over the grid's size and the largest:
+        # most looks are decided by the largest alone, without the exponentials.
+        tempered = max(phi, 1.0)
+        misses = max(trials - events, 0.0)
+        terms = [(events * hit + misses * miss) / tempered for hit, miss in _coefficients(self)]
+        top = max(terms)
+        threshold = self.threshold
+        if top < threshold:
+            return False
+        if top - math.log(len(terms)) >= threshold:
+            return True
+        return _log_mean_exp(terms) >= threshold
 
 
 @lru_cache(maxsize=8192)
