@@ -4,7 +4,8 @@
 of a rendered Deployment (only the policy path, the port and the kubeconfig differ from a pod),
 inside an interpreter where the distributions the Dockerfile prunes cannot be imported — the
 image's own runtime. It then drives one rollout start: the controller acquires the Lease, lists
-and watches InferenceServices, sees a new revision, stores its state (create, then replace),
+and watches InferenceServices and its ConfigMaps, sees a new revision, stores its state (create,
+then replace; one replace and one patch are refused with 409, and the objects read again),
 writes the first step, records Events, finds Prometheus unreachable, and on SIGTERM releases the
 Lease. People's CLI commands (status, explain, pause, resume, approve, abort, promote) run next,
 in-process with their own client. Event aggregation (an identical event within ten minutes
@@ -189,6 +190,12 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
                 {"spec": {"predictor": {"model": {"storageUri": "s3://models/iris/v2"}}}},
                 _content_type="application/merge-patch+json",
             )  # fmt: skip
+            # Reads come from watch caches; a write refused with 409 re-reads the object with a GET.
+            # One refused write of each kind makes the run exercise those GETs.
+            emulator.faults.add(
+                f"/namespaces/{NAMESPACE}/configmaps/kserve-canary-{MODEL}$", method="PUT", status=409
+            )
+            emulator.faults.add(f"/namespaces/{NAMESPACE}/{PLURAL}/{MODEL}$", method="PATCH", status=409)
 
             def controller_wrote(method: str, fragment: str) -> bool:
                 return any(

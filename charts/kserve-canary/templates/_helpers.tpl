@@ -75,7 +75,7 @@ The controller's permissions in a governed namespace: exactly the requests its c
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "list", "watch", "create", "update"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
