@@ -264,6 +264,15 @@ def run(
             "Lease, one leader.",
         ),
     ] = 1,
+    tick: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            envvar="TICK_SECONDS",
+            help="Seconds between ticks: every due rollout is evaluated together (one counter sample); "
+            "keep it at most the smallest policy interval.",
+        ),
+    ] = 5.0,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", envvar="DRY_RUN", help="Decide and report; write nothing; take no lease."),
@@ -330,6 +339,7 @@ def run(
             renew_deadline=renew_deadline,
             retry_period=retry_period,
             shards=shards,
+            tick=tick,
             dry_run=dry_run,
             max_workers=max_workers,
             policy_namespaces=policy_namespaces,

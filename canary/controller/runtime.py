@@ -97,7 +97,7 @@ class ControllerConfig:
     dry_run: bool = False
     max_workers: int = 8
     # The tick (seconds): every due rollout is evaluated at once; never more than the smallest policy
-    # interval. The CLI has no option for it yet: $TICK_SECONDS.
+    # interval (`kserve-canary run --tick`, $TICK_SECONDS).
     tick: float = field(default_factory=lambda: float(os.environ.get("TICK_SECONDS") or 5.0))
     tick_budget: float = 0.8  # of the tick: what is not decided by then is carried to the next tick
     # explain.json on its own (the state unchanged) at most once per this many policy intervals
