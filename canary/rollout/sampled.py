@@ -906,7 +906,7 @@ def _crossing(
     """Where, between ``low`` and ``high``, the interpolated count slower than ``x`` starts (or stops)
     rejecting the test: bisection on the bucket's linear interpolation."""
     total = float(histogram.total)
-    for _ in range(16):  # a bucket's width / 65,536: far below any edge's resolution
+    for _ in range(10):  # a thousandth of the bucket: far finer than the bucket tells
         middle = (low + high) / 2.0
         slower, _ = _slower_count(histogram, middle)
         if test.rejects(slower, total) == rejecting_above:
