@@ -152,6 +152,15 @@ def notifications(stack: Stack, name: str) -> list[dict[str, Any]]:
     ]
 
 
+def delivered(stack: Stack, name: str, action: str, timeout: float = 20.0) -> dict[str, Any]:
+    """The first ``action`` notification of ``name`` the receiver got: delivery runs in the
+    background, so it may arrive a little after the state shows the decision."""
+    assert wait_until(lambda: any(n["action"] == action for n in notifications(stack, name)), timeout), (
+        f"no {action} notification for {name}: {[n['action'] for n in notifications(stack, name)]}"
+    )
+    return next(n for n in notifications(stack, name) if n["action"] == action)
+
+
 # First: it must catch its model at step 1 while the other rollouts run.
 def test_a_human_change_pauses_the_rollout_and_resume_continues(
     stack: Stack, controller: ControllerProcess
@@ -163,7 +172,7 @@ def test_a_human_change_pauses_the_rollout_and_resume_continues(
     assert wait_for_phase(stack, "human", {"Paused"}, timeout=20) == "Paused"
     time.sleep(3)
     assert stack.canary_percent(NS, "human") == 40, "a paused rollout is not fought over"
-    paused = next(n for n in notifications(stack, "human") if n["action"] == "paused")
+    paused = delivered(stack, "human", "paused")
     assert "40" in paused["summary"] + " ".join(paused["reasons"])
     result = CliRunner().invoke(app, ["resume", f"{NS}/human", "--kubeconfig", str(stack.kubeconfig)])
     assert result.exit_code == 0, result.output
@@ -197,17 +206,18 @@ def test_a_canary_whose_p99_regresses_under_load_is_rolled_back(
 ) -> None:
     assert_outcome(stack, "regress", "RolledBack")
     assert stack.canary_percent(NS, "regress") == 0
-    rollback = next(n for n in notifications(stack, "regress") if n["action"] == "rolled-back")
+    rollback = delivered(stack, "regress", "rolled-back")
     p99 = next(check for check in rollback["checks"] if check["name"] == "p99")
     assert p99["verdict"] == "fail"
-    assert p99["measured"]["canary"] > 1.5 * p99["measured"]["stable"]
+    assert "broken at 95%" in p99["statement"]
+    assert p99["measured"]["canary"] > p99["measured"]["stable"]
 
 
 def test_an_oom_kill_rolls_back_within_one_interval_of_being_visible(
     stack: Stack, controller: ControllerProcess
 ) -> None:
     assert_outcome(stack, "oom", "RolledBack")
-    rollback = next(n for n in notifications(stack, "oom") if n["action"] == "rolled-back")
+    rollback = delivered(stack, "oom", "rolled-back")
     oom = next(check for check in rollback["checks"] if check["name"] == "oom")
     assert (oom["verdict"], oom["critical"]) == ("fail", True)
     # The 30s window never elapsed: a critical failure does not wait for the window or failureLimit.
@@ -219,7 +229,7 @@ def test_a_canary_that_never_becomes_ready_is_rolled_back_at_its_deadline(
 ) -> None:
     assert_outcome(stack, "neverready", "RolledBack")
     assert written_percentages(stack, "neverready") == [10, 0]
-    rollback = next(n for n in notifications(stack, "neverready") if n["action"] == "rolled-back")
+    rollback = delivered(stack, "neverready", "rolled-back")
     assert "12s" in rollback["summary"] + " ".join(rollback["reasons"])
 
 
