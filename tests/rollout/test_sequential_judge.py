@@ -186,7 +186,10 @@ def test_cause_7_counts_are_whole_numbers_and_say_so() -> None:
     result = judge(policy, "p99", tallies)
     assert isinstance(result.requests, int)
     assert result.requests == 830
-    assert "830 pooled requests" in result.statement or "830" in result.statement
+    # Whole requests, said as such: "830 requests", never "832.13 requests".
+    assert result.statement.startswith("p99 ≤ 800ms met at 95% (830 requests; slower than 727ms: 0%")
+    errors = judge(policy, "errors", tallies)
+    assert errors.statement == "error rate ≤ 1% met at 95% (830 requests; 0 errors, 0%)"
 
 
 # -- cause 8: "p99: 3.67s ≤ 3.64s -> fail" read as a false statement ----------------------------------
