@@ -59,8 +59,12 @@ demo: setup
 bench: setup
 	$(PY) -m benchmarks
 
+# The policy file's JSON Schema and the PromotionPolicy CRD (one generated file, two copies: Kustomize
+# and Helm each read only files under their own roots).
 schema: $(STAMP)
 	$(VENV)/bin/kserve-canary schema > policies/schema.json
+	$(VENV)/bin/kserve-canary schema --crd > deploy/crds/promotionpolicies.yaml
+	cp deploy/crds/promotionpolicies.yaml charts/kserve-canary/crds/promotionpolicies.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
