@@ -31,6 +31,7 @@ from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import redact_processor
 from canary.policy import PromotionPolicy, load_paths
+from canary.policy.crd import crd_yaml
 from canary.policy.schema import policy_json_schema
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_value, parse_duration
@@ -173,8 +174,16 @@ def _judge_advice(policy: PromotionPolicy) -> list[str]:
 
 
 @app.command()
-def schema() -> None:
+def schema(
+    crd: Annotated[
+        bool,
+        typer.Option("--crd", help="Print the PromotionPolicy CustomResourceDefinition (YAML) instead."),
+    ] = False,
+) -> None:
     """Print the JSON Schema of the policy file (for yaml-language-server and editors)."""
+    if crd:
+        typer.echo(crd_yaml(), nl=False)
+        return
     typer.echo(json.dumps(policy_json_schema(), indent=2, sort_keys=True))
 
 
