@@ -6,6 +6,14 @@ and with ``kubectl``. It enforces what the real apiserver enforces for what kser
 simulates how KServe turns an InferenceService spec into Knative revisions, traffic and status —
 including the lag. See ``docs`` of the project and the module docstrings for the details.
 
+What it serves: Namespaces, Pods, ConfigMaps, Events (core/v1 and events.k8s.io/v1), Leases,
+InferenceServices (serving.kserve.io/v1beta1, modelled by hand), CustomResourceDefinitions
+(apiextensions.k8s.io/v1) and the objects of every CRD created through the API, at
+``/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>[/status]]``, with the CRD's schema
+(pruning, defaults, validation), status subresource, printer columns and a subset of its CEL rules
+(:mod:`~canary_sandbox.emulator.crds`, :mod:`~canary_sandbox.emulator.schema`). Discovery (legacy and
+aggregated) follows the CRDs as they come and go.
+
 In process::
 
     from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig, ManualClock, RevisionBehaviour
@@ -58,6 +66,7 @@ from canary_sandbox.emulator.kserve import (
 )
 from canary_sandbox.emulator.resources import (
     CONFIGMAPS,
+    CUSTOMRESOURCEDEFINITIONS,
     EVENTS,
     EVENTS_V1,
     INFERENCESERVICES,
@@ -70,6 +79,7 @@ from canary_sandbox.emulator.server import EmulatorServer
 
 __all__ = [
     "CONFIGMAPS",
+    "CUSTOMRESOURCEDEFINITIONS",
     "DEPLOYMENT_MODE_ANNOTATION",
     "EVENTS",
     "EVENTS_V1",

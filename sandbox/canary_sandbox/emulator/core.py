@@ -114,7 +114,7 @@ class Emulator:
     # --- objects ------------------------------------------------------------------------------------
 
     def _resource_of(self, obj: JsonObject) -> r.ResourceType:
-        resource = r.REGISTRY.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+        resource = self.store.registry.by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
         if resource is None:
             raise ApiError.bad_request(
                 f"the emulator does not serve {obj.get('apiVersion')}/{obj.get('kind')}"

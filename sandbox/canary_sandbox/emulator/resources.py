@@ -3,15 +3,24 @@
 ``kubectl`` finds resources through discovery (``/api``, ``/apis``, ``/apis/<group>/<version>``); since
 kubectl 1.30 it first asks for *aggregated* discovery (``apidiscovery.k8s.io/v2``) and falls back to the
 per-group documents when the answer is plain JSON. Both are served here.
+
+The registry is dynamic: the built-in kinds are always there, and every established
+CustomResourceDefinition adds one :class:`ResourceType` per served version (and takes them away when it
+is deleted). Each :class:`~canary_sandbox.emulator.store.ObjectStore` owns its registry, so CRDs created in
+one emulator do not leak into another.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "BUILTIN_RESOURCES",
     "CONFIGMAPS",
+    "CUSTOMRESOURCEDEFINITIONS",
     "EVENTS",
     "EVENTS_V1",
     "INFERENCESERVICES",
@@ -19,14 +28,30 @@ __all__ = [
     "NAMESPACES",
     "PODS",
     "REGISTRY",
+    "CustomResourceVersion",
     "ResourceRegistry",
     "ResourceType",
+    "version_priority",
 ]
 
 JsonObject = dict[str, Any]
 
 _ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 _STATUS_VERBS = ("get", "patch", "update")
+
+
+@dataclass(frozen=True)
+class CustomResourceVersion:
+    """What a CRD says about one of its versions: the schema and printer columns the emulator enforces.
+
+    ``schema`` is the version's ``openAPIV3Schema`` as written in the CRD (a structural schema; the CRD's
+    validation made sure of that).
+    """
+
+    crd_name: str
+    schema: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    printer_columns: tuple[Mapping[str, Any], ...] = field(default=(), hash=False, compare=False)
+    storage: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,6 +75,9 @@ class ResourceType:
     storage_key: str = ""
     # Field selectors the real apiserver supports for this resource besides metadata.name/namespace.
     extra_field_selectors: tuple[str, ...] = ()
+    # Set for resources served from a CustomResourceDefinition (None for the built-in kinds, including
+    # InferenceServices, whose KServe CRD the emulator models by hand).
+    crd: CustomResourceVersion | None = field(default=None, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -146,32 +174,89 @@ INFERENCESERVICES = ResourceType(
 )  # fmt: skip
 
 
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """A sort key putting versions in the apiserver's order: GA, then beta, then alpha, newest first;
+    versions not shaped like Kubernetes versions last, alphabetically
+    (``version.CompareKubeAwareVersionStrings``)."""
+    match = _VERSION.match(version)
+    if match is None:
+        return (3, 0, 0, version)
+    major, stage, minor = match.groups()
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -int(major), -int(minor or 0), "")
+
+
+@dataclass(frozen=True)
+class _Index:
+    resources: tuple[ResourceType, ...]
+    by_path: Mapping[tuple[str, str, str], ResourceType]
+    by_kind: Mapping[tuple[str, str], ResourceType]
+
+
 class ResourceRegistry:
-    """Lookup of served resources by URL segments or by apiVersion/kind, plus discovery documents."""
+    """Lookup of served resources by URL segments or by apiVersion/kind, plus discovery documents.
+
+    Writers (:meth:`set_custom`, :meth:`remove_custom`) run under the emulator's lock; readers may run
+    without it (the HTTP handler resolves a URL before it takes the lock), so every change builds a
+    new immutable index and swaps it in with one assignment: a reader sees the old or the new registry,
+    never half of a change.
+    """
 
     def __init__(self, resources: list[ResourceType]) -> None:
-        self.resources = list(resources)
-        self._by_path = {(r.group, r.version, r.plural): r for r in resources}
-        self._by_kind: dict[tuple[str, str], ResourceType] = {}
+        self._builtin = tuple(resources)
+        self._custom: dict[str, tuple[ResourceType, ...]] = {}
+        self._index = self._build()
+
+    def _build(self) -> _Index:
+        resources = list(self._builtin)
+        for name in sorted(self._custom):
+            resources.extend(self._custom[name])
+        by_kind: dict[tuple[str, str], ResourceType] = {}
         for resource in resources:
-            self._by_kind.setdefault((resource.api_version, resource.kind), resource)
+            by_kind.setdefault((resource.api_version, resource.kind), resource)
+        return _Index(tuple(resources), {(r.group, r.version, r.plural): r for r in resources}, by_kind)
+
+    def set_custom(self, crd_name: str, resources: list[ResourceType]) -> None:
+        """Serve ``resources`` (a CRD's served versions) in place of what that CRD served before."""
+        if resources:
+            self._custom[crd_name] = tuple(resources)
+        else:
+            self._custom.pop(crd_name, None)
+        self._index = self._build()
+
+    def remove_custom(self, crd_name: str) -> None:
+        self.set_custom(crd_name, [])
+
+    def custom(self, crd_name: str) -> tuple[ResourceType, ...]:
+        return self._custom.get(crd_name, ())
+
+    @property
+    def resources(self) -> tuple[ResourceType, ...]:
+        return self._index.resources
 
     def by_path(self, group: str, version: str, plural: str) -> ResourceType | None:
-        return self._by_path.get((group, version, plural))
+        return self._index.by_path.get((group, version, plural))
 
     def by_kind(self, api_version: str, kind: str) -> ResourceType | None:
-        return self._by_kind.get((api_version, kind))
+        return self._index.by_kind.get((api_version, kind))
 
     def group_versions(self) -> dict[str, list[str]]:
-        """Named groups (not the legacy core group) and their versions, in registration order."""
+        """Named groups (not the legacy core group) and their versions, preferred version first."""
         groups: dict[str, list[str]] = {}
         for resource in self.resources:
             if resource.group and resource.version not in groups.setdefault(resource.group, []):
                 groups[resource.group].append(resource.version)
+        for group, versions in groups.items():
+            if any(r.crd is not None for r in self.resources if r.group == group):
+                # A CRD's group lists its versions in priority order, the first being preferred.
+                versions.sort(key=version_priority)
         return groups
 
     def served_kinds(self) -> set[tuple[str, str]]:
-        return set(self._by_kind)
+        return set(self._index.by_kind)
 
     # --- legacy discovery ---------------------------------------------------------------------------
 
@@ -219,11 +304,15 @@ class ResourceRegistry:
     def aggregated(self, legacy: bool) -> JsonObject:
         """The ``APIGroupDiscoveryList`` for ``/api`` (legacy=True) or ``/apis``."""
         groups: dict[str, dict[str, list[JsonObject]]] = {}
+        order = self.group_versions()
         for resource in self.resources:
             if (resource.group == "") != legacy:
                 continue
             versions = groups.setdefault(resource.group, {})
             versions.setdefault(resource.version, []).append(resource.aggregated_resource())
+        for group, versions in groups.items():
+            if group in order:
+                groups[group] = {v: versions[v] for v in order[group] if v in versions}
         items = [
             {
                 "metadata": {"name": group, "creationTimestamp": None},
@@ -242,4 +331,15 @@ class ResourceRegistry:
         }
 
 
-REGISTRY = ResourceRegistry([NAMESPACES, PODS, CONFIGMAPS, EVENTS, EVENTS_V1, LEASES, INFERENCESERVICES])
+CUSTOMRESOURCEDEFINITIONS = ResourceType(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
+    "CustomResourceDefinition", namespaced=False, short_names=("crd", "crds"),
+    categories=("api-extensions",), has_status_subresource=True,
+)  # fmt: skip
+
+BUILTIN_RESOURCES = (
+    NAMESPACES, PODS, CONFIGMAPS, EVENTS, EVENTS_V1, LEASES, INFERENCESERVICES, CUSTOMRESOURCEDEFINITIONS,
+)  # fmt: skip
+REGISTRY = ResourceRegistry(list(BUILTIN_RESOURCES))
+"""The built-in kinds only; each store copies it (``ResourceRegistry(list(BUILTIN_RESOURCES))``) and adds
+its CRDs' resources to its own copy."""

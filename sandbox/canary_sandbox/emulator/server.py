@@ -192,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.owner.aggregated_discovery and "as=APIGroupDiscoveryList" in accept and "v=v2" in accept
 
     def _api(self, method: str, path: str, query: dict[str, str], body: bytes) -> _Response:
-        registry = r.REGISTRY
+        registry = self.emulator.store.registry
         if path == "/version":
             return _Response(200, SERVER_VERSION)
         if path == _SELF_SUBJECT_REVIEWS:

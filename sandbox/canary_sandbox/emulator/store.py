@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from canary_sandbox.emulator import crds
 from canary_sandbox.emulator import resources as r
+from canary_sandbox.emulator import schema as crd_schema
 from canary_sandbox.emulator.clock import Clock
 from canary_sandbox.emulator.errors import ApiError, FieldError
 from canary_sandbox.emulator.patching import apply_json_patch, apply_merge_patch
@@ -156,14 +158,15 @@ class ObjectStore:
         clock: Clock,
         lock: threading.RLock,
         scheduler: Scheduler,
-        registry: r.ResourceRegistry = r.REGISTRY,
+        registry: r.ResourceRegistry | None = None,
         history_size: int = 2000,
         seed: int | None = None,
     ) -> None:
         self.clock = clock
         self.lock = lock
         self.scheduler = scheduler
-        self.registry = registry
+        # Its own registry: the CRDs created in this store add resources to it, and to no other store's.
+        self.registry = registry if registry is not None else r.ResourceRegistry(list(r.BUILTIN_RESOURCES))
         # The garbage collector's lag (seconds): a real cluster removes the dependents of a deleted
         # owner some time later, so a model deleted and re-created at once (`kubectl replace --force`)
         # can meet its predecessor's dependents. 0: at once.
@@ -292,6 +295,13 @@ class ObjectStore:
         if not metadata.get("name") and isinstance(metadata.get("generateName"), str):
             suffix = "".join(self._random.choice(_GENERATE_NAME_ALPHABET) for _ in range(5))
             metadata["name"] = metadata["generateName"] + suffix
+        if resource.crd is not None:
+            self._refuse_if_terminating(resource)
+            obj = crd_schema.normalise(obj, resource.crd.schema)
+            metadata = obj["metadata"]
+        elif resource is r.CUSTOMRESOURCEDEFINITIONS:
+            obj = crds.apply_crd_defaults(obj)
+            metadata = obj["metadata"]
         validate_object(resource, obj, None)
         if resource.namespaced:
             assert namespace is not None
@@ -312,7 +322,7 @@ class ObjectStore:
             metadata.pop(server_owned, None)
         metadata["uid"] = str(uuid.uuid4())
         metadata["creationTimestamp"] = format_time(self.clock.now())
-        if resource.is_custom:
+        if _tracks_generation(resource):
             metadata["generation"] = 1
         if resource is r.NAMESPACES:
             metadata.setdefault("labels", {})["kubernetes.io/metadata.name"] = metadata["name"]
@@ -321,12 +331,21 @@ class ObjectStore:
         elif resource.has_status_subresource and actor == "client" and resource.is_custom:
             # Custom resources with a status subresource drop status on create.
             stored.pop("status", None)
+        if resource is r.CUSTOMRESOURCEDEFINITIONS:
+            finalizers = metadata.setdefault("finalizers", [])
+            if crds.CLEANUP_FINALIZER not in finalizers:
+                finalizers.append(crds.CLEANUP_FINALIZER)
+            stored["status"] = crds.compute_status(
+                stored, None, self._other_crds(stored), metadata["creationTimestamp"]
+            )
         if dry_run:
             return from_storage(resource, stored)
         version = self._next_version()
         metadata["resourceVersion"] = str(version)
         self._bucket(resource)[key] = stored
         self._record(resource, Change(resource, "ADDED", None, stored, actor, None), version)
+        if resource is r.CUSTOMRESOURCEDEFINITIONS:
+            self.registry.set_custom(metadata["name"], crds.served_resources(stored))
         if metadata.get("ownerReferences"):
             self._schedule_owner_check(resource, namespace, metadata["name"])
         return from_storage(resource, stored)
@@ -424,9 +443,21 @@ class ObjectStore:
                 new["status"] = copy.deepcopy(old.get("status", {}))
         new["metadata"].pop("managedFields", None)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if resource.is_custom:
+        if resource.crd is not None:
+            new = crd_schema.normalise(new, resource.crd.schema)
+        elif resource is r.CUSTOMRESOURCEDEFINITIONS:
+            new = crds.apply_crd_defaults(new)
+            # The names and establishing controllers own status; a client's status write can only
+            # shrink storedVersions (what a storage migration does), which validation then checks.
+            basis = copy.deepcopy(old)
+            if subresource == "status" and isinstance((new.get("status") or {}).get("storedVersions"), list):
+                basis.setdefault("status", {})["storedVersions"] = new["status"]["storedVersions"]
+            new["status"] = crds.compute_status(
+                new, basis, self._other_crds(new), format_time(self.clock.now())
+            )
+        if _tracks_generation(resource):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1)
-            if _outside_metadata_and_status(old) != _outside_metadata_and_status(new):
+            if _generation_relevant(resource, old) != _generation_relevant(resource, new):
                 new["metadata"]["generation"] += 1
         validate_object(resource, from_storage(resource, new), from_storage(resource, old))
         if new == old or dry_run:
@@ -438,6 +469,8 @@ class ObjectStore:
         new["metadata"]["resourceVersion"] = str(version)
         self._bucket(resource)[self._key(resource, namespace, name)] = new
         self._record(resource, Change(resource, "MODIFIED", old, new, actor, subresource), version)
+        if resource is r.CUSTOMRESOURCEDEFINITIONS:
+            self.registry.set_custom(name, crds.served_resources(new))
         if new["metadata"].get("ownerReferences") != old["metadata"].get("ownerReferences"):
             self._schedule_owner_check(resource, namespace, name)
         return from_storage(resource, new)
@@ -516,6 +549,12 @@ class ObjectStore:
             terminating = copy.deepcopy(old)
             terminating["metadata"]["deletionTimestamp"] = format_time(self.clock.now())
             terminating["metadata"]["deletionGracePeriodSeconds"] = 0
+            if resource is r.CUSTOMRESOURCEDEFINITIONS:
+                terminating["status"] = crds.compute_status(
+                    terminating, old, self._other_crds(old), terminating["metadata"]["deletionTimestamp"]
+                )
+                # The finalizer controller deletes the CRD's objects, then lets the CRD go.
+                self.scheduler.schedule(0.0, lambda: self._clean_up_crd(name))
             version = self._next_version()
             terminating["metadata"]["resourceVersion"] = str(version)
             self._bucket(resource)[self._key(resource, namespace, name)] = terminating
@@ -540,7 +579,68 @@ class ObjectStore:
         version = self._next_version()
         gone["metadata"]["resourceVersion"] = str(version)
         self._record(resource, Change(resource, "DELETED", old, gone, actor, None), version)
+        if resource is r.CUSTOMRESOURCEDEFINITIONS:
+            self._stop_serving_crd(old)
+        elif resource.crd is not None:
+            crd_name = resource.crd.crd_name
+            crd = self.get_stored(r.CUSTOMRESOURCEDEFINITIONS, None, crd_name)
+            if crd is not None and crd["metadata"].get("deletionTimestamp"):
+                self.scheduler.schedule(0.0, lambda: self._clean_up_crd(crd_name))
         return from_storage(resource, gone)
+
+    # --- CustomResourceDefinitions ------------------------------------------------------------------
+
+    def _other_crds(self, crd: JsonObject) -> list[JsonObject]:
+        """The other CRDs of ``crd``'s group (whose accepted names it must not take)."""
+        group = (crd.get("spec") or {}).get("group")
+        name = crd["metadata"].get("name")
+        return [
+            other
+            for other in self.iter_stored(r.CUSTOMRESOURCEDEFINITIONS)
+            if other["metadata"]["name"] != name and (other.get("spec") or {}).get("group") == group
+        ]
+
+    def _refuse_if_terminating(self, resource: r.ResourceType) -> None:
+        assert resource.crd is not None
+        crd = self.get_stored(r.CUSTOMRESOURCEDEFINITIONS, None, resource.crd.crd_name)
+        if crd is not None and crd["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                405,
+                "create not allowed while custom resource definition is terminating",
+                reason="MethodNotAllowed",
+            )
+
+    def _clean_up_crd(self, name: str) -> None:
+        crd = self.get_stored(r.CUSTOMRESOURCEDEFINITIONS, None, name)
+        if crd is None or not crd["metadata"].get("deletionTimestamp"):
+            return
+        versions = crds.served_resources(crd, every_version=True)
+        if versions:
+            resource = versions[0]
+            for stored in list(self.iter_stored(resource)):
+                metadata = stored["metadata"]
+                if not metadata.get("deletionTimestamp"):
+                    self.delete(resource, metadata.get("namespace"), metadata["name"], actor="emulator")
+            if any(True for _ in self.iter_stored(resource)):
+                # Objects with finalizers of their own hold the CRD until their controllers let go;
+                # the last one's removal runs this again (see _remove).
+                return
+        view = from_storage(r.CUSTOMRESOURCEDEFINITIONS, crd)
+        view["metadata"]["finalizers"] = [
+            f for f in view["metadata"].get("finalizers") or [] if f != crds.CLEANUP_FINALIZER
+        ]
+        self.update(r.CUSTOMRESOURCEDEFINITIONS, None, name, view, actor="emulator")
+
+    def _stop_serving_crd(self, crd: JsonObject) -> None:
+        name = crd["metadata"]["name"]
+        self.registry.remove_custom(name)
+        keys = {resource.store_key for resource in crds.served_resources(crd, every_version=True)}
+        for watch in list(self._watches):
+            if watch.resource.store_key in keys:
+                # The real server ends watches on a CRD's resource when its storage goes away.
+                self.stop_watch(watch)
+        for key in keys:
+            self._objects.pop(key, None)
 
     def _empty_namespace(self, namespace: str) -> None:
         for resource in self._storage_resources():
@@ -641,10 +741,19 @@ class ObjectStore:
             self.stop_watch(watch)
 
 
-def _outside_metadata_and_status(obj: JsonObject) -> JsonObject:
-    return {
-        key: value for key, value in obj.items() if key not in ("metadata", "status", "apiVersion", "kind")
-    }
+def _tracks_generation(resource: r.ResourceType) -> bool:
+    # Custom resources and CRDs themselves have metadata.generation; of the built-in kinds the
+    # emulator serves, no other does.
+    return resource.is_custom or resource is r.CUSTOMRESOURCEDEFINITIONS
+
+
+def _generation_relevant(resource: r.ResourceType, obj: JsonObject) -> JsonObject:
+    """What a change must touch to bump metadata.generation: everything but metadata, and but status
+    when status is a subresource (without one, a status change is a change like any other)."""
+    ignored = {"metadata", "apiVersion", "kind"}
+    if resource.has_status_subresource:
+        ignored.add("status")
+    return {key: value for key, value in obj.items() if key not in ignored}
 
 
 def random_suffix(rng: random.Random, length: int) -> str:

@@ -3,12 +3,22 @@
 Columns follow the real apiserver's printers (and KServe's CRD ``additionalPrinterColumns`` for
 InferenceServices: URL, READY, PREV, LATEST, PREVROLLEDOUTREVISION, LATESTREADYREVISION, AGE), so the
 demo's ``kubectl get isvc`` looks like the real thing.
+
+Objects of CRDs created through the API are printed from the version's ``additionalPrinterColumns`` as
+apiextensions-apiserver's ``tableconvertor`` does: a Name column, then one column per definition (name,
+type, format, description, priority; kubectl shows priority > 0 only with ``-o wide``), each cell the
+first result of the column's JSONPath (``null`` when there is none); ``string`` cells print the value as
+JSONPath prints it, ``integer``/``number``/``boolean`` cells carry the value when it has that type,
+``date`` cells are the age (``5m``) of an RFC 3339 timestamp. Without columns: Name and Age. The JSONPath
+subset: ``.a.b``, ``['a.b']``, ``[0]``, ``[*]`` and ``[?(@.type=="Ready")]`` filters.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import json
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from canary_sandbox.emulator import resources as r
@@ -16,7 +26,7 @@ from canary_sandbox.emulator import resources as r
 __all__ = ["human_duration", "to_table"]
 
 JsonObject = dict[str, Any]
-Cell = str | int | None
+Cell = str | int | float | bool | None
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -195,6 +205,126 @@ _PRINTERS: dict[str, tuple[list[JsonObject], Callable[[JsonObject, float], list[
 }
 
 
+_TOKEN = re.compile(
+    r"""\.(?P<field>[A-Za-z0-9_\-]+)"""
+    r"""|\[(?P<index>-?\d+)\]"""
+    r"""|\[\*\]|\.\*"""
+    r"""|\[['"](?P<quoted>[^'"]+)['"]\]"""
+    r"""|\[\?\(@\.(?P<key>[A-Za-z0-9_.\-]+)\s*(?P<op>==|!=)\s*['"]?(?P<value>[^'")]*)['"]?\)\]"""
+)
+
+
+def jsonpath(obj: Any, path: str) -> list[Any]:
+    """Results of a simple JSONPath (``.status.conditions[?(@.type=="Ready")].status``) on ``obj``."""
+    text = path.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    text = text.removeprefix("$")
+    nodes: list[Any] = [obj]
+    position = 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            return []
+        position = match.end()
+        following: list[Any] = []
+        for node in nodes:
+            if match.group("field") is not None or match.group("quoted") is not None:
+                key = match.group("field") or match.group("quoted")
+                if isinstance(node, Mapping) and key in node:
+                    following.append(node[key])
+            elif match.group("index") is not None:
+                index = int(match.group("index"))
+                if isinstance(node, list) and -len(node) <= index < len(node):
+                    following.append(node[index])
+            elif match.group("key") is not None:
+                if isinstance(node, list):
+                    for item in node:
+                        found = jsonpath(item, "." + match.group("key"))
+                        equal = bool(found) and _printed(found[0]) == match.group("value")
+                        if equal == (match.group("op") == "=="):
+                            following.append(item)
+            elif isinstance(node, list):
+                following.extend(node)
+            elif isinstance(node, Mapping):
+                following.extend(node.values())
+        nodes = following
+    return nodes
+
+
+def _printed(value: Any) -> str:
+    """A value as client-go's JSONPath printer writes it (strings bare, the rest as JSON)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict | list) else str(value)
+
+
+def _custom_cell(kind: str, value: Any, now: float) -> Cell:
+    if value is None:
+        return None
+    if kind == "string":
+        return _printed(value)
+    if kind == "integer" and isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    if kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "date" and isinstance(value, str):
+        try:
+            instant = _parse_time(value)
+        except ValueError:
+            return "<invalid>"
+        return "<unknown>" if instant is None else human_duration(now - instant)
+    return None
+
+
+def _custom_printer(
+    crd: r.CustomResourceVersion,
+) -> tuple[list[JsonObject], Callable[[JsonObject, float], list[Cell]]]:
+    definitions = list(crd.printer_columns) or [
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+         "description": _AGE["description"]}
+    ]  # fmt: skip
+    columns = [_name_column()]
+    for definition in definitions:
+        description = definition.get("description") or (
+            f"Custom resource definition column (in JSONPath format): {definition.get('jsonPath')}"
+        )
+        columns.append(
+            _column(
+                str(definition.get("name")),
+                str(definition.get("type")),
+                str(description),
+                str(definition.get("format") or ""),
+                int(definition.get("priority") or 0),
+            )
+        )
+
+    def row(obj: JsonObject, now: float) -> list[Cell]:
+        cells: list[Cell] = [obj["metadata"]["name"]]
+        for definition in definitions:
+            found = jsonpath(obj, str(definition.get("jsonPath") or ""))
+            cells.append(_custom_cell(str(definition.get("type")), found[0] if found else None, now))
+        return cells
+
+    return columns, row
+
+
+def _crd_row(obj: JsonObject, now: float) -> list[Cell]:
+    return [obj["metadata"]["name"], obj["metadata"].get("creationTimestamp")]
+
+
+_PRINTERS[r.CUSTOMRESOURCEDEFINITIONS.store_key] = (
+    [_name_column(), _column("Created At", "date", _AGE["description"])],
+    _crd_row,
+)
+
+
 def to_table(
     resource: r.ResourceType, objects: list[JsonObject], resource_version: str, now: float
 ) -> JsonObject:
@@ -202,6 +332,15 @@ def to_table(
 
     Rows carry only cells; the caller attaches each row's object as the request's includeObject asks.
     """
+    if resource.crd is not None:
+        columns, custom_row = _custom_printer(resource.crd)
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": resource_version},
+            "columnDefinitions": columns,
+            "rows": [{"cells": custom_row(obj, now)} for obj in objects],
+        }
     columns, row_of = _PRINTERS.get(resource.store_key, ([_name_column(), _AGE], None))
     rows = [
         {"cells": row_of(obj, now) if row_of else [obj["metadata"]["name"], _age(obj, now)]}

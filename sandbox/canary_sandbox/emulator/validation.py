@@ -5,7 +5,10 @@ Three layers, in the apiserver's order:
 1. decoding (400 BadRequest): a value of the wrong JSON type for a built-in kind, a timestamp the Go
    decoder cannot parse (``MicroTime`` needs exactly six fractional digits);
 2. validation (422 Invalid): names, label syntax, sizes (a ConfigMap holds 1 MiB), required fields, the
-   CRD's OpenAPI types (``canaryTrafficPercent`` is an integer);
+   CRD's OpenAPI types (``canaryTrafficPercent`` is an integer); CustomResourceDefinitions themselves
+   (:mod:`~canary_sandbox.emulator.crds`) and the objects of the CRDs created through the API, against
+   their structural schema (:mod:`~canary_sandbox.emulator.schema`) and their ``x-kubernetes-validations``
+   CEL rules (:mod:`~canary_sandbox.emulator.cel`, a subset);
 3. admission (403 Forbidden): KServe's validating webhook (DNS-1035 names, immutable deployment mode).
 """
 
@@ -17,7 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from canary_sandbox.emulator import crds
 from canary_sandbox.emulator import resources as r
+from canary_sandbox.emulator import schema as crd_schema
 from canary_sandbox.emulator.errors import ApiError, FieldError
 
 __all__ = ["MAX_ANNOTATIONS_BYTES", "MAX_CONFIGMAP_BYTES", "validate_object"]
@@ -342,6 +347,10 @@ def validate_object(resource: r.ResourceType, obj: JsonObject, old: JsonObject |
         _check_pod(check)
     elif resource is r.INFERENCESERVICES:
         _check_inferenceservice(check)
+    elif resource is r.CUSTOMRESOURCEDEFINITIONS:
+        check.errors.extend(crds.validate_crd(obj, old))
+    elif resource.crd is not None:
+        check.errors.extend(crd_schema.validate(obj, resource.crd.schema))
     check.raise_if_any()
     if resource is r.INFERENCESERVICES:
         _admit_inferenceservice(obj, old)

@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 from canary_sandbox.emulator import resources as r
+from canary_sandbox.emulator.schema import apply_defaults
 
 __all__ = ["from_storage", "to_storage"]
 
@@ -56,6 +57,9 @@ def from_storage(resource: r.ResourceType, stored: JsonObject) -> JsonObject:
     if resource is r.EVENTS_V1:
         shown = {_CORE_TO_V1.get(key, key): value for key, value in shown.items()}
         shown = {key: value for key, value in shown.items() if value != "" or key == "note"}
+    if resource.crd is not None:
+        # The real server defaults objects as it reads them from etcd, with the read version's schema.
+        shown = apply_defaults(shown, resource.crd.schema)
     shown["apiVersion"] = resource.api_version
     shown["kind"] = resource.kind
     return shown
