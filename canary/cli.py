@@ -21,7 +21,7 @@ from rich.text import Text
 
 from canary import __version__
 from canary.controller.observability import configure_logging, default_bind_address
-from canary.controller.runtime import Controller, ControllerConfig, load_api_client
+from canary.controller.runtime import Controller, ControllerConfig, PolicySource, load_api_client
 from canary.controller.startup import preflight_or_exit
 from canary.kserve.client import ConflictError
 from canary.kserve.identity import who_am_i
@@ -314,6 +314,25 @@ def run(
             help="The same for informational notifications (started, advanced, ...).",
         ),
     ] = "10m",
+    policy_source: Annotated[
+        str,
+        typer.Option(
+            "--policy-source",
+            envvar="POLICY_SOURCE",
+            help="Where policies come from: files (--policies), crd (PromotionPolicy objects; /readyz "
+            "fails while the CRD is not served), or auto: both, the objects once the CRD is served. "
+            "Comma-separated: files,crd.",
+        ),
+    ] = "auto",
+    allow_custom_promql_from_crds: Annotated[
+        bool,
+        typer.Option(
+            "--allow-custom-promql-from-crds",
+            envvar="ALLOW_CUSTOM_PROMQL_FROM_CRDS",
+            help="Accept custom PromQL (checks[].promql, metrics.queries) in PromotionPolicy objects: "
+            "it runs with the controller's Prometheus credentials (put prom-label-proxy in front).",
+        ),
+    ] = False,
 ) -> None:
     """Run the controller until SIGTERM."""
     configure_logging(log_format.value, extra_processors=[redact_processor])
@@ -356,6 +375,8 @@ def run(
             notify_allow_hosts=notify_allow_host,
             notify_retry_for=_duration(notify_retry_for, "--notify-retry-for"),
             notify_info_retry_for=_duration(notify_info_retry_for, "--notify-info-retry-for"),
+            policy_sources=_policy_sources(policy_source),
+            allow_custom_promql_from_crds=allow_custom_promql_from_crds,
         ),
         api_client=api_client,
         evidence=source,
@@ -363,6 +384,18 @@ def run(
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
     signal.signal(signal.SIGINT, lambda *_: controller.stop())
     controller.run()
+
+
+def _policy_sources(text: str) -> frozenset[PolicySource]:
+    try:
+        sources = frozenset(PolicySource(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected files, crd, auto or files,crd, got {text!r}", param_hint="--policy-source"
+        ) from None
+    if not sources:
+        raise typer.BadParameter("name at least one source", param_hint="--policy-source")
+    return sources
 
 
 def _duration(text: str, option: str) -> float:

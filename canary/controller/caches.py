@@ -116,6 +116,11 @@ class WatchCache:
         with self._lock:
             return len(self._objects)
 
+    def values(self) -> list[dict[str, Any]]:
+        """Every cached object (a copy of the list; the objects are the cache's, not to be changed)."""
+        with self._lock:
+            return list(self._objects.values())
+
     # -- writes by the controller ------------------------------------------------------------------
 
     def put(self, obj: Mapping[str, Any]) -> None:

@@ -1,14 +1,17 @@
-"""The running set of policies, and how it follows edits of the policy directory.
+"""The running set of policies: the policy files and the PromotionPolicy objects, merged.
 
 Rules (docs/design.md §5):
 
-* a file that breaks is reported and the previous valid version of each policy it held keeps running;
-* a second policy for an InferenceService already governed is rejected; the first keeps running —
-  also while the first one's file is broken. Both files are told (``ReloadReport.conflicts`` and an
-  error on each). After a restart no claimant is established: the first in path order (file path, then
-  document) governs, so an InferenceService is never left without its policy;
+* a file that breaks is reported and the previous valid version of each policy it held keeps running
+  (an object that breaks: the previous valid generation, see :mod:`canary.controller.crsource`);
+* two policies for one InferenceService, from files, objects or both, are a conflict: **neither**
+  governs it, each is told (``ReloadReport.conflicts`` and an error on each), and its rollout is
+  *held* — not reconciled, not paused, not rolled back. Removing all but one hands the rollout to the
+  one left, which continues it from the state ConfigMap without a pause. The same holds after a
+  restart: which claimant was first is never remembered, so the answer never depends on history;
 * an edited policy applies from the next evaluation;
-* a removed policy is *removed* — the controller then pauses its rollout (never rolls it back).
+* a removed policy (no claimant left) is *removed* — the controller then pauses its rollout (never
+  rolls it back).
 
 Directories mounted from a ConfigMap or by git-sync change by swapping a ``..data`` symlink, so
 changes are detected from a fingerprint of the whole tree (every file's resolved path, size and
@@ -19,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from canary.policy import LoadedPolicy, PolicyError, load_paths
+from canary.policy import LoadedPolicy, PolicyError, PromotionPolicy, load_paths
 from canary.policy.loader import conflict_errors
 from canary.policy.scope import NamespaceSource, SecretScope
 
@@ -53,17 +57,16 @@ def tree_fingerprint(paths: Sequence[str | os.PathLike[str]]) -> str:
 
 @dataclass(frozen=True)
 class Conflict:
-    """Several policies claim one InferenceService: ``kept`` governs it, ``refused`` do not."""
+    """Several policies claim one InferenceService: none of them governs it (its rollout is held)."""
 
     key: str
-    kept: LoadedPolicy
-    refused: tuple[LoadedPolicy, ...]
+    claimants: tuple[LoadedPolicy, ...]
 
     def __str__(self) -> str:
-        refused = ", ".join(f"'{r.policy.metadata.name}' ({r.origin})" for r in self.refused)
+        names = ", ".join(f"'{c.policy.metadata.name}' ({c.origin})" for c in self.claimants)
         return (
-            f"InferenceService {self.key} is claimed by several policies: '{self.kept.policy.metadata.name}' "
-            f"({self.kept.origin}) keeps governing it; refused: {refused}"
+            f"InferenceService {self.key} is claimed by several policies: {names}; neither governs it "
+            "and its rollout is held until all but one are removed"
         )
 
 
@@ -72,14 +75,21 @@ class ReloadReport:
     changed: bool
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
+    # No policy claims it any more (``removed_policies``: the last one that did): its rollout pauses.
     removed: list[str] = field(default_factory=list)
+    removed_policies: dict[str, PromotionPolicy] = field(default_factory=dict)
+    held: list[str] = field(default_factory=list)  # newly contested: nobody governs, nothing is paused
     kept_previous: list[str] = field(default_factory=list)  # broken edit: the old version still runs
     errors: list[PolicyError] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
 
 
 class PolicyRegistry:
-    """Policies by ``namespace/inferenceService``. Not thread-safe: the controller reloads from one thread."""
+    """Policies by ``namespace/inferenceService``, from files and PromotionPolicy objects.
+
+    Not thread-safe for writers: the controller reloads from one thread; readers (``get``) see one
+    dict or the next, never a half-built one.
+    """
 
     def __init__(
         self,
@@ -87,12 +97,21 @@ class PolicyRegistry:
         *,
         namespaces: NamespaceSource = NamespaceSource.DIRECTORY,
         secrets: SecretScope | None = None,
+        files: bool = True,
     ):
         self._paths = list(paths)
         self._namespaces = namespaces
         self._secrets = secrets
+        self._files = files
         self._fingerprint: str | None = None
+        self._file_claims: list[LoadedPolicy] = []
+        self._file_errors: list[PolicyError] = []
+        self._objects: list[LoadedPolicy] = []
+        self._object_errors: list[PolicyError] = []
+        self._objects_version = 0
+        self._seen_objects_version = -1
         self._active: dict[str, LoadedPolicy] = {}
+        self._held: dict[str, Conflict] = {}
         self.errors: list[PolicyError] = []
         self.conflicts: list[Conflict] = []
 
@@ -100,68 +119,92 @@ class PolicyRegistry:
     def active(self) -> dict[str, LoadedPolicy]:
         return dict(self._active)
 
+    @property
+    def held(self) -> dict[str, Conflict]:
+        return dict(self._held)
+
     def get(self, key: str) -> LoadedPolicy | None:
         return self._active.get(key)
 
+    def set_objects(self, policies: Sequence[LoadedPolicy], errors: Sequence[PolicyError] = ()) -> None:
+        """The PromotionPolicy objects as they are now (valid ones, and what the others got wrong);
+        the next :meth:`reload` merges them with the files."""
+        if list(policies) == self._objects and list(errors) == self._object_errors:
+            return
+        self._objects = list(policies)
+        self._object_errors = list(errors)
+        self._objects_version += 1
+
     def reload(self, *, force: bool = False) -> ReloadReport:
-        fingerprint = tree_fingerprint(self._paths)
-        if not force and fingerprint == self._fingerprint:
+        files_changed, kept_previous = self._reload_files(force)
+        if not files_changed and not force and self._objects_version == self._seen_objects_version:
             return ReloadReport(changed=False, errors=list(self.errors), conflicts=list(self.conflicts))
-        self._fingerprint = fingerprint
-        result = load_paths(self._paths, namespaces=self._namespaces, secrets=self._secrets)
-        errors = [error for error in result.errors if not error.conflict]
-        broken_files = {error.path for error in errors}
+        self._seen_objects_version = self._objects_version
 
-        loaded = result.by_key()
-        conflicts: list[Conflict] = []
-        for key in list(loaded):
-            group = result.conflicts.get(key, [loaded[key]])
-            previous = self._active.get(key)
-            kept = self._established(key, group)
-            if kept is None and previous is not None and previous.path in broken_files:
-                # The established policy's file is broken for now: a newcomer does not take over.
-                del loaded[key]
-                conflicts.append(Conflict(key, previous, tuple(group)))
-                errors.extend(conflict_errors(key, previous, [previous, *group]))
+        by_key: dict[str, list[LoadedPolicy]] = defaultdict(list)
+        for claimant in [*self._file_claims, *self._objects]:
+            by_key[claimant.policy.key].append(claimant)
+        errors = [*self._file_errors, *self._object_errors]
+        active: dict[str, LoadedPolicy] = {}
+        held: dict[str, Conflict] = {}
+        for key, group in by_key.items():
+            if len(group) == 1:
+                active[key] = group[0]
                 continue
-            if len(group) > 1:
-                kept = kept or group[0]
-                loaded[key] = kept
-                conflicts.append(Conflict(key, kept, tuple(c for c in group if c is not kept)))
-                errors.extend(conflict_errors(key, kept, group))
+            # Any mix of sources: neither governs. Choosing one would let the order of files (or of
+            # creation) decide which team's policy drives a model; holding lets nobody act until a
+            # person removes the extra one, and the rollout's state waits for whoever remains.
+            group.sort(key=lambda claimant: claimant.origin)
+            held[key] = Conflict(key, tuple(group))
+            errors.extend(conflict_errors(key, group))
 
-        report = ReloadReport(changed=True, errors=errors, conflicts=conflicts)
-        self.errors = errors
-        self.conflicts = conflicts
-        next_active: dict[str, LoadedPolicy] = {}
-        for key, current in loaded.items():
+        report = ReloadReport(
+            changed=True, errors=errors, conflicts=list(held.values()), kept_previous=kept_previous
+        )
+        for key, current in active.items():
             previous = self._active.get(key)
             if previous is None:
                 report.added.append(key)
-            elif previous.policy != current.policy or previous.path != current.path:
+            elif previous.policy != current.policy or previous.origin != current.origin:
                 report.updated.append(key)
-            next_active[key] = current
-        for key, previous in self._active.items():
-            if key in next_active:
-                continue
-            if previous.path in broken_files:
-                # A broken edit: the version already running stays.
-                next_active[key] = previous
-                report.kept_previous.append(key)
-            else:
+        report.held = [key for key in held if key not in self._held]
+        before: dict[str, PromotionPolicy] = {
+            **{key: conflict.claimants[0].policy for key, conflict in self._held.items()},
+            **{key: loaded.policy for key, loaded in self._active.items()},
+        }
+        for key, policy in before.items():
+            if key not in active and key not in held:
                 report.removed.append(key)
-        self._active = next_active
+                report.removed_policies[key] = policy
+        self._active = active
+        self._held = held
+        self.errors = errors
+        self.conflicts = list(held.values())
         return report
 
-    def _established(self, key: str, group: Sequence[LoadedPolicy]) -> LoadedPolicy | None:
-        """The claimant that already governs ``key`` (same file, same policy name), if any."""
-        previous = self._active.get(key)
-        if previous is None:
-            return None
-        for claimant in group:
+    def _reload_files(self, force: bool) -> tuple[bool, list[str]]:
+        """Read the policy files again if anything in the tree changed: (changed, kept_previous)."""
+        if not self._files:
+            return False, []
+        fingerprint = tree_fingerprint(self._paths)
+        if not force and fingerprint == self._fingerprint:
+            return False, []
+        self._fingerprint = fingerprint
+        result = load_paths(self._paths, namespaces=self._namespaces, secrets=self._secrets)
+        # Conflicts are decided over every source at once (reload), not per file set.
+        errors = [error for error in result.errors if not error.conflict]
+        broken_files = {error.path for error in errors}
+        claims = [*result.policies, *(c for group in result.conflicts.values() for c in group)]
+        present = {(claimant.path, claimant.policy.metadata.name) for claimant in claims}
+        kept_previous = []
+        for previous in self._file_claims:
             if (
-                claimant.path == previous.path
-                and claimant.policy.metadata.name == previous.policy.metadata.name
+                previous.path in broken_files
+                and (previous.path, previous.policy.metadata.name) not in present
             ):
-                return claimant
-        return None
+                # A broken edit: the version already running keeps claiming its model.
+                claims.append(previous)
+                kept_previous.append(previous.policy.key)
+        self._file_claims = claims
+        self._file_errors = errors
+        return True, kept_previous

@@ -21,6 +21,8 @@ notifications for a few seconds and releases the Lease so the standby takes over
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import socket
 import threading
@@ -28,23 +30,33 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from canary import __version__
 from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.crsource import (
+    CrdState,
+    ParsedObject,
+    PolicyObjects,
+    PromotionPolicyClient,
+)
 from canary.controller.leader import LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
 from canary.controller.policies import PolicyRegistry
+from canary.controller.projection import PolicyView, previous_status, project_status
 from canary.controller.reconciler import Reconciler
 from canary.controller.scheduler import TickScheduler
 from canary.controller.shards import ShardedElector
+from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.evidence import EvidenceSource
-from canary.kserve.client import InferenceServiceClient
+from canary.kserve.client import InferenceServiceClient, is_not_found
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.outbox import ConfigMapOutboxStore
 from canary.kserve.store import (
@@ -71,11 +83,23 @@ from canary.notify.outbox import DEFAULT_IMPORTANT_RETRY_FOR, DEFAULT_INFO_RETRY
 from canary.notify.secrets import DEFAULT_REDACTOR
 from canary.notify.urls import UrlGuard
 from canary.policy import LoadedPolicy, PromotionPolicy
+from canary.policy.loader import ObjectRules
 from canary.policy.scope import NamespaceSource, SecretScope
+from canary.rollout.records import ExplainDocument
+from canary.rollout.state import RolloutState, StateFormatError
 
-__all__ = ["Controller", "ControllerConfig", "load_api_client"]
+__all__ = ["Controller", "ControllerConfig", "PolicySource", "load_api_client"]
 
 log = structlog.get_logger("kserve_canary.controller")
+
+
+class PolicySource(StrEnum):
+    """Where policies come from (``kserve-canary run --policy-source``)."""
+
+    FILES = "files"  # the --policies directories
+    CRD = "crd"  # PromotionPolicy objects; the CRD must be served (else /readyz fails)
+    # Both: the files, and the objects when the CRD is served (asked again every minute).
+    AUTO = "auto"
 
 
 @dataclass
@@ -115,6 +139,17 @@ class ControllerConfig:
     # promotions, rollbacks, pauses, unguarded rollouts and warnings; the other (informational) ones.
     notify_retry_for: float = DEFAULT_IMPORTANT_RETRY_FOR
     notify_info_retry_for: float = DEFAULT_INFO_RETRY_FOR
+    # Policy sources (docs/design.md §5): files, PromotionPolicy objects, or both (auto).
+    policy_sources: frozenset[PolicySource] = frozenset({PolicySource.AUTO})
+    # An object's custom PromQL runs with the controller's Prometheus credentials: refused unless allowed.
+    allow_custom_promql_from_crds: bool = False
+    # The one Secret per namespace an object's secret references name keys of (RBAC grants get on it).
+    crd_secret_name: str = "kserve-canary-notifications"  # noqa: S105 - a name, not a secret
+    # Status writes of PromotionPolicy objects: at most one per object per this many seconds, and
+    # at most this many per second in all.
+    status_min_interval: float = 1.0
+    status_writes_per_second: float = 5.0
+    crd_recheck: float = 60.0  # seconds between asking whether the CRD is served (until it is)
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -151,10 +186,18 @@ class Controller:
         self._api_client = api_client
         # Audit logs (and the emulator's request log) then say which replica wrote.
         api_client.user_agent = f"kserve-canary/{__version__} ({settings.identity})"
+        sources = settings.policy_sources
+        self._read_files = bool(sources & {PolicySource.FILES, PolicySource.AUTO})
+        self._crd_required = PolicySource.CRD in sources
         self._registry = PolicyRegistry(
-            settings.policy_paths, namespaces=settings.policy_namespaces, secrets=settings.secrets
+            settings.policy_paths,
+            namespaces=settings.policy_namespaces,
+            secrets=settings.secrets,
+            files=self._read_files,
         )
+        self._clock = clock
         self._stop = threading.Event()
+        self._wake_main = threading.Event()  # a PromotionPolicy or a state changed: reload now
         self._heartbeat = Heartbeat(tolerance=max(60.0, 6 * settings.reload_period))
         self._resolver = SecretResolver(
             DEFAULT_REDACTOR,
@@ -192,6 +235,42 @@ class Controller:
             on_event=self._configmap_changed,
             on_synced=self._cache_synced,
         )
+        # PromotionPolicy objects: a second policy source, listed and watched like the caches above.
+        self._policy_client = PromotionPolicyClient(api_client, request_timeout=timeout)
+        self.policy_objects: PolicyObjects | None = (
+            PolicyObjects(
+                self._policy_client,
+                scopes=scopes,
+                rules=ObjectRules(
+                    allow_custom_promql=settings.allow_custom_promql_from_crds,
+                    secret_name=settings.crd_secret_name,
+                ),
+                watch_timeout=settings.watch_timeout,
+                recheck=settings.crd_recheck,
+                on_change=self._wake_main.set,
+                spawn=self._spawn,
+            )
+            if sources & {PolicySource.CRD, PolicySource.AUTO}
+            else None
+        )
+        self.status_writer: StatusWriter | None = (
+            StatusWriter(
+                self._policy_client,
+                self.policy_objects.cache,
+                min_interval=settings.status_min_interval,
+                max_per_second=settings.status_writes_per_second,
+            )
+            if self.policy_objects is not None and not settings.dry_run
+            else None
+        )
+        self._policy_events = PolicyEvents(
+            api_client,
+            redactor=DEFAULT_REDACTOR,
+            request_timeout=timeout,
+            reporting_instance=settings.identity,
+        )
+        self._parsed_objects: list[ParsedObject] = []
+        self._core = core
         self._outbox = (
             None
             if settings.dry_run
@@ -214,7 +293,9 @@ class Controller:
             outbox=self._outbox,
             may_deliver=self._is_leading,
         )
-        self._destinations: dict[str, tuple[PromotionPolicy, list[Destination]]] = {}
+        # Per governed key: the policy, whether it is an object's (its secrets come from its
+        # namespace's Secret), and its destinations (built on first use).
+        self._destinations: dict[str, tuple[PromotionPolicy, bool, list[Destination]]] = {}
         self._elector: LeaderElector | None = None
         self._sharded: ShardedElector | None = None
         self._held_shards: frozenset[int] = frozenset()
@@ -289,6 +370,7 @@ class Controller:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake_main.set()
 
     def run(self) -> None:
         """Run until :meth:`stop` (or SIGTERM through the CLI)."""
@@ -305,7 +387,8 @@ class Controller:
         log.info(
             "kserve-canary starting",
             identity=settings.identity,
-            policies=[os.fspath(path) for path in settings.policy_paths],
+            policies=[os.fspath(path) for path in settings.policy_paths] if self._read_files else None,
+            policySources=sorted(str(source) for source in settings.policy_sources),
             namespaces=list(settings.namespaces) or "all",
             dryRun=settings.dry_run,
             leaderElection=self._elector is not None,
@@ -319,10 +402,20 @@ class Controller:
         for namespace in watched:
             for cache in (self.inference_service_cache, self.configmap_cache):
                 self._spawn(f"watch-{cache.kind}-{namespace or 'all'}", self._watcher(cache, namespace))
+        if self.policy_objects is not None:
+            objects = self.policy_objects
+            self._spawn("policy-objects", lambda: objects.run(self._stop))
         self._reload()
         self._timer.start()
         try:
-            while not self._stop.wait(self.settings.reload_period):
+            while not self._stop.is_set():
+                woken = self._wake_main.wait(self.settings.reload_period)
+                self._wake_main.clear()
+                if woken:
+                    # A burst of watch events is one reload, not one per event.
+                    self._stop.wait(min(0.2, self.settings.reload_period))
+                if self._stop.is_set():
+                    break
                 self._heartbeat.beat()
                 self._reload()
         finally:
@@ -355,8 +448,23 @@ class Controller:
         except Exception as error:
             # The loader reports bad files itself; this is the last line: keep what runs, try again.
             log.error("policy reload failed; the policies already loaded keep running", error=repr(error))
+        try:
+            self._project_statuses()
+        except Exception as error:
+            log.error("PromotionPolicy status projection failed; trying again", error=repr(error))
 
     def _reload_policies(self) -> None:
+        objects = self.policy_objects
+        if objects is not None:
+            if not objects.synced and not self._loaded_once:
+                # Deciding before the objects are listed could let a file govern a model an object
+                # also claims (a conflict nobody would see yet): wait for the list (or the 404).
+                return
+            self._parsed_objects = objects.snapshot()
+            self._registry.set_objects(
+                [parsed.running for parsed in self._parsed_objects if parsed.running is not None],
+                [error for parsed in self._parsed_objects for error in parsed.errors],
+            )
         report = self._registry.reload()
         if report.changed:
             for error in report.errors:
@@ -365,30 +473,38 @@ class Controller:
                 )
             for conflict in report.conflicts:
                 log.error(
-                    "policy conflict",
+                    "policy conflict: neither policy governs the InferenceService; its rollout is held",
                     error=str(conflict),
                     key=conflict.key,
-                    kept=conflict.kept.origin,
-                    refused=[refused.origin for refused in conflict.refused],
+                    claimants=[claimant.origin for claimant in conflict.claimants],
                 )
             for key in report.kept_previous:
                 log.warning("policy edit rejected: the previous version keeps running", key=key)
-            if report.added or report.updated or report.removed:
+            if report.added or report.updated or report.removed or report.held:
                 log.info(
-                    "policies loaded", added=report.added, updated=report.updated, removed=report.removed
+                    "policies loaded",
+                    added=report.added,
+                    updated=report.updated,
+                    removed=report.removed,
+                    held=report.held,
                 )
+            for key in report.held:
+                # Not paused, not rolled back: the state waits for whichever policy remains.
+                self._destinations.pop(key, None)
             for key in report.removed:
-                previous = self._destinations.pop(key, None)
-                if previous is not None and self.ownership.owns(key):
-                    self.reconciler.pause_removed(previous[0])
+                self._destinations.pop(key, None)
+                if self.ownership.owns(key):
+                    self.reconciler.pause_removed(report.removed_policies[key])
         active = {
             key: loaded for key, loaded in self._registry.active.items() if self._governed(loaded.policy)
         }
         for key, loaded in active.items():
-            if key not in self._destinations or self._destinations[key][0] != loaded.policy:
-                self._destinations[key] = (loaded.policy, [])
+            cached = self._destinations.get(key)
+            from_object = loaded.object is not None
+            if cached is None or cached[0] != loaded.policy or cached[1] != from_object:
+                self._destinations[key] = (loaded.policy, from_object, [])
         self.metrics.policies.labels("loaded").set(len(active))
-        self.metrics.policies.labels("invalid-files").set(  # a conflict's winner is not an invalid file
+        self.metrics.policies.labels("invalid-files").set(  # a conflict's claimant is not an invalid file
             len({error.path for error in self._registry.errors if not error.conflict})
         )
         self.ticks.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
@@ -401,14 +517,97 @@ class Controller:
 
     def _policy_destinations(self, policy: PromotionPolicy) -> list[Destination]:
         cached = self._destinations.get(policy.key)
-        if cached is not None and cached[0] == policy and cached[1]:
-            return cached[1]
-        # Scoped to the policy's namespace: its secret references reach only what is opened to it.
-        built = destinations_for(
-            policy.spec.notify, resolver=self._resolver.scoped(policy.metadata.namespace)
+        if cached is not None and cached[0] == policy and cached[2]:
+            return cached[2]
+        namespace = policy.metadata.namespace
+        loaded = self._registry.get(policy.key)
+        from_object = loaded is not None and loaded.object is not None
+        # Scoped to the policy's namespace: a file's references reach only what is opened to its
+        # namespace; an object's only keys of its namespace's Secret, never our environment or files.
+        resolver = (
+            self._resolver.from_namespace_secret(namespace, self._read_secret, self.settings.crd_secret_name)
+            if from_object
+            else self._resolver.scoped(namespace)
         )
-        self._destinations[policy.key] = (policy, built)
+        built = destinations_for(policy.spec.notify, resolver=resolver)
+        self._destinations[policy.key] = (policy, from_object, built)
         return built
+
+    def _read_secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's data, decoded (None: there is none). Read at send time: a rotation applies."""
+        try:
+            response = self._core.read_namespaced_secret(
+                name, namespace, _preload_content=False, _request_timeout=self.settings.request_timeout
+            )
+        except ApiException as error:
+            if is_not_found(error):
+                return None
+            raise
+        body = json.loads(cast(Any, response).data)
+        data = body.get("data") or {}
+        decoded = {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
+        decoded.update(body.get("stringData") or {})
+        return decoded
+
+    # -- PromotionPolicy status ------------------------------------------------------------------
+
+    def _project_statuses(self) -> None:
+        """Every object's status projected from the stored rollout state; written when it changed."""
+        objects, writer = self.policy_objects, self.status_writer
+        if objects is None or not self._loaded_once or self.settings.dry_run:
+            return
+        now = self._clock()
+        held = self._registry.held
+        for parsed in self._parsed_objects:
+            obj = objects.get(parsed.namespace, parsed.name)
+            if obj is None:
+                continue
+            policy = parsed.running.policy if parsed.running is not None else None
+            key = policy.key if policy is not None else None
+            if not (self.ownership.owns(key) if key is not None else self._is_leading()):
+                continue  # the replica (or shard owner) that drives the rollout writes its status
+            conflict = None
+            if key is not None and key in held:
+                others = [c.origin for c in held[key].claimants if c.origin != parsed.origin]
+                conflict = f"InferenceService {key} is also claimed by {', '.join(others)}"
+            state, explain, generation = (
+                self._stored_rollout(policy) if policy is not None else (None, None, None)
+            )
+            view = PolicyView(parsed.generation, policy, parsed.errors, conflict, state, explain, generation)
+            if writer is not None:
+                writer.write(parsed.namespace, parsed.name, project_status(view, previous_status(obj), now))
+            if parsed.errors:
+                self._policy_events.record(
+                    obj,
+                    reason="InvalidSpec",
+                    message="; ".join(str(error) for error in parsed.errors),
+                    now=now,
+                )
+            if conflict:
+                self._policy_events.record(
+                    obj,
+                    reason="TargetClaimed",
+                    message=f"{conflict}: neither governs it; its rollout is held until all but one "
+                    "are removed",
+                    now=now,
+                )
+
+    def _stored_rollout(
+        self, policy: PromotionPolicy
+    ) -> tuple[RolloutState | None, ExplainDocument | None, int | None]:
+        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
+        stored = self.reconciler.reads.state(namespace, name)
+        try:
+            state = stored.state() if stored.state_json else None
+        except StateFormatError:
+            state = None
+        try:
+            explain = stored.explain()
+        except StateFormatError:
+            explain = None
+        isvc = self.inference_service_cache.get(namespace, name) or {}
+        generation = (isvc.get("metadata") or {}).get("generation")
+        return state, explain, generation if isinstance(generation, int) else None
 
     # -- work ----------------------------------------------------------------------------------
 
@@ -488,7 +687,10 @@ class Controller:
             self.ticks.trigger(key)
 
     def _configmap_changed(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """A watch event on our ConfigMaps: an operator's command waits in a state; act on it now."""
+        """A watch event on our ConfigMaps: an operator's command waits in a state; act on it now.
+        A state governed by a PromotionPolicy changed: its status is projected again soon."""
+        if self.policy_objects is not None and self._parsed_objects:
+            self._wake_main.set()
         if kind == "DELETED" or COMMAND_KEY not in (obj.get("data") or {}):
             return
         metadata = obj.get("metadata") or {}
@@ -499,12 +701,35 @@ class Controller:
                 self.ticks.trigger(key)
 
     def _readiness(self) -> tuple[bool, str]:
+        crd = self._crd_note()
         if not self._loaded_once:
-            return False, "policies not loaded yet\n"
+            return False, f"policies not loaded yet{crd}\n"
+        if (
+            self._crd_required
+            and self.policy_objects is not None
+            and self.policy_objects.state
+            in {
+                CrdState.NOT_SERVED,
+                CrdState.FORBIDDEN,
+            }
+        ):
+            return False, f"--policy-source crd, but{crd.removeprefix(';')}\n"
         role = "leader" if self._is_leading() else "standby"
         synced = self.inference_service_cache.all_synced and self.configmap_cache.all_synced
         caches = "" if synced else ", caches listing"
-        return True, f"ok ({role}, {len(self._registry.active)} policies{caches})\n"
+        held = f", {len(self._registry.held)} held by conflicts" if self._registry.held else ""
+        return True, f"ok ({role}, {len(self._registry.active)} policies{held}{caches}){crd}\n"
+
+    def _crd_note(self) -> str:
+        """What /readyz says about the PromotionPolicy source when it is not read."""
+        objects = self.policy_objects
+        if objects is None or objects.state is CrdState.SERVED:
+            return ""
+        if objects.state is CrdState.NOT_SERVED:
+            return "; the PromotionPolicy CRD is not served: PromotionPolicy objects are not read"
+        if objects.state is CrdState.FORBIDDEN:
+            return "; listing PromotionPolicy objects is forbidden: they are not read"
+        return "; asking whether the PromotionPolicy CRD is served"
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:

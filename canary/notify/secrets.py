@@ -25,6 +25,11 @@ The :class:`Redactor` scrubs, from any string:
 
 Errors about secrets name the reference (``env SLACK_WEBHOOK_URL``), never the value.
 
+A policy read from a PromotionPolicy *object* is written by whoever may create one in its namespace,
+so its references reach neither the controller's environment nor its files: the resolver
+:meth:`SecretResolver.from_namespace_secret` reads ``{env: KEY}`` as key ``KEY`` of one Secret in the
+object's own namespace, through the API (a :data:`SecretReader` the controller passes), at send time.
+
 :func:`redact_processor` is a structlog processor over the process-wide :data:`DEFAULT_REDACTOR`;
 put it anywhere before the renderer (it renders ``exc_info`` itself so tracebacks are scrubbed too).
 The dispatcher also scrubs its own messages, so a missing processor does not leak.
@@ -51,6 +56,7 @@ __all__ = [
     "DEFAULT_REDACTOR",
     "MASK",
     "Redactor",
+    "SecretReader",
     "SecretResolver",
     "SecretUnavailable",
     "describe_ref",
@@ -88,6 +94,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Authorization: Bearer xyz
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*"), rf"\g<1>{MASK}"),
 )
+
+
+# (namespace, Secret name) -> the Secret's data, decoded (None: no such Secret). Raises for API errors.
+SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
 
 
 class SecretUnavailable(Exception):
@@ -192,6 +202,9 @@ class SecretResolver:
         self.scope = scope
         self.namespace = namespace
         self.url_guard = url_guard  # what senders check a URL with before posting (None: unchecked)
+        # (reader, Secret name): references are keys of that Secret in ``namespace``, read through
+        # the API, and nothing else (see from_namespace_secret).
+        self._secret: tuple[SecretReader, str] | None = None
 
     def scoped(self, namespace: str) -> SecretResolver:
         """The same resolver for the policies of ``namespace`` (same redactor, scope and guard)."""
@@ -199,14 +212,50 @@ class SecretResolver:
             self.redactor, self._environ, scope=self.scope, namespace=namespace, url_guard=self.url_guard
         )
 
+    def from_namespace_secret(self, namespace: str, reader: SecretReader, secret_name: str) -> SecretResolver:
+        """A resolver for a PromotionPolicy object of ``namespace``: ``{env: KEY}`` is key ``KEY`` of
+        the Secret ``secret_name`` in that namespace; ``file:`` is refused; the controller's
+        environment and files are never read (same redactor and URL guard)."""
+        resolver = SecretResolver(
+            self.redactor, {}, scope=None, namespace=namespace, url_guard=self.url_guard
+        )
+        resolver._secret = (reader, secret_name)
+        return resolver
+
+    def _from_secret(self, ref: SecretRef, reader: SecretReader, secret_name: str) -> tuple[str, str]:
+        """(where, raw value) of a reference of a PromotionPolicy object."""
+        namespace = self.namespace or ""
+        if ref.env is None:
+            raise SecretUnavailable(
+                f"{describe_ref(ref)} refused: a PromotionPolicy object names keys of the Secret "
+                f"{namespace}/{secret_name}, not files"
+            )
+        where = f"key {ref.env} of Secret {namespace}/{secret_name}"
+        try:
+            data = reader(namespace, secret_name)
+        except Exception as error:
+            # The API error names the Secret and the status, never a value.
+            raise SecretUnavailable(
+                f"{where} cannot be read: {self.redactor.scrub(str(error))[:200]}"
+            ) from None
+        if data is None:
+            raise SecretUnavailable(f"{where}: there is no Secret {secret_name} in namespace {namespace}")
+        raw = data.get(ref.env)
+        if raw is None:
+            raise SecretUnavailable(f"{where} is not set")
+        return where, raw
+
     def resolve(self, ref: SecretRef) -> str:
         where = describe_ref(ref)
-        if ref.env is not None:
+        if self._secret is not None:
+            where, raw = self._from_secret(ref, *self._secret)
+        elif ref.env is not None:
             self._check_env(ref.env, where)
             environ = self._environ if self._environ is not None else os.environ
-            raw = environ.get(ref.env)
-            if raw is None:
+            found = environ.get(ref.env)
+            if found is None:
                 raise SecretUnavailable(f"{where} is not set")
+            raw = found
         else:
             assert ref.file is not None  # SecretRef guarantees exactly one of env/file
             raw = _read_secret_file(self._file_path(ref.file, where), where, strict=self.scope is not None)

@@ -45,7 +45,10 @@ __all__ = [
     "MAX_FILE_BYTES",
     "LoadResult",
     "LoadedPolicy",
+    "ObjectRef",
+    "ObjectRules",
     "PolicyError",
+    "load_object",
     "load_paths",
     "load_text",
 ]
@@ -87,16 +90,31 @@ class PolicyError:
 
 
 @dataclass(frozen=True)
-class LoadedPolicy:
-    policy: PromotionPolicy
-    path: str
-    line: int  # where the document starts
-    document: int  # 0-based index of the YAML document in its file
-    target_line: int  # where spec.target.inferenceService is written
+class ObjectRef:
+    """The PromotionPolicy object (custom resource) a policy was read from."""
+
+    namespace: str
+    name: str
+    uid: str | None = None
+    generation: int | None = None
 
     @property
     def origin(self) -> str:
-        return f"{self.path}:{self.line}"
+        return f"promotionpolicy/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    policy: PromotionPolicy
+    path: str  # the file, or ``promotionpolicy/<namespace>/<name>`` for an object
+    line: int  # where the document starts (0 for an object)
+    document: int  # 0-based index of the YAML document in its file
+    target_line: int  # where spec.target.inferenceService is written
+    object: ObjectRef | None = None  # read from a PromotionPolicy object, not a file
+
+    @property
+    def origin(self) -> str:
+        return self.object.origin if self.object is not None else f"{self.path}:{self.line}"
 
 
 @dataclass
@@ -677,10 +695,10 @@ _NAMESPACE_DIR = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _resolve_conflicts(result: LoadResult) -> None:
-    """Two policies for one InferenceService: the first in path order keeps it, the others are refused.
+    """Two policies for one InferenceService: neither governs it (docs/design.md §5).
 
-    Both sides are told (an error on each file, ``conflict=True``). The registry may keep an
-    established claimant instead of the first (it never leaves the InferenceService unguarded).
+    Every claimant is told (an error on each, ``conflict=True``) and none stays in ``policies``;
+    ``conflicts`` keeps them all, so the controller can hold the rollout until one is removed.
     """
     by_key: dict[str, list[LoadedPolicy]] = defaultdict(list)
     for loaded in result.policies:
@@ -690,29 +708,164 @@ def _resolve_conflicts(result: LoadResult) -> None:
             continue
         group.sort(key=lambda loaded: (loaded.path, loaded.document))
         result.conflicts[key] = group
-        first = group[0]
-        result.policies = [p for p in result.policies if p.policy.key != key or p is first]
-        result.errors.extend(conflict_errors(key, first, group))
+        result.policies = [p for p in result.policies if p.policy.key != key]
+        result.errors.extend(conflict_errors(key, group))
 
 
-def conflict_errors(key: str, kept: LoadedPolicy, group: Sequence[LoadedPolicy]) -> list[PolicyError]:
-    """The errors telling each claimant of ``key`` which one governs it."""
+def conflict_errors(key: str, group: Sequence[LoadedPolicy]) -> list[PolicyError]:
+    """The errors telling each claimant of ``key`` that it does not govern it while the others exist."""
     errors = []
     for loaded in group:
         others = ", ".join(f"'{o.policy.metadata.name}' ({o.origin})" for o in group if o is not loaded)
-        if loaded is kept:
-            message = (
-                f"InferenceService {key} is also claimed by {others}: this policy keeps governing it, "
-                "the other is refused (one policy per InferenceService)"
-            )
-        else:
-            message = (
-                f"InferenceService {key} is already governed by '{kept.policy.metadata.name}' "
-                f"({kept.origin}): this policy is refused (one policy per InferenceService)"
-            )
+        message = (
+            f"InferenceService {key} is also claimed by {others}: neither governs it, and its rollout is "
+            "held (not paused, not rolled back) until all but one are removed (one policy per "
+            "InferenceService)"
+        )
         errors.append(
             PolicyError(
-                loaded.path, loaded.target_line, "spec.target.inferenceService", message, conflict=True
+                loaded.path,
+                None if loaded.object is not None else loaded.target_line,
+                "spec.target.inferenceService",
+                message,
+                conflict=True,
             )
         )
     return errors
+
+
+# ---------------------------------------------------------------------------------------------
+# PromotionPolicy objects (custom resources)
+
+# What the API server adds to every object's metadata: not the author's, never validated. A
+# PromotionPolicy's own metadata is name, namespace, labels and annotations (as in a file).
+_AUTHORED_METADATA = ("name", "namespace", "labels", "annotations")
+
+
+@dataclass(frozen=True)
+class ObjectRules:
+    """What a PromotionPolicy object may ask for (docs/design.md §5, "Tenancy").
+
+    An object is written by whoever may create it in its namespace — a model team — so it reaches
+    only what that namespace may: secret references name keys of one Secret in its own namespace
+    (``secret_name``, read through the API), never the controller's environment or files; custom
+    PromQL (``checks[].promql``, ``metrics.queries``) runs with the controller's Prometheus
+    credentials and is refused unless the platform allows it.
+    """
+
+    allow_custom_promql: bool = False
+    secret_name: str = "kserve-canary-notifications"  # noqa: S105 - a Secret's name, not a secret
+
+
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def _object_errors(policy: PromotionPolicy, rules: ObjectRules, path: str) -> list[PolicyError]:
+    errors = []
+    for loc, ref in _secret_refs(policy):
+        if ref.file is not None:
+            errors.append(
+                PolicyError(
+                    path,
+                    None,
+                    format_loc((*loc, "file")),
+                    "a PromotionPolicy object cannot name a file; name a key of the Secret "
+                    f"{rules.secret_name} in namespace {policy.metadata.namespace} with "
+                    "{env: KEY} instead",
+                )
+            )
+        elif ref.env is not None and not _SECRET_KEY.match(ref.env):
+            errors.append(
+                PolicyError(
+                    path,
+                    None,
+                    format_loc((*loc, "env")),
+                    f"{ref.env!r} is not a Secret key ([-._a-zA-Z0-9]+)",
+                )
+            )
+    if not rules.allow_custom_promql:
+        refusal = (
+            "is refused in a PromotionPolicy object: custom PromQL runs with the controller's "
+            "Prometheus credentials, so the platform must allow it (--allow-custom-promql-from-crds); "
+            "use a builtin metric, or a policy file"
+        )
+        for index, check in enumerate(policy.spec.checks):
+            if check.promql is not None:
+                errors.append(
+                    PolicyError(path, None, format_loc(("spec", "checks", index, "promql")), refusal)
+                )
+        for name in sorted(policy.spec.metrics.queries):
+            errors.append(PolicyError(path, None, format_loc(("spec", "metrics", "queries", name)), refusal))
+    return errors
+
+
+def load_object(
+    obj: Any, *, rules: ObjectRules | None = None
+) -> tuple[LoadedPolicy | None, list[PolicyError]]:
+    """A PromotionPolicy object as the API serves it: the policy, or the errors ``validate`` prints.
+
+    Errors are ``promotionpolicy/<namespace>/<name>: field.path: message`` (no line: the object has
+    none). The object's namespace is the policy's namespace; ``spec.target.namespace``, if given,
+    must say the same. Unknown fields are errors, as in a file (the CRD keeps them so that they are
+    reported). Never raises for bad input.
+    """
+    rules = rules or ObjectRules()
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return None, [PolicyError("promotionpolicy/?", None, "metadata", "required field is missing")]
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    generation = meta.get("generation")
+    ref = ObjectRef(
+        namespace,
+        name,
+        uid=str(meta["uid"]) if meta.get("uid") else None,
+        generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
+    )
+    path = ref.origin
+    try:
+        return _load_object(obj, meta, ref, rules, path)
+    except RecursionError:
+        return None, [PolicyError(path, None, None, "the object is nested too deeply to be read")]
+    except Exception as exc:  # whatever a hostile object can make pydantic raise is this object's error
+        return None, [PolicyError(path, None, None, f"cannot read this object ({type(exc).__name__})")]
+
+
+def _load_object(
+    obj: dict[str, Any], meta: dict[str, Any], ref: ObjectRef, rules: ObjectRules, path: str
+) -> tuple[LoadedPolicy | None, list[PolicyError]]:
+    data: dict[str, Any] = {key: value for key, value in obj.items() if key not in {"metadata", "status"}}
+    data["metadata"] = {key: meta[key] for key in _AUTHORED_METADATA if key in meta}
+    errors: list[PolicyError] = []
+    spec = data.get("spec")
+    target = spec.get("target") if isinstance(spec, dict) else None
+    if isinstance(spec, dict) and isinstance(target, dict) and "namespace" in target:
+        written = target.get("namespace")
+        if written != ref.namespace:
+            errors.append(
+                PolicyError(
+                    path,
+                    None,
+                    "spec.target.namespace",
+                    f"is {written!r} but the PromotionPolicy lives in namespace {ref.namespace!r}: a "
+                    "policy governs only InferenceServices of its own namespace (omit it, or create "
+                    f"the object in {written})",
+                )
+            )
+        # The same namespace, said twice: accepted (the model has no such field).
+        data["spec"] = {**spec, "target": {k: v for k, v in target.items() if k != "namespace"}}
+    try:
+        policy = PromotionPolicy.model_validate(data)
+    except ValidationError as exc:
+        errors.extend(_validation_errors(exc, path, {}, 0))
+        return None, [_without_line(error) for error in errors]
+    if errors:
+        return None, errors
+    refused = _object_errors(policy, rules, path)
+    if refused:
+        return None, refused
+    return LoadedPolicy(policy, path, 0, 0, 0, object=ref), []
+
+
+def _without_line(error: PolicyError) -> PolicyError:
+    """An object's error has no line."""
+    return PolicyError(error.path, None, error.field, error.message, error.conflict)

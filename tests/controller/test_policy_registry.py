@@ -84,18 +84,21 @@ def test_an_edit_applies_and_is_reported_as_updated(tmp_path: Path) -> None:
     assert found.policy.spec.checks[0].max == 0.9
 
 
-def test_a_second_policy_for_a_governed_inference_service_is_rejected(tmp_path: Path) -> None:
+def test_a_second_policy_for_a_governed_inference_service_holds_it(tmp_path: Path) -> None:
+    """Neither governs: the rollout is held (not removed, so not paused); both files are told."""
     (tmp_path / "ml" / "first.yaml").write_text(valid_policy("first", target="llama"))
     registry = PolicyRegistry([tmp_path])
     registry.reload()
     (tmp_path / "ml" / "second.yaml").write_text(valid_policy("second", target="llama"))
     report = registry.reload()
-    assert (report.added, report.updated, report.removed) == ([], [], [])
-    assert [(c.key, c.kept.policy.metadata.name) for c in report.conflicts] == [("ml/llama", "first")]
-    kept = registry.get("ml/llama")
-    assert kept is not None
-    assert kept.policy.metadata.name == "first"
+    assert (report.added, report.updated, report.removed, report.held) == ([], [], [], ["ml/llama"])
+    [conflict] = report.conflicts
+    assert conflict.key == "ml/llama"
+    assert sorted(c.policy.metadata.name for c in conflict.claimants) == ["first", "second"]
+    assert registry.get("ml/llama") is None
+    assert sorted(registry.held) == ["ml/llama"]
     assert {Path(error.path).name for error in report.errors} == {"first.yaml", "second.yaml"}
+    assert all("neither governs it" in error.message for error in report.errors)
 
 
 def test_a_removed_policy_is_reported_removed(tmp_path: Path) -> None:
@@ -109,44 +112,44 @@ def test_a_removed_policy_is_reported_removed(tmp_path: Path) -> None:
     assert sorted(registry.active) == ["ml/a"]
 
 
-def test_after_a_restart_two_claimants_never_leave_the_model_unguarded(tmp_path: Path) -> None:
-    """No established claimant in memory: the first file in path order governs; both are told."""
+def test_after_a_restart_two_claimants_hold_the_model_too(tmp_path: Path) -> None:
+    """Which claimant came first is never remembered: after a restart the answer is the same."""
     (tmp_path / "ml" / "b-second.yaml").write_text(valid_policy("second", target="llama"))
     (tmp_path / "ml" / "a-first.yaml").write_text(valid_policy("first", target="llama"))
     report = PolicyRegistry([tmp_path]).reload()
-    assert report.added == ["ml/llama"]
+    assert (report.added, report.held) == ([], ["ml/llama"])
     [conflict] = report.conflicts
-    assert conflict.key == "ml/llama"
-    assert conflict.kept.policy.metadata.name == "first"
-    assert [refused.policy.metadata.name for refused in conflict.refused] == ["second"]
+    assert [c.policy.metadata.name for c in conflict.claimants] == ["first", "second"]
     messages = {Path(error.path).name: error.message for error in report.errors}
-    assert "keeps governing" in messages["a-first.yaml"]
-    assert "already governed by 'first'" in messages["b-second.yaml"]
+    assert "'second'" in messages["a-first.yaml"] and "'first'" in messages["b-second.yaml"]
 
 
-def test_an_established_policy_keeps_its_model_against_a_newcomer_sorting_first(tmp_path: Path) -> None:
+def test_removing_one_claimant_hands_the_model_to_the_other_without_a_pause(tmp_path: Path) -> None:
     (tmp_path / "ml" / "zz-owner.yaml").write_text(valid_policy("owner", target="llama"))
     registry = PolicyRegistry([tmp_path])
     registry.reload()
     (tmp_path / "ml" / "aa-newcomer.yaml").write_text(valid_policy("newcomer", target="llama"))
+    assert registry.reload().held == ["ml/llama"]
+    (tmp_path / "ml" / "zz-owner.yaml").unlink()
     report = registry.reload()
-    kept = registry.get("ml/llama")
-    assert kept is not None and kept.policy.metadata.name == "owner"
-    assert (report.added, report.updated, report.removed) == ([], [], [])
-    [conflict] = report.conflicts
-    assert [refused.policy.metadata.name for refused in conflict.refused] == ["newcomer"]
-    assert {Path(error.path).name for error in report.errors} == {"zz-owner.yaml", "aa-newcomer.yaml"}
-    # The owner's edits still apply while the newcomer is refused.
-    (tmp_path / "ml" / "zz-owner.yaml").write_text(
-        valid_policy("owner", target="llama").replace("800ms", "900ms")
-    )
-    os.utime(tmp_path / "ml" / "zz-owner.yaml", ns=(1, 1))
-    assert registry.reload().updated == ["ml/llama"]
-    edited = registry.get("ml/llama")
-    assert edited is not None and edited.policy.spec.checks[0].max == 0.9
+    assert (report.added, report.removed, report.conflicts) == (["ml/llama"], [], [])
+    survivor = registry.get("ml/llama")
+    assert survivor is not None and survivor.policy.metadata.name == "newcomer"
 
 
-def test_a_newcomer_does_not_take_over_while_the_established_file_is_broken(tmp_path: Path) -> None:
+def test_removing_every_claimant_of_a_held_model_removes_it(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / "ml" / f"{name}.yaml").write_text(valid_policy(name, target="llama"))
+    registry = PolicyRegistry([tmp_path])
+    registry.reload()
+    for name in ("a", "b"):
+        (tmp_path / "ml" / f"{name}.yaml").unlink()
+    report = registry.reload()
+    assert report.removed == ["ml/llama"]
+    assert report.removed_policies["ml/llama"].spec.target.inference_service == "llama"
+
+
+def test_a_broken_established_file_still_claims_its_model_against_a_newcomer(tmp_path: Path) -> None:
     owner = tmp_path / "ml" / "owner.yaml"
     owner.write_text(valid_policy("owner", target="llama"))
     registry = PolicyRegistry([tmp_path])
@@ -154,10 +157,11 @@ def test_a_newcomer_does_not_take_over_while_the_established_file_is_broken(tmp_
     owner.write_text(valid_policy("owner", target="llama").replace("800ms", "soon"))
     (tmp_path / "ml" / "newcomer.yaml").write_text(valid_policy("newcomer", target="llama"))
     report = registry.reload()
-    kept = registry.get("ml/llama")
-    assert kept is not None and kept.policy.metadata.name == "owner"
+    assert registry.get("ml/llama") is None
     assert report.kept_previous == ["ml/llama"]
-    assert [c.refused[0].policy.metadata.name for c in report.conflicts] == ["newcomer"]
+    [conflict] = report.conflicts
+    assert sorted(c.policy.metadata.name for c in conflict.claimants) == ["newcomer", "owner"]
+    assert report.removed == []
 
 
 def test_policies_of_other_namespaces_are_refused_and_do_not_displace_their_owner(tmp_path: Path) -> None:

@@ -218,19 +218,20 @@ def test_inline_secret_is_refused(policy_dir: Path) -> None:
 
 
 def test_two_policies_for_one_inference_service(policy_dir: Path) -> None:
-    """The first in path order governs (never neither); both files are told; validate fails."""
+    """Neither governs (the controller holds the rollout); both files are told; validate fails."""
     (policy_dir / "first.yaml").write_text(valid_policy("first", target="shared"))
     (policy_dir / "second.yaml").write_text(valid_policy("second", target="shared"))
     code, errors, loaded = validate(policy_dir)
     assert code == 1
-    assert sorted(loaded) == ["first", "good"]
+    assert sorted(loaded) == ["good"]
     messages = {Path(str(e["path"])).name: str(e["message"]) for e in errors}
     assert sorted(messages) == ["first.yaml", "second.yaml"]
     for error in errors:
         assert (error["field"], error["line"]) == ("spec.target.inferenceService", 8)
         assert "ml/shared" in str(error["message"])
-    assert "keeps governing" in messages["first.yaml"]
-    assert "already governed by 'first'" in messages["second.yaml"]
+    assert "also claimed by 'second'" in messages["first.yaml"]
+    assert "also claimed by 'first'" in messages["second.yaml"]
+    assert all("neither governs it" in message for message in messages.values())
 
 
 def test_five_megabyte_file(policy_dir: Path) -> None:
