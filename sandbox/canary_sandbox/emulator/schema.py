@@ -112,42 +112,48 @@ def _preserves(schema: Schema) -> bool:
 # --- pruning ---------------------------------------------------------------------------------------
 
 
-def prune(obj: JsonObject, schema: Schema) -> JsonObject:
-    """A copy of ``obj`` without the fields ``schema`` does not specify (``structuralpruning.Prune``)."""
+def prune(obj: JsonObject, schema: Schema, dropped: list[str] | None = None) -> JsonObject:
+    """A copy of ``obj`` without the fields ``schema`` does not specify (``structuralpruning.Prune``);
+    the paths of what was dropped are appended to ``dropped`` (what ``fieldValidation`` reports)."""
+    dropped = [] if dropped is None else dropped
     pruned = copy.deepcopy(obj)
     root = {key: pruned[key] for key in _ROOT_KEPT if key in pruned}
     body = {key: value for key, value in pruned.items() if key not in _ROOT_KEPT}
-    body = _prune(body, schema, root=True)
+    body = _prune(body, schema, "", dropped, root=True)
     if isinstance(root.get("metadata"), dict):
+        dropped.extend(f"metadata.{k}" for k in root["metadata"] if k not in OBJECT_META_FIELDS)
         root["metadata"] = {k: v for k, v in root["metadata"].items() if k in OBJECT_META_FIELDS}
     result: JsonObject = {**root, **body}
     return result
 
 
-def _prune(value: Any, schema: Schema, root: bool = False) -> Any:
+def _prune(value: Any, schema: Schema, path: str, dropped: list[str], root: bool = False) -> Any:
     if isinstance(value, dict):
         properties: Mapping[str, Schema] = schema.get("properties") or {}
         additional = schema.get("additionalProperties")
         kept: JsonObject = {}
         for key, item in value.items():
+            child = f"{path}.{key}" if path else key
             if root and key in _ROOT_KEPT:
                 continue
             if key in properties:
-                kept[key] = _prune(item, properties[key])
+                kept[key] = _prune(item, properties[key], child, dropped)
             elif isinstance(additional, Mapping):
-                kept[key] = _prune(item, additional)
+                kept[key] = _prune(item, additional, child, dropped)
             elif (
                 additional is True
                 or _preserves(schema)
                 or (schema.get("x-kubernetes-embedded-resource") and key in _ROOT_KEPT)
             ):
                 kept[key] = item
-            # anything else is dropped without a word, as the real server does
+            else:
+                # dropped without an error, as the real server does (a warning at most)
+                dropped.append(child)
         return kept
     if isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, Mapping):
-            return [_prune(item, items) for item in value]
+            return [_prune(item, items, f"{path}[{index}]", dropped) for index, item in enumerate(value)]
         return value
     return value
 
@@ -192,9 +198,9 @@ def _default(value: Any, schema: Schema, root: bool = False) -> None:
                 _default(value[index], items)
 
 
-def normalise(obj: JsonObject, schema: Schema) -> JsonObject:
+def normalise(obj: JsonObject, schema: Schema, dropped: list[str] | None = None) -> JsonObject:
     """What the server stores for a written object: pruned, then defaulted."""
-    return apply_defaults(prune(obj, schema), schema)
+    return apply_defaults(prune(obj, schema, dropped), schema)
 
 
 # --- validation ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from canary_sandbox.emulator import openapi
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator.client import EmulatorAdminClient
 from canary_sandbox.emulator.clock import ManualClock, ScaledClock
@@ -73,6 +74,7 @@ class _Response:
     body: Any
     content_type: str = "application/json"
     changed: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -136,6 +138,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-cache, private")
+        for warning in response.warnings:
+            # RFC 7234 warn-code 299 "miscellaneous persistent warning", as the apiserver sends them.
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.end_headers()
         self.wfile.write(payload)
 
@@ -201,13 +206,15 @@ class _Handler(BaseHTTPRequestHandler):
             return _Response(201, self._self_subject_review())
         if path in ("/healthz", "/readyz", "/livez"):
             return _Response(200, "ok", "text/plain; charset=utf-8")
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return self._openapi(method, path)
         segments = path.strip("/").split("/")
         if segments[0] == "api":
             group, rest = "", segments[1:]
         elif segments[0] == "apis":
             group, rest = (segments[1], segments[2:]) if len(segments) > 1 else ("", [])
         else:
-            # /openapi/v2 and /openapi/v3 included: kubectl copes with their absence.
+            # /openapi/v2 included: kubectl copes with its absence (see openapi.py for v3).
             raise ApiError.path_not_found()
         if method != "GET" and len(rest) < 2:
             raise ApiError.method_not_allowed(method, path)
@@ -241,6 +248,11 @@ class _Handler(BaseHTTPRequestHandler):
         if subresource is not None and not (subresource == "status" and resource.has_status_subresource):
             raise ApiError.path_not_found()
         dry_run = query.get("dryRun") == "All"
+        field_validation = query.get("fieldValidation") or "Warn"  # the apiserver's default since 1.23
+        if field_validation not in ("Ignore", "Warn", "Strict"):
+            raise ApiError.bad_request(
+                f"fieldValidation must be one of Ignore, Warn, Strict; got {field_validation!r}"
+            )
         if name is None:
             if method == "GET":
                 if query.get("watch") in ("1", "true", "True"):
@@ -248,10 +260,14 @@ class _Handler(BaseHTTPRequestHandler):
                     return _Response(-1, None)
                 return self._list(resource, namespace, query)
             if method == "POST" and (namespace is not None or not resource.namespaced):
-                created = self._locked(
-                    lambda: self.emulator.store.create(resource, namespace, self._json(body), dry_run=dry_run)
-                )
-                return _Response(201, created, changed=_changes({}, created))
+                document = self._json(body)
+                with self.emulator.lock:
+                    self.emulator.store.take_warnings()
+                    created = self.emulator.store.create(
+                        resource, namespace, document, dry_run=dry_run, field_validation=field_validation
+                    )
+                    warnings = tuple(self.emulator.store.take_warnings())
+                return _Response(201, created, changed=_changes({}, created), warnings=warnings)
             raise ApiError.method_not_allowed(method, path)
         store = self.emulator.store
         if method == "GET":
@@ -264,7 +280,13 @@ class _Handler(BaseHTTPRequestHandler):
 
             def replace() -> JsonObject:
                 return store.update(
-                    resource, namespace, name, document, subresource=subresource, dry_run=dry_run
+                    resource,
+                    namespace,
+                    name,
+                    document,
+                    subresource=subresource,
+                    dry_run=dry_run,
+                    field_validation=field_validation,
                 )
 
             return self._write(resource, namespace, name, replace)
@@ -274,7 +296,14 @@ class _Handler(BaseHTTPRequestHandler):
 
             def apply_patch() -> JsonObject:
                 return store.patch(
-                    resource, namespace, name, patch_type, patch, subresource=subresource, dry_run=dry_run
+                    resource,
+                    namespace,
+                    name,
+                    patch_type,
+                    patch,
+                    subresource=subresource,
+                    dry_run=dry_run,
+                    field_validation=field_validation,
                 )
 
             return self._write(resource, namespace, name, apply_patch)
@@ -330,8 +359,27 @@ class _Handler(BaseHTTPRequestHandler):
     def _write(self, resource: r.ResourceType, namespace: str | None, name: str, action: Any) -> _Response:
         with self.emulator.lock:
             before = self.emulator.store.get(resource, namespace, name)
+            self.emulator.store.take_warnings()
             after = action()
-        return _Response(200, after, changed=_changes(before, after))
+            warnings = tuple(self.emulator.store.take_warnings())
+        return _Response(200, after, changed=_changes(before, after), warnings=warnings)
+
+    def _openapi(self, method: str, path: str) -> _Response:
+        if method != "GET":
+            raise ApiError.method_not_allowed(method, path)
+        registry = self.emulator.store.registry
+        with self.emulator.lock:
+            if path == "/openapi/v3":
+                return _Response(200, openapi.index_document(registry))
+            segments = path.removeprefix("/openapi/v3/").split("/")
+            document = None
+            if len(segments) == 2 and segments[0] == "api":
+                document = openapi.group_version_document(registry, "", segments[1])
+            elif len(segments) == 3 and segments[0] == "apis":
+                document = openapi.group_version_document(registry, segments[1], segments[2])
+        if document is None:
+            raise ApiError.path_not_found()
+        return _Response(200, document)
 
     def _json(self, body: bytes, allow_list: bool = False) -> Any:
         content_type = self.headers.get("Content-Type", "")

@@ -177,6 +177,7 @@ class ObjectStore:
         self._compacted_through = 0  # the newest resourceVersion no longer in the history
         self._watches: list[Watch] = []
         self._listeners: list[Callable[[Change], None]] = []
+        self._warnings: list[str] = []
         # Generated names only need to be unique and reproducible with a seed, not secret.
         self._random = random.Random(seed)  # noqa: S311
         with lock:
@@ -274,10 +275,12 @@ class ObjectStore:
         *,
         actor: Actor = "client",
         dry_run: bool = False,
+        field_validation: str = "Ignore",
     ) -> JsonObject:
         if not isinstance(body, dict):
             raise ApiError.bad_request(f"a {resource.kind} must be a JSON object")
         self._check_type_meta(resource, body)
+        self._check_unknown_fields(resource, body, field_validation)
         obj = copy.deepcopy(body)
         metadata = obj.setdefault("metadata", {})
         if not isinstance(metadata, dict):
@@ -371,11 +374,14 @@ class ObjectStore:
         subresource: str | None = None,
         actor: Actor = "client",
         dry_run: bool = False,
+        field_validation: str = "Ignore",
     ) -> JsonObject:
         if not isinstance(body, dict):
             raise ApiError.bad_request(f"a {resource.kind} must be a JSON object")
         self._check_type_meta(resource, body)
         old = self.get_stored(resource, namespace, name)
+        if old is not None:
+            self._check_unknown_fields(resource, body, field_validation)
         if old is None:
             raise self._not_found(resource, name)
         metadata = body.get("metadata")
@@ -486,6 +492,7 @@ class ObjectStore:
         subresource: str | None = None,
         actor: Actor = "client",
         dry_run: bool = False,
+        field_validation: str = "Ignore",
     ) -> JsonObject:
         if patch_type == "strategic" and resource.is_custom:
             raise ApiError.unsupported_media_type(
@@ -509,7 +516,14 @@ class ObjectStore:
         # A resourceVersion left in the patched object (because the patch carried one) is a
         # precondition; update() compares it with the stored version.
         return self.update(
-            resource, namespace, name, patched, subresource=subresource, actor=actor, dry_run=dry_run
+            resource,
+            namespace,
+            name,
+            patched,
+            subresource=subresource,
+            actor=actor,
+            dry_run=dry_run,
+            field_validation=field_validation,
         )
 
     def delete(
@@ -589,6 +603,29 @@ class ObjectStore:
         return from_storage(resource, gone)
 
     # --- CustomResourceDefinitions ------------------------------------------------------------------
+
+    def take_warnings(self) -> list[str]:
+        """The warnings of the last write (``Warning`` response headers), cleared as they are taken."""
+        warnings, self._warnings = self._warnings, []
+        return warnings
+
+    def _check_unknown_fields(self, resource: r.ResourceType, body: JsonObject, directive: str) -> None:
+        """``fieldValidation``: fields a custom object's schema prunes are an error (Strict), a warning
+        (Warn, the real server's default) or nothing (Ignore). Built-in kinds are not checked: the
+        emulator does not hold their full schemas."""
+        if resource.crd is None or directive == "Ignore":
+            return
+        dropped: list[str] = []
+        crd_schema.prune(body, resource.crd.schema, dropped)
+        if not dropped:
+            return
+        if directive == "Strict":
+            unknown = ", ".join(f'unknown field "{path}"' for path in dropped)
+            raise ApiError.bad_request(
+                f'{resource.kind} in version "{resource.version}" cannot be handled as a {resource.kind}: '
+                f"strict decoding error: {unknown}"
+            )
+        self._warnings.extend(f'unknown field "{path}"' for path in dropped)
 
     def _other_crds(self, crd: JsonObject) -> list[JsonObject]:
         """The other CRDs of ``crd``'s group (whose accepted names it must not take)."""
