@@ -53,6 +53,7 @@ __all__ = [
     "crd_manifest",
     "crd_yaml",
     "policy_document",
+    "walk_properties",
 ]
 
 GROUP, _, VERSION = API_VERSION.partition("/")
