@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from canary_sandbox.emulator import cel
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator.errors import FieldError
 from canary_sandbox.emulator.schema import json_type, render_value, structural_errors
@@ -38,6 +39,7 @@ __all__ = [
     "compute_status",
     "condition",
     "served_resources",
+    "unevaluated_rules",
     "validate_crd",
 ]
 
@@ -324,6 +326,23 @@ def _check_defaults(schema: Any, path: str) -> list[FieldError]:
     if isinstance(schema.get("additionalProperties"), Mapping):
         errors.extend(_check_defaults(schema["additionalProperties"], f"{path}.additionalProperties"))
     return errors
+
+
+def unevaluated_rules(crd: Mapping[str, Any]) -> list[str]:
+    """Warnings naming the CEL rules of ``crd`` outside the subset :mod:`~canary_sandbox.emulator.cel`
+    evaluates: objects will be accepted without them, and the client is told so."""
+    warnings = []
+    for index, version in enumerate(_mapping(crd.get("spec")).get("versions") or []):
+        schema = _mapping(_mapping(_mapping(version).get("schema")).get("openAPIV3Schema"))
+        for path, entry in cel.rules_in(schema, f"spec.versions[{index}].schema.openAPIV3Schema"):
+            try:
+                cel.compile_rule(entry)
+            except cel.Unsupported as why:
+                warnings.append(
+                    f"{path}.x-kubernetes-validations: the kserve-canary emulator does not evaluate the rule "
+                    f"{entry.get('rule')!r} ({why}); objects are accepted without it"
+                )
+    return warnings
 
 
 # --- status ----------------------------------------------------------------------------------------

@@ -305,7 +305,7 @@ class ObjectStore:
         elif resource is r.CUSTOMRESOURCEDEFINITIONS:
             obj = crds.apply_crd_defaults(obj)
             metadata = obj["metadata"]
-        validate_object(resource, obj, None)
+        self._warnings.extend(validate_object(resource, obj, None))
         if resource.namespaced:
             assert namespace is not None
             self._require_namespace(namespace)
@@ -465,7 +465,9 @@ class ObjectStore:
             new["metadata"]["generation"] = old["metadata"].get("generation", 1)
             if _generation_relevant(resource, old) != _generation_relevant(resource, new):
                 new["metadata"]["generation"] += 1
-        validate_object(resource, from_storage(resource, new), from_storage(resource, old))
+        self._warnings.extend(
+            validate_object(resource, from_storage(resource, new), from_storage(resource, old))
+        )
         if new == old or dry_run:
             # An update that changes nothing is not written: same resourceVersion, no watch event.
             return from_storage(resource, new)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from canary_sandbox.emulator import crds
+from canary_sandbox.emulator import cel, crds
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator import schema as crd_schema
 from canary_sandbox.emulator.errors import ApiError, FieldError
@@ -28,6 +29,7 @@ from canary_sandbox.emulator.errors import ApiError, FieldError
 __all__ = ["MAX_ANNOTATIONS_BYTES", "MAX_CONFIGMAP_BYTES", "validate_object"]
 
 JsonObject = dict[str, Any]
+log = logging.getLogger(__name__)
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024  # core.MaxSecretSize, which also bounds ConfigMaps
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # TotalAnnotationSizeLimitB
@@ -331,9 +333,13 @@ def _normalise_mode(mode: str) -> str:
     return "RawDeployment" if mode in ("RawDeployment", "Standard") else mode
 
 
-def validate_object(resource: r.ResourceType, obj: JsonObject, old: JsonObject | None) -> None:
-    """Raise the ApiError the real API would answer for ``obj`` (``old`` is the stored one on updates)."""
+def validate_object(resource: r.ResourceType, obj: JsonObject, old: JsonObject | None) -> list[str]:
+    """Raise the ApiError the real API would answer for ``obj`` (``old`` is the stored one on updates).
+
+    Returns warnings for the client: the ``x-kubernetes-validations`` rules the emulator did not evaluate.
+    """
     check = _Checker(resource, obj)
+    warnings: list[str] = []
     _check_metadata(check, creating=old is None)
     if resource is r.CONFIGMAPS:
         _check_configmap(check)
@@ -349,8 +355,32 @@ def validate_object(resource: r.ResourceType, obj: JsonObject, old: JsonObject |
         _check_inferenceservice(check)
     elif resource is r.CUSTOMRESOURCEDEFINITIONS:
         check.errors.extend(crds.validate_crd(obj, old))
+        warnings.extend(crds.unevaluated_rules(obj))
     elif resource.crd is not None:
-        check.errors.extend(crd_schema.validate(obj, resource.crd.schema))
+        schema_errors = crd_schema.validate(obj, resource.crd.schema)
+        check.errors.extend(schema_errors)
+        if not cel.rules_in(resource.crd.schema):
+            pass  # no CEL validator at all (apiextensions builds none for a schema without rules)
+        elif any(error.reason == "FieldValueTypeInvalid" for error in schema_errors):
+            # As in apiextensions (hasBlockingErr): type errors keep the CEL rules from running.
+            check.fail(
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "null": some validation rules were not checked because the object was '
+                "invalid; correct the existing errors to complete validation",
+            )
+        else:
+            rule_errors, skipped = cel.evaluate_rules(obj, old, resource.crd.schema)
+            check.errors.extend(rule_errors)
+            for rule in skipped:
+                log.warning(
+                    "%s: x-kubernetes-validations rule not evaluated: %s", resource.qualified_resource, rule
+                )
+                warnings.append(
+                    "the kserve-canary emulator does not evaluate the x-kubernetes-validations rule "
+                    f"{rule!r}; the object was not checked against it"
+                )
     check.raise_if_any()
     if resource is r.INFERENCESERVICES:
         _admit_inferenceservice(obj, old)
+    return warnings
