@@ -8,10 +8,15 @@
 * The Argo CD health check (deploy/argocd) is well-formed, its argocd-cm snippet carries the script
   unchanged, and — where a Lua runtime is available (the ``lupa`` package, or a ``lua`` binary) — the
   script gives every answer of deploy/argocd/health-cases.yaml.
+* The real kubectl against the API emulator (which serves CRDs): the CRD installs with
+  ``kubectl apply -k deploy/crds``, every example policy is created as an object, ``kubectl get ppol``
+  shows the printer columns, a typo is stored, a fractional number of seconds is refused, and the
+  two-step wait of docs/gitops.md does not return on the previous revision's Promoted condition.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -246,3 +251,184 @@ def test_the_health_script_maps_status_to_argo_cd_health(case: dict[str, Any]) -
     health, message = run(case["object"])
     assert health == case["health"], message
     assert case.get("message", "") in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The real kubectl against the API emulator (canary_sandbox.emulator serves CRDs): install, short
+# name, printer columns, kept typos, and the two-step revision-safe wait of docs/gitops.md.
+
+START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+KUBECTL_BINARY = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+class Cluster:
+    """An emulator with the CRD applied by kubectl, and kubectl with its own HOME and cache."""
+
+    def __init__(self, kubeconfig: Path, home: Path, custom: Any) -> None:
+        self.environment = {"PATH": "/usr/bin:/bin", "KUBECONFIG": str(kubeconfig), "HOME": str(home)}
+        self.home = home
+        self.custom = custom
+
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        completed = subprocess.run(
+            [KUBECTL_BINARY, "--cache-dir", str(self.home / "cache"), *args],
+            env=self.environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check:
+            assert completed.returncode == 0, completed.stderr
+        return completed
+
+    def apply(self, name: str, *documents: dict[str, Any]) -> str:
+        path = self.home / name
+        path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+        return self.kubectl("apply", "-f", str(path)).stdout.strip()
+
+    def write_status(self, name: str, status: dict[str, Any], namespace: str = "ml") -> None:
+        live = self.custom.get_namespaced_custom_object(
+            GROUP, "v1alpha1", namespace, "promotionpolicies", name
+        )
+        self.custom.replace_namespaced_custom_object_status(
+            GROUP, "v1alpha1", namespace, "promotionpolicies", name, {**live, "status": status}
+        )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig, ManualClock
+    from kubernetes import client, config
+
+    emulator = Emulator(KServeConfig(), ManualClock(START), seed=7)
+    for namespace in ("ml", "payments", "vision", "models", "demo"):
+        emulator.create_namespace(namespace)
+    with EmulatorServer(emulator, bookmark_interval=0.2) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        try:
+            running = Cluster(kubeconfig, tmp_path, client.CustomObjectsApi(api))
+            # The docs say --server-side; the emulator has no server-side apply, and a client-side
+            # apply of the CRD works too (its last-applied annotation is far below the size limit).
+            applied = running.kubectl("apply", "-k", str(DEPLOY / "crds")).stdout
+            assert applied.strip() == f"customresourcedefinition.apiextensions.k8s.io/{CRD_NAME} created"
+            running.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=20s")
+            yield running
+        finally:
+            api.close()
+
+
+def _rows(output: str) -> list[list[str]]:
+    return [line.split() for line in output.strip().splitlines()]
+
+
+def _example(name: str = "llama-chat", **spec: Any) -> dict[str, Any]:
+    document = yaml.safe_load((DEPLOY.parent / "policies" / "examples" / "ml" / "llm-vllm.yaml").read_text())
+    document["metadata"]["name"] = name
+    document["spec"].update(spec)
+    return document
+
+
+def test_kubectl_creates_every_example_policy_as_an_object(cluster: Cluster) -> None:
+    from tests.policy.test_crd_schema import EXAMPLES
+
+    created = 0
+    for index, (label, document) in enumerate(EXAMPLES):
+        document = copy.deepcopy(document)
+        document["metadata"]["name"] = f"example-{index}"
+        if document["metadata"]["namespace"] not in {"ml", "payments", "vision", "models", "demo"}:
+            document["metadata"]["namespace"] = "ml"  # an example in docs/: any namespace will do
+        assert cluster.apply(f"example-{index}.yaml", document).endswith("created"), label
+        created += 1
+    listed = _rows(cluster.kubectl("get", "kserve-canary", "-A").stdout)  # the category
+    assert len(listed) == created + 1
+
+
+def test_kubectl_get_ppol_shows_the_printer_columns(cluster: Cluster) -> None:
+    from tests.policy.test_crd_schema import full_status
+
+    cluster.apply("policy.yaml", _example())
+    assert _rows(cluster.kubectl("get", "ppol", "-n", "ml").stdout) == [
+        ["NAME", "TARGET", "PHASE", "WEIGHT", "STEP", "VERDICT", "AGE"],
+        ["llama-chat", "llama-chat", "0s"],
+    ]
+    cluster.write_status("llama-chat", full_status().to_api())
+    assert _rows(cluster.kubectl("get", "ppol", "-n", "ml").stdout)[1] == [
+        "llama-chat", "llama-chat", "Progressing", "30", "2/3", "pass", "0s",
+    ]  # fmt: skip
+    assert _rows(cluster.kubectl("get", "promotionpolicies", "-n", "ml", "-o", "wide").stdout) == [
+        ["NAME", "TARGET", "PHASE", "WEIGHT", "STEP", "VERDICT", "CANARY", "AGE"],
+        ["llama-chat", "llama-chat", "Progressing", "30", "2/3", "pass", "llama-predictor-00002", "0s"],
+    ]
+
+
+def test_a_typo_is_stored_for_the_controller_to_report(cluster: Cluster) -> None:
+    document = _example()
+    document["spec"]["checks"][0]["maxIncrase"] = document["spec"]["checks"][0].pop("maxIncrease")
+    assert cluster.apply("typo.yaml", document) == f"promotionpolicy.{GROUP}/llama-chat created"
+    kept = cluster.kubectl(
+        "get", "ppol", "llama-chat", "-n", "ml", "-o", "jsonpath={.spec.checks[0].maxIncrase}"
+    )
+    assert kept.stdout == "20%"
+
+
+def test_a_fractional_number_of_seconds_is_refused_as_documented(cluster: Cluster) -> None:
+    path = cluster.home / "fraction.yaml"
+    path.write_text(yaml.safe_dump(_example(interval=1.5)))
+    refused = cluster.kubectl("apply", "-f", str(path), check=False)
+    assert refused.returncode != 0 and "interval" in refused.stderr
+
+
+def test_the_revision_safe_wait_of_the_docs(cluster: Cluster) -> None:
+    """docs/gitops.md: wait for targetGeneration (the controller has seen the change), then Promoted."""
+    import threading
+    import time
+
+    from tests.policy.test_crd_schema import full_status
+
+    cluster.apply("policy.yaml", _example())
+    old = full_status().to_api()
+    for condition in old["conditions"]:
+        if condition["type"] == "Promoted":  # the previous revision's promotion, still in the status
+            condition.update(
+                status="True", reason="Succeeded", message="revision llama-predictor-00001 was promoted"
+            )
+    old.update(targetGeneration=6, canaryRevision="llama-predictor-00001", observedGeneration=1)
+    cluster.write_status("llama-chat", old)
+
+    def controller() -> None:
+        time.sleep(
+            1.0
+        )  # sees the new revision: Promoted=False first, with canaryRevision and targetGeneration
+        seen = full_status().to_api() | {"observedGeneration": 1}
+        for condition in seen["conditions"]:
+            condition["observedGeneration"] = 1
+        cluster.write_status("llama-chat", seen)
+        time.sleep(1.0)  # and promotes it
+        done = copy.deepcopy(seen)
+        for condition in done["conditions"]:
+            if condition["type"] == "Promoted":
+                condition.update(
+                    status="True", reason="Succeeded", message="revision llama-predictor-00002 was promoted"
+                )
+        cluster.write_status("llama-chat", done)
+
+    target = "ppol/llama-chat"
+    # Why the first step: before the controller has seen the change, Promoted is the old revision's.
+    stale = cluster.kubectl("wait", "-n", "ml", target, "--for=condition=Promoted", "--timeout=1s")
+    assert stale.stdout.strip().endswith("condition met")
+    writer = threading.Thread(target=controller, daemon=True)
+    started = time.monotonic()
+    writer.start()
+    cluster.kubectl(
+        "wait", "-n", "ml", target, "--for=jsonpath={.status.targetGeneration}=7", "--timeout=20s"
+    )
+    assert time.monotonic() - started >= 0.9  # the old Promoted=True did not end the wait
+    promoted = cluster.kubectl("wait", "-n", "ml", target, "--for=condition=Promoted", "--timeout=20s")
+    assert promoted.stdout.strip() == f"promotionpolicy.{GROUP}/llama-chat condition met"
+    revision = cluster.kubectl("get", "-n", "ml", target, "-o", "jsonpath={.status.canaryRevision}").stdout
+    assert revision == "llama-predictor-00002"
+    writer.join(10)
