@@ -587,3 +587,22 @@ def test_validate_accepts_a_manifest_fetched_from_the_api_server(tmp_path: Path)
     (directory / "fetched.yaml").write_text(FETCHED + "---\n" + valid_policy("second"))
     result = CliRunner().invoke(app, ["validate", str(tmp_path)])
     assert result.exit_code == 0, result.output
+
+
+def test_validate_accepts_a_multi_document_manifest_of_objects(tmp_path: Path) -> None:
+    """Item 6 of issue 14, the part that holds: a file of several PromotionPolicy objects, as applied."""
+    directory = tmp_path / "ml"
+    directory.mkdir()
+    documents = []
+    for index, (_, example) in enumerate(EXAMPLES):
+        if "notify" in example["spec"]:  # secret references need the controller's scope flags
+            continue
+        document = copy.deepcopy(example)
+        # One InferenceService each (two policies for one would be a conflict), all in ml.
+        document["metadata"].update(name=f"model-{index}", namespace="ml")
+        document["spec"]["target"]["inferenceService"] = f"model-{index}"
+        documents.append(document)
+    (directory / "objects.yaml").write_text(yaml.safe_dump_all(documents))
+    result = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"{len(documents)} valid policies" in result.output and len(documents) >= 3
