@@ -1,5 +1,5 @@
 -- Argo CD health of a kserve-canary.dev PromotionPolicy, read from the status the controller writes
--- (docs/gitops.md#argo-cd). Lua 5.1 as Argo CD runs it (gopher-lua): no goto, no integer division.
+-- (docs/gitops.md#argo-cd-health-check). Lua 5.1 as Argo CD runs it (gopher-lua): no goto, no integer division.
 -- The cases it must get right: deploy/argocd/health-cases.yaml (tests/deploy/test_crd_manifests.py).
 local hs = {}
 
