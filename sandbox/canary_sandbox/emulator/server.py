@@ -31,7 +31,7 @@ from canary_sandbox.emulator.client import EmulatorAdminClient
 from canary_sandbox.emulator.clock import ManualClock, ScaledClock
 from canary_sandbox.emulator.core import Emulator
 from canary_sandbox.emulator.diagnostics import LoggedRequest, summarise_body
-from canary_sandbox.emulator.errors import ApiError
+from canary_sandbox.emulator.errors import ApiError, FieldError
 from canary_sandbox.emulator.kserve import RevisionBehaviour, RevisionState
 from canary_sandbox.emulator.patching import changed_paths
 from canary_sandbox.emulator.store import PatchType, Watch, format_micro_time
@@ -290,6 +290,8 @@ class _Handler(BaseHTTPRequestHandler):
                 )
 
             return self._write(resource, namespace, name, replace)
+        if method == "PATCH" and self._content_type() == "application/apply-patch+yaml":
+            return self._apply(resource, namespace, name, subresource, query, body, dry_run)
         if method == "PATCH":
             patch_type = self._patch_type(resource)
             patch = self._json(body, allow_list=True)
@@ -336,18 +338,68 @@ class _Handler(BaseHTTPRequestHandler):
             "status": {"userInfo": user},
         }
 
+    def _content_type(self) -> str:
+        return self.headers.get("Content-Type", "").split(";")[0].strip()
+
+    def _apply(
+        self,
+        resource: r.ResourceType,
+        namespace: str | None,
+        name: str,
+        subresource: str | None,
+        query: dict[str, str],
+        body: bytes,
+        dry_run: bool,
+    ) -> _Response:
+        """Server-side apply (the subset :mod:`~canary_sandbox.emulator.apply` describes)."""
+        if subresource is not None:
+            raise ApiError(
+                415,
+                "server-side apply of a subresource is not supported by the kserve-canary emulator",
+                reason="UnsupportedMediaType",
+            )
+        manager = query.get("fieldManager", "")
+        if not manager:
+            raise ApiError.invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    FieldError(
+                        "fieldManager", "FieldValueRequired", "Required value: is required for apply patch"
+                    )
+                ],
+            )
+        try:
+            config = yaml.safe_load(body) if body.strip() else None
+        except yaml.YAMLError as error:
+            raise ApiError.bad_request(f"error decoding YAML: {error}") from None
+        force = query.get("force") in ("true", "True", "1")
+        field_validation = query.get("fieldValidation") or "Strict"
+        with self.emulator.lock:
+            store = self.emulator.store
+            existing = store.get_stored(resource, namespace, name)
+            before = from_storage(resource, existing) if existing is not None else {}
+            store.take_warnings()
+            result, created = store.apply(
+                resource,
+                namespace,
+                name,
+                config,
+                manager=manager,
+                force=force,
+                dry_run=dry_run,
+                field_validation=field_validation,
+            )
+            warnings = tuple(store.take_warnings())
+        return _Response(201 if created else 200, result, changed=_changes(before, result), warnings=warnings)
+
     def _patch_type(self, resource: r.ResourceType) -> PatchType:
-        content_type = self.headers.get("Content-Type", "").split(";")[0].strip()
+        content_type = self._content_type()
         patch_type = _PATCH_TYPES.get(content_type)
         if patch_type is not None:
             return patch_type
-        if content_type == "application/apply-patch+yaml":
-            raise ApiError(
-                415,
-                "server-side apply is not supported by the kserve-canary emulator",
-                reason="UnsupportedMediaType",
-            )
-        accepted = [*_PATCH_TYPES]
+        accepted = [*_PATCH_TYPES, "application/apply-patch+yaml"]
         if resource.is_custom:
             accepted.remove("application/strategic-merge-patch+json")
         raise ApiError.unsupported_media_type(content_type, accepted)

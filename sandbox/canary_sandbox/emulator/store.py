@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from canary_sandbox.emulator import apply as ssa
 from canary_sandbox.emulator import crds
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator import schema as crd_schema
@@ -276,6 +277,7 @@ class ObjectStore:
         actor: Actor = "client",
         dry_run: bool = False,
         field_validation: str = "Ignore",
+        managed_fields: list[JsonObject] | None = None,
     ) -> JsonObject:
         if not isinstance(body, dict):
             raise ApiError.bad_request(f"a {resource.kind} must be a JSON object")
@@ -323,6 +325,8 @@ class ObjectStore:
             "managedFields",
         ):
             metadata.pop(server_owned, None)
+        if managed_fields:
+            metadata["managedFields"] = copy.deepcopy(managed_fields)
         metadata["uid"] = str(uuid.uuid4())
         metadata["creationTimestamp"] = format_time(self.clock.now())
         if _tracks_generation(resource):
@@ -447,7 +451,13 @@ class ObjectStore:
             if resource is r.NAMESPACES:
                 new["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
                 new["status"] = copy.deepcopy(old.get("status", {}))
-        new["metadata"].pop("managedFields", None)
+        if subresource != "status" and "managedFields" not in (metadata or {}):
+            # A write that does not mention managedFields keeps them, as the apiserver does (only
+            # server-side apply records them here; see apply.py).
+            if old["metadata"].get("managedFields"):
+                new["metadata"]["managedFields"] = copy.deepcopy(old["metadata"]["managedFields"])
+        elif not new["metadata"].get("managedFields"):
+            new["metadata"].pop("managedFields", None)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if resource.crd is not None:
             new = crd_schema.normalise(new, resource.crd.schema)
@@ -527,6 +537,110 @@ class ObjectStore:
             dry_run=dry_run,
             field_validation=field_validation,
         )
+
+    def apply(
+        self,
+        resource: r.ResourceType,
+        namespace: str | None,
+        name: str,
+        config: Any,
+        *,
+        manager: str,
+        force: bool = False,
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+    ) -> tuple[JsonObject, bool]:
+        """Server-side apply of ``config`` by ``manager`` (see :mod:`~canary_sandbox.emulator.apply`);
+        returns the object and whether it was created."""
+        if not isinstance(config, dict):
+            raise ApiError.bad_request("an applied configuration must be an object")
+        if not config.get("apiVersion") or not config.get("kind"):
+            raise ApiError.bad_request(
+                f"invalid object type: {config.get('apiVersion') or ''}, Kind={config.get('kind') or ''}"
+            )
+        self._check_type_meta(resource, config)
+        given = config.get("metadata")
+        metadata: JsonObject = given if isinstance(given, dict) else {}
+        if metadata.get("name") not in (None, name):
+            raise ApiError.bad_request(
+                f"the name of the object ({metadata.get('name')}) does not match the name on the URL ({name})"
+            )
+        applied = ssa.leaf_paths(config)
+        now = format_time(self.clock.now())
+        own_entry: JsonObject = {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": resource.api_version,
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": ssa.fields_v1(applied),
+        }
+        stored = self.get_stored(resource, namespace, name)
+        if stored is None:
+            body = copy.deepcopy(config)
+            body.setdefault("metadata", {})["name"] = name
+            if resource.has_status_subresource:
+                body.pop("status", None)
+            created = self.create(
+                resource,
+                namespace,
+                body,
+                dry_run=dry_run,
+                field_validation=field_validation,
+                managed_fields=[own_entry],
+            )
+            return created, True
+        live = from_storage(resource, stored)
+        previous: set[ssa.Path] = set()
+        others: list[tuple[JsonObject, set[ssa.Path]]] = []
+        for entry in live["metadata"].get("managedFields") or []:
+            owned = ssa.owned_paths(entry.get("fieldsV1") or {})
+            if entry.get("manager") == manager and entry.get("operation") == "Apply":
+                previous = owned
+            else:
+                others.append((entry, owned))
+        conflicts: dict[str, list[ssa.Path]] = {}
+        taken: set[ssa.Path] = set()
+        for entry, owned in others:
+            for path in applied:
+                overlapping = [q for q in owned if q[: len(path)] == path or path[: len(q)] == q]
+                for theirs in overlapping:
+                    shorter = theirs if len(theirs) <= len(path) else path
+                    if ssa.value_at(live, shorter) != ssa.value_at(ssa.merge(live, config), shorter):
+                        conflicts.setdefault(str(entry.get("manager")), []).append(theirs)
+                        taken.add(theirs)
+        if conflicts and not force:
+            causes = [
+                {
+                    "reason": "FieldManagerConflict",
+                    "message": f'conflict with "{who}"',
+                    "field": ssa.render_path(p),
+                }
+                for who, paths in conflicts.items()
+                for p in paths
+            ]
+            raise ApiError(
+                409,
+                ssa.conflict_message(conflicts),
+                reason="Conflict",
+                details={"causes": causes},
+            )
+        result = ssa.merge(live, {k: v for k, v in config.items() if k != "status"})
+        still_owned = set().union(*(owned - taken for _, owned in others)) if others else set()
+        for path in previous - applied:
+            if path not in still_owned:
+                ssa.remove_path(result, path)
+        entries: list[JsonObject] = []
+        for entry, owned in others:
+            kept = owned - taken
+            if kept:
+                entries.append({**entry, "fieldsV1": ssa.fields_v1(kept)})
+        entries.append(own_entry)
+        result["metadata"]["managedFields"] = entries
+        updated = self.update(
+            resource, namespace, name, result, dry_run=dry_run, field_validation=field_validation
+        )
+        return updated, False
 
     def delete(
         self,
