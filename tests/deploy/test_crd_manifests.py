@@ -432,3 +432,20 @@ def test_the_revision_safe_wait_of_the_docs(cluster: Cluster) -> None:
     revision = cluster.kubectl("get", "-n", "ml", target, "-o", "jsonpath={.status.canaryRevision}").stdout
     assert revision == "llama-predictor-00002"
     writer.join(10)
+
+
+def test_the_emulator_evaluates_the_crd_s_cel_rules(cluster: Cluster) -> None:
+    """The emulator's CEL subset covers every rule of the CRD; each refuses what its model refuses."""
+    checks = [{"name": "p99", "metric": "latency", "promql": "up", "max": "1s"}]
+    path = cluster.home / "both.yaml"
+    path.write_text(yaml.safe_dump(_example(checks=checks)))
+    refused = cluster.kubectl("apply", "-f", str(path), check=False)
+    assert refused.returncode != 0
+    assert "a check needs exactly one of 'metric' (a builtin metric) or 'promql'" in refused.stderr
+    notify = [{"slack": {"webhookUrlFrom": {"env": "A", "file": "a"}}}]
+    path.write_text(yaml.safe_dump(_example(notify=notify)))
+    refused = cluster.kubectl("apply", "-f", str(path), check=False)
+    assert "give exactly one of 'env' or 'file'" in refused.stderr
+    path.write_text(yaml.safe_dump(_example()))
+    created = cluster.kubectl("apply", "-f", str(path))
+    assert "does not evaluate" not in created.stderr  # every rule is within the emulator's subset
