@@ -3,14 +3,21 @@
 - one global, monotonically increasing ``resourceVersion`` (a string on the wire), bumped by every
   write; a write that changes nothing is not a write (no new version, no watch event), as in the real
   apiserver;
-- ``metadata.uid``, ``creationTimestamp``; ``generation`` for custom resources, bumped when anything
-  outside ``metadata`` and ``status`` changes;
+- ``metadata.uid``, ``creationTimestamp``; ``generation`` for custom resources and CRDs, bumped when
+  anything outside ``metadata`` changes — and outside ``status`` too when status is a subresource;
 - optimistic concurrency: a stale ``resourceVersion`` in an update (or in a merge patch, where it is a
   precondition) is a 409 Conflict;
 - the status subresource: main-resource writes cannot change ``status``, status writes change nothing
   else;
 - finalizers (deletion waits for them), and the garbage collector's handling of ``ownerReferences``;
-- watches: a bounded history of events to resume from, 410 Expired beyond it.
+- watches: a bounded history of events to resume from, 410 Expired beyond it;
+- CustomResourceDefinitions (:mod:`~canary_sandbox.emulator.crds`): a CRD write updates this store's
+  registry (what discovery shows and the server routes), its objects are pruned, defaulted and
+  validated against their version's schema (:mod:`~canary_sandbox.emulator.schema`); deleting a CRD
+  deletes its objects first (the cleanup finalizer);
+- server-side apply (:meth:`ObjectStore.apply`, the subset :mod:`~canary_sandbox.emulator.apply`
+  describes) and ``fieldValidation`` for custom objects; warnings for the client (unknown fields,
+  CEL rules not evaluated) are collected per write (:meth:`ObjectStore.take_warnings`).
 
 Everything runs under one lock owned by the :class:`~canary_sandbox.emulator.core.Emulator`; listeners (the
 KServe behaviour layer) are called under it and must only record work, never block.
