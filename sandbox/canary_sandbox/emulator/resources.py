@@ -233,6 +233,15 @@ class ResourceRegistry:
     def custom(self, crd_name: str) -> tuple[ResourceType, ...]:
         return self._custom.get(crd_name, ())
 
+    def snapshot(self) -> ResourceRegistry:
+        """A read-only view of the registry as it is now: one request's discovery documents and
+        lookups agree with each other even while a CRD write changes the registry."""
+        view = ResourceRegistry.__new__(ResourceRegistry)
+        view._builtin = self._builtin
+        view._custom = {}  # a view is never written to; its index is all it reads
+        view._index = self._index
+        return view
+
     @property
     def resources(self) -> tuple[ResourceType, ...]:
         return self._index.resources

@@ -197,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.owner.aggregated_discovery and "as=APIGroupDiscoveryList" in accept and "v=v2" in accept
 
     def _api(self, method: str, path: str, query: dict[str, str], body: bytes) -> _Response:
-        registry = self.emulator.store.registry
+        registry = self.emulator.store.registry.snapshot()
         if path == "/version":
             return _Response(200, SERVER_VERSION)
         if path == _SELF_SUBJECT_REVIEWS:
@@ -419,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _openapi(self, method: str, path: str) -> _Response:
         if method != "GET":
             raise ApiError.method_not_allowed(method, path)
-        registry = self.emulator.store.registry
+        registry = self.emulator.store.registry.snapshot()
         with self.emulator.lock:
             if path == "/openapi/v3":
                 return _Response(200, openapi.index_document(registry))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -272,3 +274,35 @@ def test_objects_with_finalizers_hold_a_deleted_crd_and_block_new_objects(
     assert refused.value.status == 405
     widgets.patch({"metadata": {"finalizers": None}})
     _wait_until_gone(server, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{WIDGET_CRD_NAME}")
+
+
+def test_discovery_stays_consistent_while_crds_come_and_go(
+    apiextensions: client.ApiextensionsV1Api, server: EmulatorServer
+) -> None:
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def churn() -> None:
+        for round_ in range(15):
+            crd = widget_crd(name=f"r{round_}s.{WIDGET_GROUP}")
+            crd["spec"]["names"] = {"plural": f"r{round_}s", "singular": f"r{round_}", "kind": f"R{round_}"}
+            apiextensions.create_custom_resource_definition(crd)
+            apiextensions.delete_custom_resource_definition(f"r{round_}s.{WIDGET_GROUP}")
+        stop.set()
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    while not stop.is_set():
+        for accept in ("application/json", AGGREGATED):
+            try:
+                document = _get(f"{server.url}/apis", accept)
+            except urllib.error.HTTPError as error:
+                failures.append(f"{accept}: {error.code}")
+                continue
+            groups = document.get("groups") or document.get("items") or []
+            for group in groups:
+                name = group.get("name") or group["metadata"]["name"]
+                if name == WIDGET_GROUP and not group["versions"]:
+                    failures.append(f"{accept}: a group without versions")
+    thread.join(30)
+    assert failures == []
