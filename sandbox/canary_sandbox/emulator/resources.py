@@ -215,9 +215,18 @@ class ResourceRegistry:
         for name in sorted(self._custom):
             resources.extend(self._custom[name])
         by_kind: dict[tuple[str, str], ResourceType] = {}
+        by_path: dict[tuple[str, str, str], ResourceType] = {}
+        served: list[ResourceType] = []
         for resource in resources:
+            # Built-ins come first and win: a CRD for a kind the emulator models by hand (KServe's
+            # inferenceservices.serving.kserve.io, applied with KServe's manifests) is stored and
+            # established, but the hand-made model keeps serving that resource.
+            if (resource.group, resource.version, resource.plural) in by_path:
+                continue
+            by_path[(resource.group, resource.version, resource.plural)] = resource
             by_kind.setdefault((resource.api_version, resource.kind), resource)
-        return _Index(tuple(resources), {(r.group, r.version, r.plural): r for r in resources}, by_kind)
+            served.append(resource)
+        return _Index(tuple(served), by_path, by_kind)
 
     def set_custom(self, crd_name: str, resources: list[ResourceType]) -> None:
         """Serve ``resources`` (a CRD's served versions) in place of what that CRD served before."""

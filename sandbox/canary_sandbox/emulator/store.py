@@ -776,7 +776,10 @@ class ObjectStore:
             return
         versions = crds.served_resources(crd, every_version=True)
         if versions:
-            resource = versions[0]
+            # A built-in the CRD shadows (InferenceServices) is deleted through the built-in, so its
+            # behaviour layer sees the deletions.
+            first = versions[0]
+            resource = self.registry.by_path(first.group, first.version, first.plural) or first
             for stored in list(self.iter_stored(resource)):
                 metadata = stored["metadata"]
                 if not metadata.get("deletionTimestamp"):

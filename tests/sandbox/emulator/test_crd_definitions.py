@@ -11,7 +11,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from canary_sandbox.emulator import EmulatorServer
+from canary_sandbox.emulator import Emulator, EmulatorServer
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -24,7 +24,7 @@ from tests.sandbox.emulator.conftest import (
     widget,
     widget_crd,
 )
-from tests.sandbox.emulator.support import NAMESPACE, raw_request
+from tests.sandbox.emulator.support import NAMESPACE, Isvcs, isvc_manifest, raw_request
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
@@ -306,3 +306,25 @@ def test_discovery_stays_consistent_while_crds_come_and_go(
                     failures.append(f"{accept}: a group without versions")
     thread.join(30)
     assert failures == []
+
+
+def test_a_crd_for_inferenceservices_leaves_the_kserve_model_serving_them(
+    apiextensions: client.ApiextensionsV1Api, emulator: Emulator, isvcs: Isvcs
+) -> None:
+    crd = widget_crd(name="inferenceservices.serving.kserve.io")
+    crd["spec"]["group"] = "serving.kserve.io"
+    crd["spec"]["names"] = {
+        "plural": "inferenceservices",
+        "singular": "inferenceservice",
+        "kind": "InferenceService",
+    }
+    crd["spec"]["versions"][0]["name"] = "v1beta1"
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    apiextensions.create_custom_resource_definition(crd)
+    isvcs.create(isvc_manifest())
+    emulator.advance(2.0)
+    assert emulator.revision_count(NAMESPACE, "llama") == 1
+    assert isvcs.condition("Ready")["status"] == "True"

@@ -198,3 +198,17 @@ def test_kubectl_delete_crd_waits_until_its_objects_are_gone(
     )
     assert kubectl("get", "widgets", "-A", check=False).returncode == 1
     assert [crd.metadata.name for crd in apiextensions.list_custom_resource_definition().items] == []
+
+
+def test_kubectl_get_without_printer_columns_shows_name_and_age(
+    kubectl: Kubectl,
+    apiextensions: client.ApiextensionsV1Api,
+    custom: client.CustomObjectsApi,
+    emulator: Emulator,
+) -> None:
+    crd = widget_crd()
+    del crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    apiextensions.create_custom_resource_definition(crd)
+    Widgets(custom).create(widget())
+    emulator.advance(90)
+    assert _rows(kubectl("get", "widgets", "-n", NAMESPACE).stdout) == [["NAME", "AGE"], ["alpha", "90s"]]
