@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig, LoggedRequest, RevisionBehaviour
 from canary_sandbox.prometheus import free_port
 from canary_sandbox.stack import inference_service, wait_until
@@ -47,6 +48,12 @@ MODEL = "sklearn-iris"
 CONTROLLER_NAMESPACE = "kserve-canary"
 IDENTITY = "kserve-canary-5d8f7c9b4-x7k2p"
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
+# A second model governed by a PromotionPolicy object (the CRD installed): its status is written
+# (one write refused with 409, so the object is read again), and its webhook's URL is a key of the
+# namespace's kserve-canary-notifications Secret, read through the API when the notification is sent.
+MODEL_CR = "iris-cr"
+POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "kserve-canary.dev", "v1alpha1", "promotionpolicies"
+CRD_FILE = Path(__file__).resolve().parents[2] / "deploy" / "crds" / "promotionpolicies.yaml"
 
 POLICY = f"""\
 apiVersion: kserve-canary.dev/v1alpha1
@@ -140,6 +147,15 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
         custom.create_namespaced_custom_object(
             GROUP, VERSION, NAMESPACE, PLURAL, inference_service(NAMESPACE, MODEL, "s3://models/iris/v1")
         )
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(yaml.safe_load(CRD_FILE.read_text()))
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, inference_service(NAMESPACE, MODEL_CR, "s3://models/cr/v1")
+        )
+        policy_object = yaml.safe_load(POLICY.replace(MODEL, MODEL_CR))
+        policy_object["spec"]["notify"] = [{"webhook": {"urlFrom": {"env": "HOOK_URL"}}}]
+        custom.create_namespaced_custom_object(
+            POLICY_GROUP, POLICY_VERSION, NAMESPACE, POLICY_PLURAL, policy_object
+        )
 
         def predictor() -> dict[str, Any]:
             found = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, MODEL)
@@ -196,10 +212,25 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
                 f"/namespaces/{NAMESPACE}/configmaps/kserve-canary-{MODEL}$", method="PUT", status=409
             )
             emulator.faults.add(f"/namespaces/{NAMESPACE}/{PLURAL}/{MODEL}$", method="PATCH", status=409)
+            emulator.faults.add(
+                f"/namespaces/{NAMESPACE}/{POLICY_PLURAL}/{MODEL_CR}/status$", method="PUT", status=409
+            )
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, MODEL_CR,
+                {"spec": {"predictor": {"model": {"storageUri": "s3://models/cr/v2"}}}},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
 
             def controller_wrote(method: str, fragment: str) -> bool:
                 return any(
                     e.user_agent.endswith(f"({IDENTITY})") and e.status < 300 and fragment in e.path
+                    for e in emulator.requests.entries(method=method, since=start)
+                )
+
+            def controller_asked(method: str, fragment: str) -> bool:
+                # Whatever the answer: the emulator serves no Secrets, so reading one is a 404.
+                return any(
+                    e.user_agent.endswith(f"({IDENTITY})") and fragment in e.path
                     for e in emulator.requests.entries(method=method, since=start)
                 )
 
@@ -210,6 +241,8 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
                     and controller_wrote("PUT", "/configmaps/")
                     and controller_wrote("POST", "/events")
                     and "PrometheusUnavailable" in log_path.read_text()
+                    and controller_wrote("PUT", f"/{POLICY_PLURAL}/{MODEL_CR}/status")
+                    and controller_asked("GET", "/secrets/kserve-canary-notifications")
                 )
 
             assert wait_until(started, 45), log_path.read_text()[-4000:]
@@ -233,7 +266,12 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
             ]
 
         # A watch is logged when it ends: the emulator sees the stopped controller's connection close.
-        wait_until(lambda: any("watch=true" in e.query for e in mine()), 15)
+        # Every watch: InferenceServices, ConfigMaps and PromotionPolicies each end on their own.
+        def watches_ended() -> bool:
+            watched = {e.path.rsplit("/", 1)[-1] for e in mine() if "watch=true" in e.query}
+            return {PLURAL, "configmaps", POLICY_PLURAL} <= watched
+
+        wait_until(watches_ended, 15)
         result.controller = mine()
         lease = client.CoordinationV1Api(api).read_namespaced_lease("kserve-canary", CONTROLLER_NAMESPACE)
         result.lease_after_stop = {"holder": lease.spec.holder_identity if lease.spec else None}

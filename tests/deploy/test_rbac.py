@@ -136,6 +136,11 @@ def test_the_runs_exercise_what_the_rbac_is_about(
             ("", "configmaps", "update"),
             ("", "events", "create"),
             ("", "events", "patch"),
+            ("kserve-canary.dev", "promotionpolicies", "get"),
+            ("kserve-canary.dev", "promotionpolicies", "list"),
+            ("kserve-canary.dev", "promotionpolicies", "watch"),
+            ("kserve-canary.dev", "promotionpolicies/status", "update"),
+            ("", "secrets", "get"),
             ("coordination.k8s.io", "leases", "get"),
             ("coordination.k8s.io", "leases", "create"),
             ("coordination.k8s.io", "leases", "update"),
@@ -146,6 +151,13 @@ def test_the_runs_exercise_what_the_rbac_is_about(
         ("serving.kserve.io", "inferenceservices", "watch"),
         ("", "configmaps", "list"),
         ("", "configmaps", "watch"),
+        ("kserve-canary.dev", "promotionpolicies", "list"),
+        ("kserve-canary.dev", "promotionpolicies", "watch"),
+    }
+    # Secrets: the one named Secret of a PromotionPolicy's namespace, nothing else.
+    secrets = [r for r in controller_requests(cluster_wide_run) if r.resource == "secrets"]
+    assert secrets and {(r.namespace, r.name) for r in secrets} == {
+        (NAMESPACE, "kserve-canary-notifications")
     }
     assert {r.namespace for r in controller_requests(single_namespace_run)} == {
         NAMESPACE,
@@ -257,7 +269,12 @@ def test_no_wildcards_and_nothing_dangerous() -> None:
                     )
                 assert "nonResourceURLs" not in rule, label
                 assert not set(rule["verbs"]) & dangerous_verbs, label
-                assert not {"secrets", "pods/exec", "serviceaccounts/token"} & set(rule["resources"]), label
+                assert not {"pods/exec", "serviceaccounts/token"} & set(rule["resources"]), label
+                if "secrets" in rule["resources"]:
+                    # Only the one Secret a PromotionPolicy's secret references name, read.
+                    assert rule["resources"] == ["secrets"], label
+                    assert rule.get("resourceNames") == ["kserve-canary-notifications"], label
+                    assert rule["verbs"] == ["get"], label
         for binding in (m for m in manifests if m["kind"] in {"RoleBinding", "ClusterRoleBinding"}):
             assert binding["roleRef"]["name"] not in {"cluster-admin", "admin", "edit"}, label
 
