@@ -369,10 +369,9 @@ class _Validator:
         length = len(value)  # kube-openapi counts characters (utf8.RuneCountInString)
         max_length, min_length = schema.get("maxLength"), schema.get("minLength")
         if max_length is not None and length > max_length:
-            unit = "byte" if max_length == 1 else "bytes"
-            self.errors.append(
-                FieldError(path, "FieldValueTooLong", f"Too long: may not be more than {max_length} {unit}")
-            )
+            # kubeOpenAPIResultToFieldErrors reads the limit from the kube-openapi error's Valid, which
+            # kube-openapi's TooLong does not set: the limit is -1 and field.TooLong says only this.
+            self.errors.append(FieldError(path, "FieldValueTooLong", "Too long: value is too long"))
         if min_length is not None and length < min_length:
             self._invalid(path, value, f"{name} in body should be at least {min_length} chars long")
         pattern = schema.get("pattern")
@@ -391,10 +390,9 @@ class _Validator:
     def _check_array(self, value: list[Any], schema: Schema, name: str, path: str) -> None:
         max_items, min_items = schema.get("maxItems"), schema.get("minItems")
         if max_items is not None and len(value) > max_items:
+            # As for maxLength, the limit does not reach field.TooMany (-1): the count does.
             self.errors.append(
-                FieldError(
-                    path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {max_items} items"
-                )
+                FieldError(path, "FieldValueTooMany", f"Too many: {len(value)}: has too many items")
             )
         if min_items is not None and len(value) < min_items:
             self._invalid(path, len(value), f"{name} in body should have at least {min_items} items")
@@ -417,12 +415,9 @@ class _Validator:
                 self.errors.append(FieldError(child, "FieldValueRequired", "Required value"))
         max_properties, min_properties = schema.get("maxProperties"), schema.get("minProperties")
         if max_properties is not None and len(value) > max_properties:
+            # kube-openapi's TooManyProperties carries the limit as the value: that is what is shown.
             self.errors.append(
-                FieldError(
-                    path,
-                    "FieldValueTooMany",
-                    f"Too many: {len(value)}: must have at most {max_properties} items",
-                )
+                FieldError(path, "FieldValueTooMany", f"Too many: {max_properties}: has too many items")
             )
         if min_properties is not None and len(value) < min_properties:
             self._invalid(

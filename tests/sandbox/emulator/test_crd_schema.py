@@ -138,7 +138,7 @@ def test_string_length_and_pattern(widgets: Widgets) -> None:
     assert causes == [
         {
             "reason": "FieldValueTooLong",
-            "message": "Too long: may not be more than 8 bytes",
+            "message": "Too long: value is too long",
             "field": "spec.owner",
         }
     ]
@@ -173,7 +173,7 @@ def test_min_and_max_items(widgets: Widgets) -> None:
     assert causes == [
         {
             "reason": "FieldValueTooMany",
-            "message": "Too many: 4: must have at most 3 items",
+            "message": "Too many: 4: has too many items",
             "field": "spec.steps",
         }
     ]
