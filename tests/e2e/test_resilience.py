@@ -46,7 +46,7 @@ def writers(stack: Stack, since: int = 0) -> set[str]:
 @pytest.fixture
 def outage_stack() -> Iterator[Stack]:
     with Stack(
-        [ModelTraffic(NS, "outage", 60.0, HEALTHY)], {"outage.yaml": policy("outage", window="6s")}
+        [ModelTraffic(NS, "outage", 60.0, HEALTHY)], {"outage.yaml": policy("outage", window="6s", tail=90)}
     ) as stack:
         stack.apply(inference_service(NS, "outage", V1))
         assert wait_until(lambda: stack.predictor_status(NS, "outage").get("latestRolledoutRevision"), 30)
@@ -80,7 +80,10 @@ def test_prometheus_down_mid_rollout_holds_and_resumes_when_it_returns(outage_st
 
 def test_killed_controllers_resume_the_same_step_and_exactly_one_replica_acts() -> None:
     models = [ModelTraffic(NS, "crash", 60.0, HEALTHY), ModelTraffic(NS, "intent", 60.0, HEALTHY)]
-    policies = {"crash.yaml": policy("crash", window="10s"), "intent.yaml": policy("intent", window="4s")}
+    policies = {
+        "crash.yaml": policy("crash", window="10s", tail=90),
+        "intent.yaml": policy("intent", window="4s", tail=90),
+    }
     lease = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"]
     with Stack(models, policies) as stack:
         for name in ("crash", "intent"):
@@ -145,7 +148,7 @@ def lease_holder(stack: Stack) -> str:
 
 
 def test_dry_run_decides_and_logs_but_writes_nothing() -> None:
-    with Stack([ModelTraffic(NS, "dry", 60.0, HEALTHY)], {"dry.yaml": policy("dry")}) as stack:
+    with Stack([ModelTraffic(NS, "dry", 60.0, HEALTHY)], {"dry.yaml": policy("dry", tail=90)}) as stack:
         stack.apply(inference_service(NS, "dry", V1))
         assert wait_until(lambda: stack.predictor_status(NS, "dry").get("latestRolledoutRevision"), 30)
         controller = stack.start_controller("dry", extra_args=["--dry-run"])

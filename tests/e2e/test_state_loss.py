@@ -35,7 +35,10 @@ def stack() -> Iterator[Stack]:
         ModelTraffic(NS, "undone", 60.0, {V1: STABLE, V2: REGRESSES_UNDER_LOAD}),
         ModelTraffic(NS, "replaced", 60.0, {V1: STABLE, V2: HEALTHY}),
     ]
-    policies = {"undone.yaml": policy("undone"), "replaced.yaml": policy("replaced", window="3s")}
+    policies = {
+        "undone.yaml": policy("undone", tail=90),
+        "replaced.yaml": policy("replaced", window="3s", tail=90),
+    }
     with Stack(models, policies) as started:
         started.env = {"HOOK_URL": f"{started.receiver.url}/hook"}
         for name in ("undone", "replaced"):

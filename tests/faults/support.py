@@ -210,15 +210,16 @@ def notifications(stack: Stack, namespace: str, name: str, *, delivered: bool = 
     return found
 
 
-def raw_state(stack: Stack, namespace: str, name: str) -> str:
-    """``state.json`` as stored (empty when there is none), readable or not."""
+def raw_state(stack: Stack, namespace: str, name: str, key: str = "state.json") -> str:
+    """``state.json`` (or another key, e.g. ``explain.json``) as stored (empty when there is none),
+    readable or not."""
     from kubernetes import client
 
     try:
         found = client.CoreV1Api(stack.api).read_namespaced_config_map(f"kserve-canary-{name}", namespace)
     except client.ApiException:
         return ""
-    return str((found.data or {}).get("state.json") or "")
+    return str((found.data or {}).get(key) or "")
 
 
 def phase_of(stack: Stack, namespace: str, name: str) -> str | None:
@@ -241,7 +242,7 @@ def wait_for_phase(stack: Stack, namespace: str, name: str, phases: Iterable[str
     wanted = set(phases)
     assert wait_until(lambda: phase_of(stack, namespace, name) in wanted, timeout), (
         f"{namespace}/{name} stayed in {phase_of(stack, namespace, name)}: "
-        f"{raw_state(stack, namespace, name)[-2500:]}"
+        f"{raw_state(stack, namespace, name)[-2500:]}\nexplain: {raw_state(stack, namespace, name, 'explain.json')[:3000]}"
     )
     return str(phase(stack, namespace, name))
 

@@ -80,7 +80,7 @@ def test_three_replicas_with_leader_election_and_the_leader_killed_mid_step(worl
     leader = lease_holder(stack)
     replicas.pop(leader).kill()
     assert wait_until(lambda: lease_holder(stack) in replicas, 15), lease_holder(stack)
-    assert wait_for_phase(stack, NAMESPACE, "replicas", TERMINAL, 60) == "Succeeded"
+    assert wait_for_phase(stack, NAMESPACE, "replicas", TERMINAL, 90) == "Succeeded"
     problems = check_writes_from_leader(stack, since=mark)
     assert not problems, "\n".join(problems)
     case = world.case("replicas")
