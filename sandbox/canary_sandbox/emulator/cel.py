@@ -21,7 +21,8 @@ value at that node, never on create and never inside array items (plain lists ar
 rule that evaluates to false is a ``FieldValueInvalid`` cause at the node (plus ``fieldPath``) with the
 rule's ``message`` or ``failed rule: <rule>`` and the node's type as the value, e.g.
 ``spec: Invalid value: "object": failed rule: self.min <= self.max``; a runtime error (a missing field
-without ``has()``) is reported the same way with the error and the rule.
+without ``has()``) is reported the same way, ``<error> evaluating rule: <message or rule>``
+(``ruleErrorString`` in ``apiextensions-apiserver/pkg/apiserver/schema/cel/validation.go``).
 """
 
 from __future__ import annotations
@@ -484,8 +485,8 @@ def compile_rule(entry: Mapping[str, Any]) -> Rule:
     parser = _Parser(text)
     node = parser.parse()
     return Rule(
-        text=text,
-        message=str(entry.get("message") or ""),
+        text=text.strip(),
+        message=str(entry.get("message") or "").strip(),
         field_path=str(entry.get("fieldPath") or ""),
         reason=str(entry.get("reason") or "FieldValueInvalid"),
         transition=parser.uses_old_self,
@@ -545,7 +546,8 @@ def _walk(
                 FieldError(
                     shown,
                     "FieldValueInvalid",
-                    f'Invalid value: "{_type_of(schema, value)}": {error} evaluating rule: {rule.text}',
+                    f'Invalid value: "{_type_of(schema, value)}": {error} evaluating rule: '
+                    f"{rule.message or rule.text}",
                 )
             )
             continue

@@ -202,3 +202,32 @@ def test_an_unsupported_rule_is_not_evaluated_and_the_client_is_told(
     assert status == 201
     assert created["spec"]["steps"] == [{"weight": 0}]
     assert any(UNSUPPORTED_RULE in warning and "not checked" in warning for warning in warnings)
+
+
+def test_a_runtime_error_names_the_rules_message_when_it_has_one(
+    apiextensions: client.ApiextensionsV1Api, custom: client.CustomObjectsApi
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-validations": [
+                    {"rule": "self.limit > 0", "message": "  limit must be positive "}
+                ],
+                "properties": {"window": {"type": "string"}, "limit": {"type": "integer"}},
+            }
+        },
+    }
+    apiextensions.create_custom_resource_definition(widget_crd(schema=schema))
+    widgets = Widgets(custom)
+    assert _causes(lambda: widgets.create(widget())) == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "object": no such key: limit evaluating rule: limit must be positive',
+            "field": "spec",
+        }
+    ]
+    assert _causes(lambda: widgets.create(widget(limit=0)))[0]["message"] == (
+        'Invalid value: "object": limit must be positive'
+    )
