@@ -23,6 +23,9 @@ rule's ``message`` or ``failed rule: <rule>`` and the node's type as the value, 
 ``spec: Invalid value: "object": failed rule: self.min <= self.max``; a runtime error (a missing field
 without ``has()``) is reported the same way, ``<error> evaluating rule: <message or rule>``
 (``ruleErrorString`` in ``apiextensions-apiserver/pkg/apiserver/schema/cel/validation.go``).
+Rules at the root see only ``metadata.name`` and ``metadata.generateName``, as there (the real server
+refuses a rule that uses other metadata fields when the CRD is written; the emulator answers
+``no such key`` when an object is).
 """
 
 from __future__ import annotations
@@ -518,8 +521,17 @@ def evaluate_rules(
     """(causes, rules not evaluated) for ``obj``; ``old`` is the stored object on updates, None on create."""
     errors: list[FieldError] = []
     skipped: list[str] = []
-    _walk(obj, _ABSENT if old is None else old, schema, "", errors, skipped)
+    _walk(_cel_view(obj), _ABSENT if old is None else _cel_view(old), schema, "", errors, skipped)
     return errors, skipped
+
+
+def _cel_view(obj: JsonObject) -> JsonObject:
+    """The object as root rules see it: of metadata, CEL sees only ``name`` and ``generateName``."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return obj
+    kept = {key: metadata[key] for key in ("name", "generateName") if key in metadata}
+    return {**obj, "metadata": kept}
 
 
 def _walk(
