@@ -8,9 +8,9 @@ real server's order:
    its values are pruned by that schema). At the root ``apiVersion``, ``kind`` and ``metadata`` are
    always kept; ``metadata`` keeps only ObjectMeta's fields, as the real decoder does.
 2. defaulting: ``null`` in a non-nullable field without a default is dropped, ``default`` fills an
-   absent (or non-nullable ``null``) field. Defaults are also applied when an object is read, as the real
-   server does when it decodes an object from etcd, so a default added to a CRD later shows on old
-   objects too.
+   absent (or non-nullable ``null``) field. Pruning and defaults are also applied when an object is
+   read, as the real server does when it decodes an object from etcd, so a default added to a CRD later
+   shows on old objects and a field removed from the schema disappears from them.
 3. validation (422 Invalid): ``type`` (object, array, string, integer, number, boolean;
    ``x-kubernetes-int-or-string``), ``nullable``, ``required``, ``enum``, ``minimum``/``maximum`` (and
    ``exclusive*``), ``multipleOf``, ``minLength``/``maxLength``/``pattern``, ``minItems``/``maxItems``,

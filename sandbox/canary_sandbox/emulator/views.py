@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from canary_sandbox.emulator import resources as r
-from canary_sandbox.emulator.schema import apply_defaults
+from canary_sandbox.emulator.schema import normalise
 
 __all__ = ["from_storage", "to_storage"]
 
@@ -58,8 +58,10 @@ def from_storage(resource: r.ResourceType, stored: JsonObject) -> JsonObject:
         shown = {_CORE_TO_V1.get(key, key): value for key, value in shown.items()}
         shown = {key: value for key, value in shown.items() if value != "" or key == "note"}
     if resource.crd is not None:
-        # The real server defaults objects as it reads them from etcd, with the read version's schema.
-        shown = apply_defaults(shown, resource.crd.schema)
+        # The real server prunes and defaults objects as it reads them from etcd (its storage codec
+        # applies the schema coercer), with the read version's schema: a field a CRD update removed
+        # disappears, a default it added appears.
+        shown = normalise(shown, resource.crd.schema)
     shown["apiVersion"] = resource.api_version
     shown["kind"] = resource.kind
     return shown

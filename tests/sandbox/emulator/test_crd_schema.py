@@ -261,3 +261,14 @@ def test_crd_schema_with_a_default_of_the_wrong_type_is_refused(
         cause["field"]
         == "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default"
     )
+
+
+def test_a_field_removed_from_the_schema_disappears_from_stored_objects(
+    widgets: Widgets, server: EmulatorServer
+) -> None:
+    widgets.create(widget(owner="ml"))
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{WIDGET_CRD_NAME}"
+    _, crd = raw_request(server.url, "GET", path)
+    del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["owner"]
+    assert raw_request(server.url, "PUT", path, crd)[0] == 200
+    assert "owner" not in widgets.get()["spec"]
