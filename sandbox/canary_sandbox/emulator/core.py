@@ -151,9 +151,11 @@ class Emulator:
         return self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     def load_objects(self, documents: Iterable[JsonObject]) -> list[JsonObject]:
-        """Create objects (Namespaces first); an existing Namespace is not an error."""
+        """Create objects (Namespaces first, then CustomResourceDefinitions, whose objects need them
+        established); an existing Namespace is not an error."""
+        first = {"Namespace": 0, "CustomResourceDefinition": 1}
         ordered = sorted(
-            (doc for doc in documents if doc), key=lambda doc: 0 if doc.get("kind") == "Namespace" else 1
+            (doc for doc in documents if doc), key=lambda doc: first.get(str(doc.get("kind")), 2)
         )
         created = []
         for document in ordered:

@@ -4,9 +4,11 @@ metadata.generation and watches, through the official client over HTTP."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from canary_sandbox.emulator import EmulatorServer
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -213,3 +215,17 @@ def test_watch_from_a_resource_version_replays_later_events(
         seen.append((event["type"], event["object"]["spec"]["window"]))
         stream.stop()
     assert seen == [("MODIFIED", "3m")]
+
+
+def test_a_seed_file_may_hold_objects_before_their_crd(tmp_path: Path) -> None:
+    from canary_sandbox.emulator import Emulator, ManualClock
+
+    emulator = Emulator(clock=ManualClock())
+    seed = tmp_path / "seed.yaml"
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    seed.write_text(yaml.safe_dump_all([widget(), widget_crd(), namespace]), encoding="utf-8")
+    created = emulator.load_seed_file(seed)
+    assert [obj["kind"] for obj in created] == ["Namespace", "CustomResourceDefinition", "Widget"]
+    resource = emulator.store.registry.by_kind(f"{WIDGET_GROUP}/{WIDGET_VERSION}", "Widget")
+    assert resource is not None
+    assert emulator.get(resource, NAMESPACE, "alpha")["spec"]["replicas"] == 1  # defaulted
