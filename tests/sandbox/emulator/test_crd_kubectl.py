@@ -212,3 +212,30 @@ def test_kubectl_get_without_printer_columns_shows_name_and_age(
     Widgets(custom).create(widget())
     emulator.advance(90)
     assert _rows(kubectl("get", "widgets", "-n", NAMESPACE).stdout) == [["NAME", "AGE"], ["alpha", "90s"]]
+
+
+def test_kubectl_get_watch_prints_rows_as_objects_change(kubectl: Kubectl, widgets: Widgets) -> None:
+    widgets.create(widget("alpha"))
+    process = subprocess.Popen(
+        [KUBECTL, "--cache-dir", str(kubectl.cache), "get", "widgets", "-n", NAMESPACE, "-w"],
+        env=kubectl.environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = threading.Timer(20, process.kill)  # a missing line must fail the test, not hang it
+    deadline.start()
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline().split(), process.stdout.readline().split()]
+        widgets.patch({"spec": {"window": "45m"}})
+        lines.append(process.stdout.readline().split())
+    finally:
+        deadline.cancel()
+        process.terminate()
+        process.wait(10)
+    assert lines == [
+        ["NAME", "WINDOW", "REPLICAS", "READY", "AGE"],
+        ["alpha", "5m", "1", "0s"],
+        ["alpha", "45m", "1", "0s"],
+    ]
