@@ -164,18 +164,21 @@ def test_json_patch_of_a_custom_object(widgets: Widgets, custom: client.CustomOb
 def test_watch_reports_added_modified_deleted_custom_objects(
     widgets: Widgets, custom: client.CustomObjectsApi
 ) -> None:
+    listed = custom.list_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, NAMESPACE, WIDGET_PLURAL)
+    assert listed["items"] == []
     events: list[tuple[str, str, str]] = []
-    ready = threading.Event()
     done = threading.Event()
 
     def follow() -> None:
         stream = watch.Watch()
+        # From the list's version: the events come in order however late this thread starts.
         for event in stream.stream(
             custom.list_namespaced_custom_object,
             WIDGET_GROUP,
             WIDGET_VERSION,
             NAMESPACE,
             WIDGET_PLURAL,
+            resource_version=listed["metadata"]["resourceVersion"],
             timeout_seconds=10,
         ):
             obj = event["object"]
@@ -184,11 +187,8 @@ def test_watch_reports_added_modified_deleted_custom_objects(
                 stream.stop()
         done.set()
 
-    listed = custom.list_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, NAMESPACE, WIDGET_PLURAL)
-    assert listed["items"] == []
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
-    ready.wait(0.5)
     widgets.create(widget())
     widgets.patch({"spec": {"window": "8m"}})
     widgets.delete()
