@@ -110,7 +110,8 @@ class ControllerMetrics:
         )
         self.policies = Gauge(
             "kserve_canary_policies",
-            "Policies loaded, and policy files with errors.",
+            "Policies loaded (loaded), policy files and PromotionPolicy objects with errors "
+            "(invalid-files, invalid-objects), and models held by a conflict (held).",
             ("state",),
             registry=self.registry,
         )

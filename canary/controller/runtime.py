@@ -504,9 +504,12 @@ class Controller:
             if cached is None or cached[0] != loaded.policy or cached[1] != from_object:
                 self._destinations[key] = (loaded.policy, from_object, [])
         self.metrics.policies.labels("loaded").set(len(active))
-        self.metrics.policies.labels("invalid-files").set(  # a conflict's claimant is not an invalid file
-            len({error.path for error in self._registry.errors if not error.conflict})
-        )
+        invalid = {error.path for error in self._registry.errors if not error.conflict}
+        invalid_objects = {path for path in invalid if path.startswith("promotionpolicy/")}
+        # A conflict's claimant is not invalid; a held model is counted apart (nobody governs it).
+        self.metrics.policies.labels("invalid-files").set(len(invalid - invalid_objects))
+        self.metrics.policies.labels("invalid-objects").set(len(invalid_objects))
+        self.metrics.policies.labels("held").set(len(self._registry.held))
         self.ticks.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
         # The tick is never longer than the smallest policy interval.
         smallest = self.ticks.smallest_interval()
@@ -564,8 +567,10 @@ class Controller:
                 continue
             policy = parsed.running.policy if parsed.running is not None else None
             key = policy.key if policy is not None else None
-            if not (self.ownership.owns(key) if key is not None else self._is_leading()):
-                continue  # the replica (or shard owner) that drives the rollout writes its status
+            # The replica (or shard owner) that drives the rollout writes its status; an object that
+            # governs nothing is written by the owner of a key of its own, so by one replica.
+            if not self.ownership.owns(key or f"{parsed.namespace}/promotionpolicy.{parsed.name}"):
+                continue
             conflict = None
             if key is not None and key in held:
                 others = [c.origin for c in held[key].claimants if c.origin != parsed.origin]

@@ -50,6 +50,8 @@ __all__ = ["PolicyEvents", "StatusWriter", "WriteResult"]
 
 log = structlog.get_logger("kserve_canary.status")
 
+_REMEMBERED_EVENTS = 10_000
+
 
 @dataclass
 class WriteResult:
@@ -220,5 +222,7 @@ class PolicyEvents:
                 "event about a PromotionPolicy not recorded", policy=f"{namespace}/{name}", error=str(error)
             )
             return False
+        if len(self._sent) >= _REMEMBERED_EVENTS:
+            self._sent.clear()  # at worst one repeat per object, found as a 409 (the same name)
         self._sent.add(identity)
         return True

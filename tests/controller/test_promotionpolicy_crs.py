@@ -17,6 +17,7 @@ tests need; later steps hold (query errors), so nothing moves on by itself.
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import threading
 import time
@@ -359,11 +360,12 @@ def test_two_objects_for_one_model_are_both_told(stack: Stack) -> None:
     stack.model("llama")
     stack.apply_policy(policy_object("a", "llama"))
     stack.apply_policy(policy_object("b", "llama"))
-    stack.start()
+    controller = stack.start()
     for name in ("a", "b"):
         assert wait_until(lambda name=name: (stack.condition(name, "Conflict") or {}).get("status") == "True")  # type: ignore[misc]
     time.sleep(1.5)
     assert ConfigMapStateStore(stack.api).load("ml", "llama").state_json is None, "neither acts"
+    assert controller.metrics.registry.get_sample_value("kserve_canary_policies", {"state": "held"}) == 1
     stack.custom.delete_namespaced_custom_object(GROUP, VERSION, "ml", PLURAL, "a")
     assert wait_until(lambda: (stack.condition("b", "Conflict") or {}).get("status") == "False")
     assert wait_until(lambda: (stack.condition("b", "Promoted") or {}).get("reason") == "NoRollout")
@@ -438,3 +440,87 @@ def test_operator_commands_never_write_the_policy_object(stack: Stack) -> None:
     assert touched == []
     assert stack.policy("llama")["metadata"]["generation"] == generation, "the spec is unchanged"
     assert stack.spec_writes() == []
+
+
+# -- the status writer: 409 read again and retried once, 404 ignored, rate-limited -----------------
+
+
+def test_a_refused_status_write_is_read_again_and_retried_once(stack: Stack) -> None:
+    install_crd(stack.api)
+    stack.model("llama")
+    stack.apply_policy(policy_object("llama", "llama"))
+    status_path = f"/namespaces/ml/{PLURAL}/llama/status$"
+    stack.emulator.faults.add(status_path, method="PUT", status=409)
+    mark = stack.emulator.requests.next_sequence()
+    stack.start()
+    assert wait_until(lambda: (stack.condition("llama", "Promoted") or {}).get("reason") == "NoRollout")
+    writes = [(e.method, e.status) for e in stack.status_writes("llama", since=mark)]
+    assert writes[:2] == [("PUT", 409), ("PUT", 200)], writes
+    gets = [
+        e
+        for e in stack.emulator.requests.entries(method="GET", since=mark)
+        if e.path.endswith(f"/{PLURAL}/llama") and e.user_agent.startswith("kserve-canary/")
+    ]
+    assert len(gets) == 1, "the 409 reads the object once"
+    # A 404 (the object deleted between the read and the write) is no error: written again later.
+    stack.emulator.faults.add(status_path, method="PUT", status=404)
+    stack.push("llama", "v2")
+    assert wait_until(lambda: (stack.policy("llama").get("status") or {}).get("weight") == 10)
+    assert ("PUT", 404) in [(e.method, e.status) for e in stack.status_writes("llama", since=mark)]
+
+
+def test_status_writes_are_rate_limited_per_object(stack: Stack) -> None:
+    install_crd(stack.api)
+    stack.model("llama")
+    stack.apply_policy(policy_object("llama", "llama"))
+    mark = stack.emulator.requests.next_sequence()
+    stack.start(status_min_interval=3.0)
+    assert wait_until(lambda: stack.status_writes("llama", since=mark))
+    stack.push("llama", "v2")  # the state changes at once; the status may follow 3 s later
+    assert wait_until(lambda: (stack.policy("llama").get("status") or {}).get("weight") == 10, timeout=30)
+    times = [e.time for e in stack.status_writes("llama", since=mark) if e.status < 300]
+    assert len(times) >= 2
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 2.9, gaps
+
+
+# -- the CRD not served ----------------------------------------------------------------------------
+
+
+def readyz(port: int) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_without_the_crd_files_still_govern_and_readyz_says_so(stack: Stack) -> None:
+    stack.model("llama")
+    (stack.policies / "ml" / "llama.yaml").write_text(
+        valid_policy("from-file", target="llama").replace("steps:", "window: 10m\n  interval: 1s\n  steps:")
+    )
+    port = free_port()
+    stack.start(metrics_port=port)
+    assert wait_until(lambda: readyz(port)[0] == 200)
+    _, text = readyz(port)
+    assert "the PromotionPolicy CRD is not served" in text, text
+    assert wait_until(lambda: stack.state("llama").revision == "llama-predictor-00001")
+    stack.push("llama", "v2")
+    assert wait_until(lambda: first_step_written(stack, "llama"))
+    stack.stop()
+    # Objects only, and no CRD: not ready, and it says why.
+    port = free_port()
+    stack.start(metrics_port=port, policy_sources=frozenset({PolicySource.CRD}))
+    assert wait_until(lambda: "the PromotionPolicy CRD is not served" in readyz(port)[1]), readyz(port)
+    assert readyz(port)[0] == 503
+    # Installed later: read without a restart.
+    install_crd(stack.api)
+    stack.apply_policy(policy_object("other", "llama"))
+    assert wait_until(lambda: readyz(port)[0] == 200, timeout=20), readyz(port)
+    assert wait_until(lambda: stack.condition("other", "PolicyValid") is not None)
