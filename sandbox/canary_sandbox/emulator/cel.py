@@ -15,17 +15,22 @@ raises :class:`Unsupported`, the CRD write answers with a ``Warning`` header and
 rule, and objects are accepted without it. The emulator never pretends to have checked a rule it did not
 evaluate.
 
-Evaluation follows apiextensions (``pkg/apiserver/schema/cel``): a rule runs where its schema node has a
-value; a transition rule (one that uses ``oldSelf``) runs only on updates where the old object had a
-value at that node, never on create and never inside array items (plain lists are not correlatable); a
-rule that evaluates to false is a ``FieldValueInvalid`` cause at the node (plus ``fieldPath``) with the
-rule's ``message`` or ``failed rule: <rule>`` and the node's type as the value, e.g.
-``spec: Invalid value: "object": failed rule: self.min <= self.max``; a runtime error (a missing field
-without ``has()``) is reported the same way, ``<error> evaluating rule: <message or rule>``
-(``ruleErrorString`` in ``apiextensions-apiserver/pkg/apiserver/schema/cel/validation.go``).
-Rules at the root see only ``metadata.name`` and ``metadata.generateName``, as there (the real server
-refuses a rule that uses other metadata fields when the CRD is written; the emulator answers
-``no such key`` when an object is).
+Evaluation follows apiextensions (``pkg/apiserver/schema/cel``):
+
+- a rule runs where its schema node has a value;
+- a transition rule (one that uses ``oldSelf``) runs only on updates where the old object had a value
+  at that node: never on create, never inside the items of a changed list (plain lists are not
+  correlatable);
+- a rule without ``oldSelf`` is ratcheted: not re-checked when its value is unchanged on update;
+- a rule that evaluates to false is a ``FieldValueInvalid`` cause at the node (plus ``fieldPath``) with
+  the rule's ``message`` or ``failed rule: <rule>``, and the node's type as the value:
+  ``spec: Invalid value: "object": failed rule: self.min <= self.max``;
+- a runtime error (a missing field without ``has()``) is reported the same way,
+  ``<error> evaluating rule: <message or rule>`` (``ruleErrorString`` in
+  ``apiextensions-apiserver/pkg/apiserver/schema/cel/validation.go``);
+- rules at the root see only ``metadata.name`` and ``metadata.generateName``, as there (the real server
+  refuses a rule that uses other metadata fields when the CRD is written; the emulator answers
+  ``no such key`` when an object is).
 """
 
 from __future__ import annotations
@@ -547,6 +552,10 @@ def _walk(
             continue
         if rule.transition and old is _ABSENT:
             continue
+        if not rule.transition and old is not _ABSENT and _same(value, old):
+            # Ratcheting (Kubernetes >= 1.30): a rule without oldSelf is not re-checked on an
+            # unchanged value, so objects stored before a rule was added can still be updated.
+            continue
         where = path + rule.field_path if rule.field_path else path
         shown = where or "<nil>"
         try:
@@ -594,6 +603,13 @@ def _walk(
             child_old = old.get(key, _ABSENT) if isinstance(old, Mapping) else _ABSENT
             _walk(item, child_old, child_schema, f"{path}.{key}" if path else key, errors, skipped)
     elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        unchanged = isinstance(old, list) and _same(value, old)
         for index, item in enumerate(value):
-            # plain lists are not correlatable: no oldSelf for their items
-            _walk(item, _ABSENT, schema["items"], f"{path}[{index}]", errors, skipped)
+            # Plain lists are not correlatable: no oldSelf for the items of a changed list (an
+            # unchanged list's items are trivially their old selves).
+            item_old = old[index] if unchanged else _ABSENT
+            _walk(item, item_old, schema["items"], f"{path}[{index}]", errors, skipped)
+
+
+def _same(left: Any, right: Any) -> bool:
+    return type(left) is type(right) and bool(left == right)

@@ -25,8 +25,12 @@ must be of type string: "integer"`` (cause ``FieldValueTypeInvalid``, field ``sp
 :func:`structural_errors` reports why a CRD's schema is not structural, with the wording of
 ``apiextensions-apiserver/pkg/apiserver/schema/validation.go`` (a subset of its checks; see there).
 
-Not done: validation ratcheting (an unchanged invalid value is accepted on update since Kubernetes 1.30);
-``x-kubernetes-list-type``/``-map-keys`` uniqueness; ``x-kubernetes-embedded-resource`` metadata checks.
+Validation ratcheting (Kubernetes >= 1.30): on updates, an error on a value unchanged from the stored
+object is dropped (see :func:`validate`; lists are atomic, so items of a changed list are not
+correlated).
+
+Not done: ``x-kubernetes-list-type``/``-map-keys`` uniqueness and correlation;
+``x-kubernetes-embedded-resource`` metadata checks.
 """
 
 from __future__ import annotations
@@ -281,11 +285,26 @@ _FORMAT_CHECKS: dict[str, Callable[[str], bool]] = {
 class _Validator:
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
+        # For each error, the schema node it belongs to (keys and list indices from the body's root):
+        # what validation ratcheting compares with the old object.
+        self.nodes: list[tuple[str | int, ...]] = []
+        self._node: tuple[str | int, ...] = ()
+
+    def _add(self, error: FieldError) -> None:
+        self.errors.append(error)
+        self.nodes.append(self._node)
 
     def _invalid(self, path: str, value: Any, message: str, reason: str = "FieldValueInvalid") -> None:
-        self.errors.append(FieldError(path, reason, f"Invalid value: {render_value(value)}: {message}"))
+        self._add(FieldError(path, reason, f"Invalid value: {render_value(value)}: {message}"))
 
-    def check(self, value: Any, schema: Schema, path: str) -> None:
+    def check(self, value: Any, schema: Schema, path: str, node: tuple[str | int, ...] = ()) -> None:
+        saved, self._node = self._node, node
+        try:
+            self._check(value, schema, path)
+        finally:
+            self._node = saved
+
+    def _check(self, value: Any, schema: Schema, path: str) -> None:
         name = path or "."
         if value is None:
             if schema.get("nullable"):
@@ -341,7 +360,7 @@ class _Validator:
         rendered = ", ".join(
             json.dumps(option if isinstance(option, str) else json.dumps(option)) for option in allowed
         )
-        self.errors.append(
+        self._add(
             FieldError(
                 path or ".",
                 "FieldValueNotSupported",
@@ -371,7 +390,7 @@ class _Validator:
         if max_length is not None and length > max_length:
             # kubeOpenAPIResultToFieldErrors reads the limit from the kube-openapi error's Valid, which
             # kube-openapi's TooLong does not set: the limit is -1 and field.TooLong says only this.
-            self.errors.append(FieldError(path, "FieldValueTooLong", "Too long: value is too long"))
+            self._add(FieldError(path, "FieldValueTooLong", "Too long: value is too long"))
         if min_length is not None and length < min_length:
             self._invalid(path, value, f"{name} in body should be at least {min_length} chars long")
         pattern = schema.get("pattern")
@@ -391,9 +410,7 @@ class _Validator:
         max_items, min_items = schema.get("maxItems"), schema.get("minItems")
         if max_items is not None and len(value) > max_items:
             # As for maxLength, the limit does not reach field.TooMany (-1): the count does.
-            self.errors.append(
-                FieldError(path, "FieldValueTooMany", f"Too many: {len(value)}: has too many items")
-            )
+            self._add(FieldError(path, "FieldValueTooMany", f"Too many: {len(value)}: has too many items"))
         if min_items is not None and len(value) < min_items:
             self._invalid(path, len(value), f"{name} in body should have at least {min_items} items")
         if schema.get("uniqueItems"):
@@ -406,17 +423,17 @@ class _Validator:
         items = schema.get("items")
         if isinstance(items, Mapping):
             for index, item in enumerate(value):
-                self.check(item, items, f"{path}[{index}]")
+                self.check(item, items, f"{path}[{index}]", (*self._node, index))
 
     def _check_object(self, value: JsonObject, schema: Schema, name: str, path: str) -> None:
         for required in schema.get("required") or []:
             if required not in value:
                 child = f"{path}.{required}" if path else required
-                self.errors.append(FieldError(child, "FieldValueRequired", "Required value"))
+                self._add(FieldError(child, "FieldValueRequired", "Required value"))
         max_properties, min_properties = schema.get("maxProperties"), schema.get("minProperties")
         if max_properties is not None and len(value) > max_properties:
             # kube-openapi's TooManyProperties carries the limit as the value: that is what is shown.
-            self.errors.append(
+            self._add(
                 FieldError(path, "FieldValueTooMany", f"Too many: {max_properties}: has too many items")
             )
         if min_properties is not None and len(value) < min_properties:
@@ -430,9 +447,9 @@ class _Validator:
                 continue  # metadata is validated as ObjectMeta, apiVersion/kind by the decoder
             child = f"{path}.{key}" if path else key
             if key in properties:
-                self.check(item, properties[key], child)
+                self.check(item, properties[key], child, (*self._node, key))
             elif isinstance(additional, Mapping):
-                self.check(item, additional, child)
+                self.check(item, additional, child, (*self._node, key))
 
     def _check_combinators(self, value: Any, schema: Schema, name: str, path: str) -> None:
         def passes(sub: Schema) -> bool:
@@ -441,7 +458,7 @@ class _Validator:
             return not probe.errors
 
         for sub in schema.get("allOf") or []:
-            self.check(value, sub, path)
+            self.check(value, sub, path, self._node)
         any_of = schema.get("anyOf")
         if any_of and not (schema.get("x-kubernetes-int-or-string")) and not any(passes(s) for s in any_of):
             self._invalid(path, value, f"{name} in body must validate at least one schema (anyOf)")
@@ -459,12 +476,42 @@ def _equal(left: Any, right: Any) -> bool:
     return bool(left == right)
 
 
-def validate(obj: JsonObject, schema: Schema) -> list[FieldError]:
-    """The schema errors of ``obj`` (the pruned and defaulted object), as 422 causes."""
+def validate(obj: JsonObject, schema: Schema, old: JsonObject | None = None) -> list[FieldError]:
+    """The schema errors of ``obj`` (the pruned and defaulted object), as 422 causes.
+
+    On updates (``old``: the stored object), errors are ratcheted as Kubernetes does since 1.30
+    (``CRDValidationRatcheting``): an error is dropped when its node is unchanged from the old object,
+    or sits under an unchanged node. Nodes correlate through object keys only: an item of a changed list
+    is never correlated (lists are atomic here), so its errors stand.
+    """
     validator = _Validator()
     body = {key: value for key, value in obj.items() if key not in _ROOT_KEPT}
     validator.check(body, schema, "")
-    return validator.errors
+    if old is None:
+        return validator.errors
+    old_body = {key: value for key, value in old.items() if key not in _ROOT_KEPT}
+    return [
+        error
+        for error, node in zip(validator.errors, validator.nodes, strict=True)
+        if not _unchanged(body, old_body, node)
+    ]
+
+
+def _unchanged(new: Any, old: Any, node: tuple[str | int, ...]) -> bool:
+    """Whether ``node`` (or a node above it) holds the same value in ``new`` and ``old``."""
+    for segment in node:
+        if _same(new, old):
+            return True
+        if isinstance(segment, int) or not (isinstance(new, Mapping) and isinstance(old, Mapping)):
+            return False
+        if segment not in new or segment not in old:
+            return False
+        new, old = new[segment], old[segment]
+    return _same(new, old)
+
+
+def _same(left: Any, right: Any) -> bool:
+    return type(left) is type(right) and bool(left == right)
 
 
 # --- structural schema checks (of a CRD's schema) --------------------------------------------------

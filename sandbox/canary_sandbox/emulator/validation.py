@@ -357,7 +357,7 @@ def validate_object(resource: r.ResourceType, obj: JsonObject, old: JsonObject |
         check.errors.extend(crds.validate_crd(obj, old))
         warnings.extend(crds.unevaluated_rules(obj))
     elif resource.crd is not None:
-        schema_errors = crd_schema.validate(obj, resource.crd.schema)
+        schema_errors = crd_schema.validate(obj, resource.crd.schema, old)
         check.errors.extend(schema_errors)
         if not cel.rules_in(resource.crd.schema):
             pass  # no CEL validator at all (apiextensions builds none for a schema without rules)

@@ -20,7 +20,7 @@ from tests.sandbox.emulator.conftest import (
     widget,
     widget_crd,
 )
-from tests.sandbox.emulator.support import NAMESPACE
+from tests.sandbox.emulator.support import NAMESPACE, raw_request
 
 UNSUPPORTED_RULE = "self.steps.all(s, s.weight > 0)"
 
@@ -231,3 +231,34 @@ def test_a_runtime_error_names_the_rules_message_when_it_has_one(
     assert _causes(lambda: widgets.create(widget(limit=0)))[0]["message"] == (
         'Invalid value: "object": limit must be positive'
     )
+
+
+def test_a_rule_without_old_self_is_ratcheted_on_an_unchanged_value(
+    apiextensions: client.ApiextensionsV1Api, custom: client.CustomObjectsApi, server: EmulatorServer
+) -> None:
+    loose = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {"window": {"type": "string"}, "limit": {"type": "integer"}},
+            }
+        },
+    }
+    apiextensions.create_custom_resource_definition(widget_crd(schema=loose))
+    widgets = Widgets(custom)
+    widgets.create(widget(limit=0))
+    strict = json.loads(json.dumps(loose))
+    strict["properties"]["spec"]["properties"]["limit"]["x-kubernetes-validations"] = [{"rule": "self > 0"}]
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{WIDGET_PLURAL}.{WIDGET_GROUP}"
+    _, crd = raw_request(server.url, "GET", path)
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = strict
+    assert raw_request(server.url, "PUT", path, crd)[0] == 200
+    assert widgets.patch({"spec": {"window": "1m"}})["spec"]["window"] == "1m"  # limit unchanged
+    assert _causes(lambda: widgets.patch({"spec": {"limit": -1}})) == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "integer": failed rule: self > 0',
+            "field": "spec.limit",
+        }
+    ]

@@ -272,3 +272,40 @@ def test_a_field_removed_from_the_schema_disappears_from_stored_objects(
     del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["owner"]
     assert raw_request(server.url, "PUT", path, crd)[0] == 200
     assert "owner" not in widgets.get()["spec"]
+
+
+def _tighten_replicas_maximum(server: EmulatorServer, maximum: int) -> None:
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{WIDGET_CRD_NAME}"
+    _, crd = raw_request(server.url, "GET", path)
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"][
+        "maximum"
+    ] = maximum
+    assert raw_request(server.url, "PUT", path, crd)[0] == 200
+
+
+def test_an_unchanged_invalid_value_is_ratcheted_on_update(widgets: Widgets, server: EmulatorServer) -> None:
+    widgets.create(widget(replicas=8, steps=[{"weight": 1}]))
+    _tighten_replicas_maximum(server, 5)  # the stored object is now invalid
+    # status writes and spec changes elsewhere pass: spec.replicas did not change
+    assert widgets.patch_status({"status": {"phase": "Running"}})["status"]["phase"] == "Running"
+    assert widgets.patch({"spec": {"window": "9m"}})["spec"]["window"] == "9m"
+    # changing the invalid value itself is validated
+    _, causes = _invalid(lambda: widgets.patch({"spec": {"replicas": 9}}))
+    assert [c["field"] for c in causes] == ["spec.replicas"]
+    # creating one is validated too
+    _, causes = _invalid(lambda: widgets.create(widget("beta", replicas=8)))
+    assert [c["field"] for c in causes] == ["spec.replicas"]
+
+
+def test_items_of_a_changed_list_are_not_ratcheted(widgets: Widgets, server: EmulatorServer) -> None:
+    widgets.create(widget(steps=[{"weight": 90}]))
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{WIDGET_CRD_NAME}"
+    _, crd = raw_request(server.url, "GET", path)
+    step = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "steps"
+    ]
+    step["items"]["properties"]["weight"]["maximum"] = 50
+    assert raw_request(server.url, "PUT", path, crd)[0] == 200
+    assert widgets.patch({"spec": {"owner": "ml"}})["spec"]["owner"] == "ml"  # the list is unchanged
+    _, causes = _invalid(lambda: widgets.patch({"spec": {"steps": [{"weight": 90}, {"weight": 10}]}}))
+    assert [c["field"] for c in causes] == ["spec.steps[0].weight"]
