@@ -3,6 +3,12 @@
 Clients — the official ``kubernetes`` Python client and ``kubectl`` — talk to it through a kubeconfig
 written by :meth:`EmulatorServer.write_kubeconfig`. Tests and the demo drive the simulation through
 ``/emulator/v1/...`` (see :mod:`canary_sandbox.emulator` for the endpoint list).
+
+Routing reads one snapshot of the store's registry per request, so CRDs created or deleted meanwhile
+never leave a request half in the old world. Besides the resources: ``/openapi/v3`` (see
+:mod:`~canary_sandbox.emulator.openapi`), ``?fieldValidation=`` (custom objects), server-side apply
+(``application/apply-patch+yaml``, see :mod:`~canary_sandbox.emulator.apply`) and ``Warning`` response
+headers for what a write wants the client to know.
 """
 
 from __future__ import annotations
