@@ -28,6 +28,7 @@ __all__ = [
     "NAMESPACES",
     "PODS",
     "REGISTRY",
+    "SECRETS",
     "CustomResourceVersion",
     "ResourceRegistry",
     "ResourceType",
@@ -167,6 +168,8 @@ EVENTS_V1 = ResourceType(
     "events.k8s.io", "v1", "events", "event", "Event", namespaced=True, short_names=("ev",),
     storage_key="events", extra_field_selectors=_EVENT_FIELDS,
 )  # fmt: skip
+# Secrets: what a PromotionPolicy object's notification references read in its own namespace.
+SECRETS = ResourceType("", "v1", "secrets", "secret", "Secret", namespaced=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", namespaced=True)
 INFERENCESERVICES = ResourceType(
     "serving.kserve.io", "v1beta1", "inferenceservices", "inferenceservice", "InferenceService",
@@ -356,7 +359,7 @@ CUSTOMRESOURCEDEFINITIONS = ResourceType(
 )  # fmt: skip
 
 BUILTIN_RESOURCES = (
-    NAMESPACES, PODS, CONFIGMAPS, EVENTS, EVENTS_V1, LEASES, INFERENCESERVICES, CUSTOMRESOURCEDEFINITIONS,
+    NAMESPACES, PODS, CONFIGMAPS, SECRETS, EVENTS, EVENTS_V1, LEASES, INFERENCESERVICES, CUSTOMRESOURCEDEFINITIONS,
 )  # fmt: skip
 REGISTRY = ResourceRegistry(list(BUILTIN_RESOURCES))
 """The built-in kinds only; each store copies it (``ResourceRegistry(list(BUILTIN_RESOURCES))``) and adds

@@ -195,6 +195,29 @@ def _check_configmap(check: _Checker) -> None:
         check.too_long("[]", MAX_CONFIGMAP_BYTES)
 
 
+def _check_secret(check: _Checker, old: JsonObject | None) -> None:
+    """core/v1 ValidateSecret: config keys, base64 ``data`` (checked when decoding), 1 MiB in all,
+    ``type`` immutable; ``stringData`` is plain text and folded into ``data`` (views.to_storage)."""
+    data, string_data = check.obj.get("data"), check.obj.get("stringData")
+    check.string_map(data, "data")
+    check.string_map(string_data, "stringData")
+    total = 0
+    for key, value in (data or {}).items():
+        try:
+            total += len(base64.b64decode(value, validate=True))
+        except (binascii.Error, ValueError):
+            raise check.decode_error(f"data[{key}]: illegal base64 data") from None
+    for key, value in (string_data or {}).items():
+        total += len(value.encode())
+    for key in {**(data or {}), **(string_data or {})}:
+        if len(key) > 253 or not _CONFIG_KEY.match(key):
+            check.invalid(f"data[{key}]", key, "a valid config key must consist of alphanumeric characters")
+    if total > MAX_CONFIGMAP_BYTES:
+        check.too_long("data", MAX_CONFIGMAP_BYTES)
+    if old is not None and check.obj.get("type", "Opaque") != old.get("type", "Opaque"):
+        check.invalid("type", check.obj.get("type"), "field is immutable")
+
+
 def _integer_field(check: _Checker, where: str, value: Any, minimum: int | None = None) -> None:
     if value is None:
         return
@@ -343,6 +366,8 @@ def validate_object(resource: r.ResourceType, obj: JsonObject, old: JsonObject |
     _check_metadata(check, creating=old is None)
     if resource is r.CONFIGMAPS:
         _check_configmap(check)
+    elif resource is r.SECRETS:
+        _check_secret(check, old)
     elif resource is r.LEASES:
         _check_lease(check)
     elif resource is r.EVENTS:

@@ -1,11 +1,15 @@
-"""Two API views of one stored object: core/v1 Events and events.k8s.io/v1 Events share storage.
+"""What the apiserver converts on the way in and out of storage.
 
-The apiserver stores one Event and converts on the way in and out; a Warning written through
-events.k8s.io/v1 is listed by ``kubectl get events`` (core/v1), and the reverse.
+* core/v1 Events and events.k8s.io/v1 Events share storage: the apiserver stores one Event and
+  converts; a Warning written through events.k8s.io/v1 is listed by ``kubectl get events`` (core/v1),
+  and the reverse.
+* a Secret's ``stringData`` is write-only: folded into ``data`` (base64, overriding a key there) and
+  never stored or shown; ``type`` defaults to ``Opaque``.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -32,6 +36,14 @@ _CORE_TO_V1 = {core: v1 for v1, core in _V1_TO_CORE.items()}
 def to_storage(resource: r.ResourceType, obj: JsonObject) -> JsonObject:
     """The stored form of an object written through ``resource``'s endpoint (a copy)."""
     stored = copy.deepcopy(obj)
+    if resource is r.SECRETS:
+        string_data = stored.pop("stringData", None) or {}
+        if string_data:
+            data = stored.setdefault("data", None) or {}
+            for key, value in string_data.items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+            stored["data"] = data
+        stored.setdefault("type", "Opaque")
     if resource is r.EVENTS_V1:
         stored = {_V1_TO_CORE.get(key, key): value for key, value in stored.items()}
         resource = r.EVENTS
