@@ -207,7 +207,7 @@ def _check_secret(check: _Checker, old: JsonObject | None) -> None:
             total += len(base64.b64decode(value, validate=True))
         except (binascii.Error, ValueError):
             raise check.decode_error(f"data[{key}]: illegal base64 data") from None
-    for key, value in (string_data or {}).items():
+    for value in (string_data or {}).values():
         total += len(value.encode())
     for key in {**(data or {}), **(string_data or {})}:
         if len(key) > 253 or not _CONFIG_KEY.match(key):
