@@ -239,3 +239,10 @@ def test_kubectl_get_watch_prints_rows_as_objects_change(kubectl: Kubectl, widge
         ["alpha", "5m", "1", "0s"],
         ["alpha", "45m", "1", "0s"],
     ]
+
+
+def test_kubectl_explain_reads_the_crd_schema_from_openapi_v3(kubectl: Kubectl, widgets: Widgets) -> None:
+    explained = kubectl("explain", "widgets.spec").stdout
+    assert "KIND:       Widget" in explained
+    assert "replicas\t<integer>" in explained
+    assert "enum: Fast, Slow" in explained
