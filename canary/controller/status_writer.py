@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from kubernetes.client import (
@@ -68,8 +68,10 @@ class StatusWriter:
         min_interval: float = 1.0,
         max_per_second: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
+        redactor: Redactor | None = None,
     ):
         self._api = api
+        self._redactor = redactor or DEFAULT_REDACTOR
         self._cache = cache
         self._min_interval = min_interval
         self._rate = max_per_second
@@ -89,7 +91,8 @@ class StatusWriter:
         self._last_write.pop((namespace, name), None)
 
     def write(self, namespace: str, name: str, status: PromotionPolicyStatus) -> WriteResult:
-        body = status.to_api()
+        # Messages quote policy errors and decision reasons: scrubbed like every log line and Event.
+        body = cast(dict[str, Any], self._redactor.scrub_value(status.to_api()))
         key = (namespace, name)
         obj = self._cache.get(namespace, name)
         if obj is None:
