@@ -170,16 +170,6 @@ class Stack:
         return ConfigMapStateStore(self.api).load(namespace, name).state()
 
 
-def serve_secrets(emulator: Emulator) -> None:
-    """The emulator serves no core/v1 Secrets (yet): serve them as a plain resource for this test.
-    Written with ``data`` (base64), as the API server stores them."""
-    from canary_sandbox.emulator.resources import ResourceType
-
-    emulator.store.registry.set_custom(
-        "secrets.test-only", [ResourceType("", "v1", "secrets", "secret", "Secret", namespaced=True)]
-    )
-
-
 def install_crd(api: client.ApiClient) -> None:
     client.ApiextensionsV1Api(api).create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
 
@@ -383,7 +373,6 @@ def test_an_object_reads_its_namespace_secret_and_never_the_controller_environme
     stack.model("llama")
     with WebhookReceiver() as team, WebhookReceiver() as controllers_own:
         monkeypatch.setenv("HOOK_URL", controllers_own.url + "/hook")
-        serve_secrets(stack.emulator)
         client.CoreV1Api(stack.api).create_namespaced_secret(
             "ml",
             {

@@ -156,6 +156,15 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
         custom.create_namespaced_custom_object(
             POLICY_GROUP, POLICY_VERSION, NAMESPACE, POLICY_PLURAL, policy_object
         )
+        client.CoreV1Api(api).create_namespaced_secret(
+            NAMESPACE,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "kserve-canary-notifications", "namespace": NAMESPACE},
+                "stringData": {"HOOK_URL": f"http://127.0.0.1:{free_port()}/hook"},
+            },
+        )
 
         def predictor() -> dict[str, Any]:
             found = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, MODEL)
@@ -228,7 +237,7 @@ def run_controller(deployment: list[Manifest], workdir: Path) -> ScenarioResult:
                 )
 
             def controller_asked(method: str, fragment: str) -> bool:
-                # Whatever the answer: the emulator serves no Secrets, so reading one is a 404.
+                # Whatever the answer (the Secret holds a URL of nothing that listens).
                 return any(
                     e.user_agent.endswith(f"({IDENTITY})") and fragment in e.path
                     for e in emulator.requests.entries(method=method, since=start)
