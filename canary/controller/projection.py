@@ -244,7 +244,10 @@ def project_status(
     runs = view.policy is not None and not view.conflict
     phase = PolicyPhase(str(state.phase)) if runs else PolicyPhase.INVALID
     target_generation = None
-    if state.revision is not None:
+    if state.revision is not None and state.started_generation is not None:
+        target_generation = state.started_generation  # recorded before the controller's first write
+    elif state.revision is not None:
+        # A state from before startedGeneration was recorded: the generation first seen with it.
         if previous is not None and previous.canary_revision == state.revision:
             target_generation = previous.target_generation
         else:

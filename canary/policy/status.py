@@ -287,8 +287,9 @@ class PromotionPolicyStatus(_StatusModel):
         default=None,
         ge=0,
         description=(
-            "The InferenceService's metadata.generation when canaryRevision was first seen: the change "
-            "that created it. The controller's own canaryTrafficPercent writes do not move it."
+            "The InferenceService's metadata.generation when the rollout of canaryRevision began, before "
+            "the controller's first write: the change that created it. The controller's own "
+            "canaryTrafficPercent writes do not move it."
         ),
     )
     weight: int | None = Field(default=None, ge=0, le=100, description="The canary's traffic percentage.")

@@ -482,6 +482,7 @@ class _Tick:
             fingerprint=observed.predictor_fingerprint,
             stable_revision=stable,
             started_at=self.now,
+            started_generation=observed.generation,
             step=StepProgress(0, self.steps[0].weight),
             spec_weight=self.observed_weight_record(),
             rolled_back=previous.rolled_back,

@@ -206,6 +206,10 @@ class RolloutState:
     fingerprint: str | None = None
     stable_revision: str | None = None
     started_at: AwareDatetime | None = None  # when the rollout of ``revision`` began
+    # The InferenceService's metadata.generation when the rollout began (before the controller's own
+    # first write): the generation the author's apply produced. A PromotionPolicy's
+    # status.targetGeneration shows it, so `kubectl wait` can tell this rollout from the previous.
+    started_generation: int | None = None
     step: StepProgress | None = None
     # When the first step's clock started: the counts pooled for the promotion begin here (and a
     # restarted controller backfills them from Prometheus, so they are never stored).

@@ -208,3 +208,11 @@ def test_checks_come_from_the_latest_evaluation_of_this_revision() -> None:
         "checks" not in project_status(view(progressing(), explain=older), None, T0).to_api()
         or not (project_status(view(progressing(), explain=older), None, T0).to_api()["checks"])
     )
+
+
+def test_the_target_generation_is_the_one_the_rollout_started_at_not_the_current_one() -> None:
+    # The InferenceService is at generation 9 after the controller's own writes; the rollout began
+    # at 7, the generation the author's apply produced: that is what `kubectl wait` is told to expect.
+    state = replace(progressing(), started_generation=7)
+    status = project_status(view(state, inference_service_generation=9), None, T0)
+    assert status.to_api()["targetGeneration"] == 7

@@ -119,3 +119,19 @@ def test_consecutive_rollouts_each_start_from_the_first_step() -> None:
     harness.sim.reconcile()
     harness.run(lambda d: d.new_state.phase is Phase.SUCCEEDED)
     assert harness.writes() == [10, 30, 50, None, 10, 30, 50, None]
+
+
+def test_a_rollout_records_the_generation_the_authors_change_produced_not_the_controllers_writes() -> None:
+    harness = progressing()
+    harness.run(lambda d: d.action is Action.ADVANCE)  # at 30%: the controller wrote twice
+    harness.sim.change_model("s3://m/v3")  # the author's apply
+    authored = harness.sim.generation
+    harness.sim.reconcile()
+    restarted = harness.tick(60)
+    assert restarted.action is Action.START
+    assert restarted.new_state.started_generation == authored
+    harness.sim.make_ready()
+    harness.sim.reconcile()
+    advanced = harness.run(lambda d: d.action is Action.ADVANCE)
+    assert harness.sim.generation > authored  # the controller's own writes moved the generation
+    assert advanced.new_state.started_generation == authored  # and not what the rollout records
