@@ -5,6 +5,10 @@
   metrics (Knative queue-proxy, kube-state-metrics, DCGM) on loopback;
 * Debian's real Prometheus scraping that exporter every second;
 * a loopback webhook receiver;
+* the policies as files in a policy directory, or (``policy_objects=True``) as PromotionPolicy
+  objects: the CRD installed from the product's own generator, each policy created in its namespace,
+  and the environment it reads (``{env: NAME}``) published as each namespace's Secret
+  ``kserve-canary-notifications``, as a tenant's policy reads it;
 * the controller itself, as separate ``kserve-canary run`` processes (so tests can SIGKILL them).
 
 Everything listens on free loopback ports and is torn down by :meth:`Stack.close` (also on errors).
@@ -30,6 +34,7 @@ from typing import Any, Self, cast
 import yaml
 from kubernetes import client, config
 
+from canary.policy.crd import crd_manifest
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.emulator import RevisionBehaviour as RevisionReadiness
 from canary_sandbox.fleet.world import ModelTraffic, SimulatedFleet
@@ -39,6 +44,9 @@ from canary_sandbox.receiver import WebhookReceiver
 __all__ = ["ControllerProcess", "Stack", "inference_service"]
 
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
+POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "kserve-canary.dev", "v1alpha1", "promotionpolicies"
+# The one Secret a PromotionPolicy object's {env: NAME} references read, in the object's namespace.
+NOTIFICATION_SECRET = "kserve-canary-notifications"  # noqa: S105 - a Secret's name, not a secret
 
 
 def inference_service(
@@ -139,6 +147,8 @@ class Stack:
     env: Mapping[str, str] = field(default_factory=dict)
     scrape_interval: float = 1.0  # Prometheus' (the scale benchmark scrapes thousands of pods less often)
     request_log_size: int = 10_000  # the emulator's request log
+    # PromotionPolicy objects instead of files (the controller then runs with --policy-source crd).
+    policy_objects: bool = False
 
     def __post_init__(self) -> None:
         self._owned_workdir = self.workdir is None
@@ -187,8 +197,13 @@ class Stack:
                 scrape_targets=[f"127.0.0.1:{port}"], scrape_interval=self.scrape_interval
             ).start()
             self._closers.append(self.prometheus.stop)
-            for name, text in self.policies.items():
-                self.write_policy(name, text)
+            if self.policy_objects:
+                self.install_policy_crd()
+                for text in self.policies.values():
+                    self.apply_policy(text)
+            else:
+                for name, text in self.policies.items():
+                    self.write_policy(name, text)
         except BaseException:
             self.close()
             raise
@@ -278,8 +293,11 @@ class Stack:
             "127.0.0.1",
             # Policies may read the stack's environment variables, in every namespace it runs models in.
             *self._secret_env_allow(),
+            *(["--policy-source", "crd"] if self.policy_objects else []),
             *extra_args,
         ]
+        if self.policy_objects:
+            self.publish_env_secrets()
         environment = {**os.environ, "POD_NAME": name, **self.env}
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
@@ -311,6 +329,76 @@ class Stack:
         tmp.write_text(text)
         tmp.replace(path)  # atomic, as a ConfigMap or git-sync update is
         return path
+
+    # -- PromotionPolicy objects -------------------------------------------------------------------
+
+    def install_policy_crd(self) -> None:
+        """Create the PromotionPolicy CRD (the product's generator, as ``make schema`` writes it) and
+        wait until it is served."""
+        assert self.api is not None
+        # The client sends a plain dict as it is (its typed models would drop nothing here either).
+        client.ApiextensionsV1Api(self.api).create_custom_resource_definition(crd_manifest())  # type: ignore[arg-type]
+        served = wait_until(self._lists_policies, 10)
+        if not served:
+            raise RuntimeError("the PromotionPolicy CRD was created but is not served")
+
+    def _lists_policies(self) -> bool:
+        try:
+            self.custom.list_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, limit=1)
+        except client.ApiException:
+            return False
+        return True
+
+    def apply_policy(self, text: str) -> dict[str, Any]:
+        """Create the PromotionPolicy object ``text`` holds, or replace its spec (as ``kubectl apply``)."""
+        body = cast(dict[str, Any], yaml.safe_load(text))
+        metadata = body.setdefault("metadata", {})
+        namespace = str(metadata.get("namespace") or DEFAULT_POLICY_NAMESPACE)
+        metadata["namespace"] = namespace
+        name = str(metadata["name"])
+        try:
+            current = self.policy_object(namespace, name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+            return cast(
+                dict[str, Any],
+                self.custom.create_namespaced_custom_object(
+                    POLICY_GROUP, POLICY_VERSION, namespace, POLICY_PLURAL, body
+                ),
+            )
+        metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return cast(
+            dict[str, Any],
+            self.custom.replace_namespaced_custom_object(
+                POLICY_GROUP, POLICY_VERSION, namespace, POLICY_PLURAL, name, body
+            ),
+        )
+
+    def policy_object(self, namespace: str, name: str) -> dict[str, Any]:
+        return cast(
+            dict[str, Any],
+            self.custom.get_namespaced_custom_object(
+                POLICY_GROUP, POLICY_VERSION, namespace, POLICY_PLURAL, name
+            ),
+        )
+
+    def publish_env_secrets(self) -> None:
+        """``env`` as the Secret ``kserve-canary-notifications`` of every namespace with models: what a
+        PromotionPolicy object's ``{env: NAME}`` reads (never the controller's own environment)."""
+        core = client.CoreV1Api(self.api)
+        body = client.V1Secret(
+            metadata=client.V1ObjectMeta(name=NOTIFICATION_SECRET), string_data=dict(self.env)
+        )
+        for namespace in sorted({model.namespace for model in self.models} | {DEFAULT_POLICY_NAMESPACE}):
+            try:
+                core.replace_namespaced_secret(NOTIFICATION_SECRET, namespace, body)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+                core.create_namespaced_secret(namespace, body)
+
+    # -- InferenceServices ---------------------------------------------------------------------------
 
     def apply(self, isvc: dict[str, Any]) -> dict[str, Any]:
         meta = isvc["metadata"]

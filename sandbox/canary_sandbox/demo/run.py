@@ -3,7 +3,9 @@
 It reuses the end-to-end tests' machinery (:class:`canary_sandbox.stack.Stack`): the Kubernetes API
 emulator with KServe's behaviour, a simulated serving fleet following the traffic split, Debian's
 real Prometheus scraping it every second, a loopback webhook receiver, and the controller itself as a
-separate ``kserve-canary run`` process with the demo's policies. Then it tells the story of
+separate ``kserve-canary run`` process. The demo's policies are PromotionPolicy objects, as a model
+team keeps them beside its InferenceService: the CRD installed, one object per model in its namespace,
+the webhook's URL in that namespace's Secret. Then it tells the story of
 :mod:`canary_sandbox.demo.story`, shows it live, writes the HTML report and exits 0 only when every model
 ended as the story says it must.
 """
@@ -298,7 +300,10 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         console,
         f"starting the Kubernetes/KServe emulator, the simulated fleet and Prometheus (seed {options.seed})",
     )
-    with _signals_as_interrupt(), Stack(models, story.policy_texts, seed=options.seed) as stack:
+    with (
+        _signals_as_interrupt(),
+        Stack(models, story.policy_texts, seed=options.seed, policy_objects=True) as stack,
+    ):
         assert stack.prometheus is not None
         stack.env = {WEBHOOK_ENV: f"{stack.receiver.url}/hook"}
         _step(console, f"Prometheus {stack.prometheus.url}, webhook receiver {stack.receiver.url}")
