@@ -273,6 +273,7 @@ def _keep_running(console: Console, stack: Stack) -> None:
         "\n[bold]Everything is still running[/] — poke at it, then press Ctrl-C to stop it all:\n"
         f"  Prometheus UI   {stack.prometheus.url}/graph\n"
         f"  kubectl         kubectl --kubeconfig {kubeconfig} get inferenceservices -n {DEMO_NAMESPACE}\n"
+        f"                  kubectl --kubeconfig {kubeconfig} get promotionpolicies -n {DEMO_NAMESPACE}\n"
         f"                  kubectl --kubeconfig {kubeconfig} get events -n {DEMO_NAMESPACE}\n"
         f"  rollouts        kserve-canary status --kubeconfig {kubeconfig}\n"
         f"                  kserve-canary explain {DEMO_NAMESPACE}/llm-chat --kubeconfig {kubeconfig}\n"
@@ -307,6 +308,11 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         assert stack.prometheus is not None
         stack.env = {WEBHOOK_ENV: f"{stack.receiver.url}/hook"}
         _step(console, f"Prometheus {stack.prometheus.url}, webhook receiver {stack.receiver.url}")
+        _step(
+            console,
+            f"{len(story.policy_texts)} PromotionPolicy objects in namespace {DEMO_NAMESPACE}, beside their "
+            "InferenceServices; the webhook URL in the namespace's Secret kserve-canary-notifications",
+        )
         story.start(stack)
         finished = _watch(story, stack, console)
         payloads = [request.json() for request in stack.receiver.requests]
