@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from canary.policy.crd import policy_document
 from canary.policy.model import NotifyTarget, PromotionPolicy, SecretRef
 from canary.policy.scope import NamespaceSource, ScopeError, SecretScope
 
@@ -430,6 +431,9 @@ def _parse_documents(
                     )
                 )
                 continue
+            # A manifest fetched from the API server (kubectl get -o yaml) validates as the object it
+            # is: its status and server-set metadata are not the author's and are set aside.
+            data = policy_document(data)
             mismatch = _bind_namespace(data, origin, path, lines, start)
             if mismatch is not None:
                 errors.append(mismatch)

@@ -576,11 +576,6 @@ def test_policy_document_drops_status_and_server_set_metadata_only() -> None:
     assert [p.split(":")[0] for p in pydantic_problems(policy_document(fetched))] == ["metadata.lables"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 14 item 6: the loader (canary/policy/loader.py, not this change's) refuses status and "
-    "server-set metadata; it should validate canary.policy.crd.policy_document(data)",
-)
 def test_validate_accepts_a_manifest_fetched_from_the_api_server(tmp_path: Path) -> None:
     directory = tmp_path / "ml"
     directory.mkdir()
