@@ -27,6 +27,7 @@ from canary.policy.status import (
     Condition,
     ConditionType,
     DecisionAction,
+    DecisionVerdict,
     LastDecision,
     PolicyPhase,
     PromotionPolicyStatus,
@@ -110,9 +111,25 @@ def _last_decision(state: RolloutState) -> LastDecision | None:
     except ValueError:
         return None
     try:
-        return LastDecision(action=action, reason=entry.event, message=entry.reason or None, at=entry.at)
+        return LastDecision(
+            action=action,
+            verdict=_verdict(state),
+            reason=entry.event,
+            message=entry.reason or None,
+            at=entry.at,
+        )
     except ValidationError:
         return None
+
+
+def _verdict(state: RolloutState) -> DecisionVerdict | None:
+    """The latest evaluation's verdict (``kubectl get``'s Verdict column), if it is of this rollout."""
+    evaluation = state.evaluation
+    if evaluation.verdict is None or evaluation.at is None:
+        return None
+    if state.started_at is not None and evaluation.at < state.started_at:
+        return None  # the previous rollout's
+    return DecisionVerdict(str(evaluation.verdict))
 
 
 def _checks(explain: ExplainDocument | None, state: RolloutState) -> list[CheckStatus]:

@@ -53,6 +53,7 @@ def conditions(status: PromotionPolicyStatus) -> dict[str, tuple[str, str]]:
 def test_a_progressing_rollout() -> None:
     status = project_status(view(progressing()), None, T0)
     body = status.to_api()
+    assert "verdict" not in body["lastDecision"]  # no evaluation yet
     assert (body["phase"], body["weight"], body["step"]) == ("Progressing", 30, "2/3")
     assert (body["canaryRevision"], body["stableRevision"], body["observedGeneration"]) == (REV2, REV1, 4)
     assert body["targetGeneration"] == 7
@@ -216,3 +217,17 @@ def test_the_target_generation_is_the_one_the_rollout_started_at_not_the_current
     state = replace(progressing(), started_generation=7)
     status = project_status(view(state, inference_service_generation=9), None, T0)
     assert status.to_api()["targetGeneration"] == 7
+
+
+def test_the_last_decision_carries_the_latest_evaluation_of_this_rollout_for_the_verdict_column() -> None:
+    from canary.rollout.state import EvaluationRecord, EvaluationVerdict
+
+    evaluated = replace(
+        progressing(),
+        started_at=T0 - timedelta(minutes=5),
+        evaluation=EvaluationRecord(at=T0 + timedelta(seconds=30), verdict=EvaluationVerdict.INCONCLUSIVE),
+    )
+    assert project_status(view(evaluated), None, T0).to_api()["lastDecision"]["verdict"] == "inconclusive"
+    # An evaluation from before this rollout began is the previous rollout's: no verdict.
+    stale = replace(evaluated, started_at=T0 + timedelta(minutes=1))
+    assert "verdict" not in project_status(view(stale), None, T0).to_api()["lastDecision"]

@@ -136,6 +136,19 @@ def test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_retu
         row = next(r.split() for r in rows if r.split()[:2] == [NS, "fraud"])
         assert row[2] == "fraud"
         assert row[3] in {"Pending", "Progressing"}
+        verdict = [
+            "kubectl",
+            "-n",
+            NS,
+            "get",
+            "ppol",
+            "fraud",
+            "-o",
+            "jsonpath={.status.lastDecision.verdict}",
+        ]
+        assert wait_until(lambda: kubectl(stack, *verdict).stdout in {"pass", "inconclusive"}, 30), (
+            "the Verdict column stays empty"
+        )
 
         waiter.join(timeout=150)
         assert "at" in waited, "kubectl wait did not return"
