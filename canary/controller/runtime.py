@@ -70,6 +70,7 @@ from canary.kserve.store import (
 )
 from canary.notify import (
     Destination,
+    MessageContext,
     NotificationDispatcher,
     Outbox,
     OutboxEntry,
@@ -150,6 +151,10 @@ class ControllerConfig:
     status_min_interval: float = 1.0
     status_writes_per_second: float = 5.0
     crd_recheck: float = 60.0  # seconds between asking whether the CRD is served (until it is)
+    # Said in every notification (docs/notifications.md): which cluster a message is about, and the
+    # dashboard's base URL its rollout page is linked under (<base>/#/rollouts/<ns>/<name>); "": none.
+    cluster_name: str = ""
+    dashboard_url: str = ""
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -285,8 +290,13 @@ class Controller:
             )
         )
         self._resumed: set[str] = set()  # rollouts whose outbox this replica took up while leading
+        self._message_context = MessageContext(
+            cluster=settings.cluster_name, dashboard_url=settings.dashboard_url
+        )
         self._dispatcher = NotificationDispatcher(
-            [] if settings.dry_run else [events_destination(api_client, resolver=self._resolver)],
+            []
+            if settings.dry_run
+            else [events_destination(api_client, resolver=self._resolver, context=self._message_context)],
             recorder=PrometheusDeliveryRecorder(self.metrics.registry),
             redactor=DEFAULT_REDACTOR,
             horizon=RetryHorizon(settings.notify_retry_for, settings.notify_info_retry_for),
@@ -532,7 +542,7 @@ class Controller:
             if from_object
             else self._resolver.scoped(namespace)
         )
-        built = destinations_for(policy.spec.notify, resolver=resolver)
+        built = destinations_for(policy.spec.notify, resolver=resolver, context=self._message_context)
         self._destinations[policy.key] = (policy, from_object, built)
         return built
 

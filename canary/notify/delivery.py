@@ -54,6 +54,8 @@ def utc_now() -> datetime:
 
 class TargetKind(StrEnum):
     SLACK = "slack"
+    TEAMS = "teams"
+    DISCORD = "discord"
     WEBHOOK = "webhook"
     KUBERNETES_EVENT = "kubernetes-event"
 

@@ -90,7 +90,7 @@ class Destination:
 
 # Kept in the outbox: what goes out of the cluster. Kubernetes Events go to the very apiserver the
 # outbox would be written to, and the rollout's own history already records each decision.
-_DURABLE_KINDS = frozenset({TargetKind.SLACK, TargetKind.WEBHOOK})
+_DURABLE_KINDS = frozenset({TargetKind.SLACK, TargetKind.TEAMS, TargetKind.DISCORD, TargetKind.WEBHOOK})
 
 
 class _Unsendable:

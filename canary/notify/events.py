@@ -3,7 +3,8 @@
 One ``core/v1`` Event per decision, on the InferenceService (``serving.kserve.io/v1beta1``), from
 the component ``kserve-canary``: type ``Warning`` for warning-severity decisions, ``Normal`` otherwise;
 the notification's reason (``CanaryAdvanced``, ``CanaryRolledBack``, ``PrometheusUnavailable``, ...);
-a message of at most 1024 characters that leads with the summary and carries the key numbers.
+a message of at most 1024 UTF-8 bytes that leads with the verdict and the numbers of the checks that
+did not pass, cut at a clause boundary when it is longer.
 
 Identical events are aggregated the way client-go's EventCorrelator does it: an event with the same
 object, type, reason and message as one this process created less than ``aggregation_window`` ago
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,7 +48,15 @@ from canary.notify.delivery import (
     parse_retry_after,
     utc_now,
 )
-from canary.notify.message import CheckVerdict, Notification, Severity
+from canary.notify.message import (
+    NO_CONTEXT,
+    CheckLine,
+    CheckVerdict,
+    MessageContext,
+    Notification,
+    Severity,
+    story,
+)
 from canary.notify.secrets import DEFAULT_REDACTOR, Redactor
 
 __all__ = [
@@ -61,7 +72,9 @@ __all__ = [
 COMPONENT = "kserve-canary"
 INFERENCE_SERVICE_API_VERSION = "serving.kserve.io/v1beta1"
 DECISION_ANNOTATION = "kserve-canary.dev/decision-id"
-# client-go truncates event messages to 1 KiB; events.k8s.io/v1 rejects longer notes.
+# The API server's limit (k8s.io/kubernetes pkg/apis/core/validation/events.go, NoteLengthLimit = 1024,
+# checked with Go's len(): bytes, not characters) on events.k8s.io/v1 `note` and on core/v1 `message`
+# of events that carry reportingController. "≤" and emoji are 3-4 bytes: the budget is in UTF-8 bytes.
 MESSAGE_LIMIT = 1024
 _ERROR_EXCERPT = 300
 
@@ -72,22 +85,58 @@ def event_name(notification: Notification) -> str:
     return f"{notification.inference_service}.{digest}"
 
 
-def _check_phrase(notification: Notification) -> str:
-    # Failing checks first: in a truncated message they are the numbers that matter.
-    order = {
-        CheckVerdict.FAIL: 0,
-        CheckVerdict.ERROR: 1,
-        CheckVerdict.NO_DATA: 2,
-        CheckVerdict.NOT_YET: 3,
-        CheckVerdict.PASS: 4,
-    }
-    checks = sorted(notification.checks, key=lambda check: order[check.verdict])
+_VERDICT_ORDER = {
+    CheckVerdict.FAIL: 0,
+    CheckVerdict.ERROR: 1,
+    CheckVerdict.NO_DATA: 2,
+    CheckVerdict.NOT_YET: 3,
+    CheckVerdict.PASS: 4,
+}
+
+
+def _check_phrase(checks: Sequence[CheckLine]) -> str:
     return "; ".join(f"{check.name} {check.describe()} [{check.verdict.value}]" for check in checks)
 
 
-def event_message(notification: Notification, redactor: Redactor | None = None) -> str:
-    """The event message: summary, revisions and traffic, reasons, checks — scrubbed, ≤ 1024 chars."""
-    parts = [notification.summary.rstrip()]
+def _utf8_len(text: str) -> int:
+    return len(text.encode())
+
+
+def _cut(text: str, budget: int) -> str:
+    """``text`` cut to ``budget`` bytes at the last clause boundary (``; `` or ``, ``) that fits, with
+    an ellipsis; ``""`` if no clause fits. Never inside a number: "950ms" never becomes "95…"."""
+    room = budget - _utf8_len(" …")
+    if room <= 0:
+        return ""
+    best = ""
+    for match in re.finditer(r"[;,] ", text):
+        head = text[: match.start()]
+        if _utf8_len(head) > room:
+            break
+        best = head
+    return f"{best} …" if best else ""
+
+
+def event_message(
+    notification: Notification, redactor: Redactor | None = None, context: MessageContext = NO_CONTEXT
+) -> str:
+    """The event message, scrubbed, at most :data:`MESSAGE_LIMIT` UTF-8 bytes.
+
+    In order of importance, so that a cut loses the least: the cluster and the summary (the verdict),
+    the checks that did not pass (their numbers), the revisions and traffic, the reasons, the passing
+    checks. What does not fit is left out at a sentence or clause boundary with an ellipsis, never
+    mid-number; the dashboard link, when configured, is always kept at the end.
+    """
+    scrub = (redactor or DEFAULT_REDACTOR).scrub
+    summary = notification.summary.rstrip()
+    if context.cluster:
+        summary = f"[{context.cluster}] {summary}"
+    checks = sorted(notification.checks, key=lambda check: _VERDICT_ORDER[check.verdict])
+    failing = [check for check in checks if check.verdict is not CheckVerdict.PASS]
+    passing = [check for check in checks if check.verdict is CheckVerdict.PASS]
+    parts = [summary]
+    if failing:
+        parts.append(f"Not passing: {_check_phrase(failing)}.")
     revisions = []
     if notification.canary_revision:
         revisions.append(f"canary {notification.canary_revision}")
@@ -98,14 +147,29 @@ def event_message(notification: Notification, redactor: Redactor | None = None) 
     if revisions:
         sentence = ", ".join(revisions)
         parts.append(sentence[0].upper() + sentence[1:] + ".")
-    parts.extend(reason.rstrip() for reason in notification.reasons)
-    if notification.checks:
-        parts.append(f"Checks: {_check_phrase(notification)}.")
-    text = " ".join(part for part in parts if part)
-    text = (redactor or DEFAULT_REDACTOR).scrub(text)
-    if len(text) > MESSAGE_LIMIT:
-        text = text[: MESSAGE_LIMIT - 1] + "…"
-    return text
+    parts.extend(reason.rstrip() for reason in story(notification))
+    if passing:
+        parts.append(f"Passing: {_check_phrase(passing)}.")
+    link = context.link(notification)
+    tail = f" {link}" if link else ""
+    budget = MESSAGE_LIMIT - _utf8_len(tail)
+    text = ""
+    for part in (scrub(part) for part in parts if part):
+        candidate = f"{text} {part}" if text else part
+        if _utf8_len(candidate) <= budget:
+            text = candidate
+            continue
+        # The first part that does not fit: as many of its clauses as fit, then stop.
+        room = budget - (_utf8_len(text) + 1 if text else 0)
+        clipped = _cut(part, room)
+        if clipped:
+            text = f"{text} {clipped}" if text else clipped
+        elif text:
+            text += " …"
+        else:  # one clause longer than the limit: cut at a word, the last resort
+            text = part.encode()[: budget - _utf8_len(" …")].decode(errors="ignore").rsplit(" ", 1)[0] + " …"
+        break
+    return text + tail
 
 
 @dataclass
@@ -138,8 +202,10 @@ class KubernetesEventSender:
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         aggregation_window: float = 600.0,
         cache_size: int = 1024,
+        context: MessageContext = NO_CONTEXT,
     ) -> None:
         self._api = CoreV1Api(api_client)
+        self._context = context
         self._redactor = redactor if redactor is not None else DEFAULT_REDACTOR
         # The pod name in a cluster (HOSTNAME), so `kubectl get events` tells replicas apart.
         self._instance = (reporting_instance or os.environ.get("HOSTNAME") or socket.gethostname())[:128]
@@ -152,7 +218,7 @@ class KubernetesEventSender:
 
     def send(self, notification: Notification) -> None:
         now = self._clock().replace(microsecond=0)
-        message = event_message(notification, self._redactor)
+        message = event_message(notification, self._redactor, self._context)
         event_type = "Warning" if notification.severity is Severity.WARNING else "Normal"
         key = (
             notification.namespace,

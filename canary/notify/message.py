@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 from canary.policy.units import Unit
 from canary.rollout.vocabulary import DEFAULT_REASONS, CheckVerdict, NotificationAction, Severity
@@ -27,11 +28,15 @@ __all__ = [
     "ACTION_TITLES",
     "NOTIFICATION_API_VERSION",
     "NOTIFICATION_KIND",
+    "NO_CONTEXT",
     "CheckLine",
     "CheckVerdict",
+    "MessageContext",
     "Notification",
     "NotificationAction",
     "Severity",
+    "samples_text",
+    "story",
     "traffic_text",
     "weight_text",
 ]
@@ -116,8 +121,68 @@ class CheckLine:
         else:
             text = f"query failed{': ' + self.detail if self.detail else ''} (limit {limit})"
         if self.samples:
-            text += f", {self.samples}"
+            text += f", {samples_text(self.samples)}"
         return text
+
+
+_BARE_COUNT = re.compile(r"^\d[\d,]*(?:\.0+)?$")
+
+
+def samples_text(samples: str) -> str:
+    """What a value rests on, with its unit: a bare count (``"1"``, ``"1,840.0"``) reads ``"1 sample"``,
+    ``"1,840 samples"``; text that already names its unit (``"1840 requests"``) is kept.
+
+    A bare number after a value ("oom 0 ≤ 0, 1") reads as a second value, not as the evidence."""
+    text = samples.strip()
+    if not _BARE_COUNT.match(text):
+        return text
+    count = int(float(text.replace(",", "")))
+    return f"{count:,} sample" + ("" if count == 1 else "s")
+
+
+def _sentence_key(text: str) -> str:
+    return re.sub(r"[\s.…]+", " ", text).strip().casefold()
+
+
+def story(notification: Notification) -> tuple[str, ...]:
+    """The reasons that say something the summary does not: a reason repeating the summary (the
+    core often states its verdict as both) or an earlier reason is left out, so no message repeats
+    its first sentence."""
+    seen = {_sentence_key(notification.summary)}
+    kept = []
+    for reason in notification.reasons:
+        key = _sentence_key(reason)
+        if not key or key in seen or any(key in earlier for earlier in seen):
+            continue
+        seen.add(key)
+        kept.append(reason)
+    return tuple(kept)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageContext:
+    """What the controller adds to every message it sends, whatever the decision: the cluster it runs
+    in (``--cluster-name``) and where people can see the rollout (``--dashboard-url``). Both are
+    operator settings, never secrets; empty means not configured."""
+
+    cluster: str = ""
+    dashboard_url: str = ""  # a base URL; the rollout's page is <base>/#/rollouts/<ns>/<name>
+
+    def link(self, notification: Notification) -> str:
+        """The dashboard's page of this rollout, or ``""`` without a dashboard."""
+        if not self.dashboard_url:
+            return ""
+        base = self.dashboard_url.rstrip("/")
+        namespace = quote(notification.namespace, safe="")
+        name = quote(notification.inference_service, safe="")
+        return f"{base}/#/rollouts/{namespace}/{name}"
+
+    def where(self, notification: Notification) -> str:
+        """``prod-eu ml/llama-chat`` with a cluster name, else ``ml/llama-chat``."""
+        return f"{self.cluster} {notification.model}" if self.cluster else notification.model
+
+
+NO_CONTEXT = MessageContext()
 
 
 def weight_text(weight: int | None) -> str:

@@ -83,6 +83,17 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[^\s\"'<>)]+"),
         rf"\g<1>{MASK}",
     ),
+    # Discord webhooks: /api/webhooks/<id>/<token>; the token is the credential.
+    (
+        re.compile(r"(?i)((?:discord|discordapp)\.com/api/(?:v\d+/)?webhooks/)[^\s\"'<>)]+"),
+        rf"\g<1>{MASK}",
+    ),
+    # Teams: Office 365 connector webhooks (webhook.office.com/webhookb2/...) and Workflows URLs
+    # (.../workflows/<id>/triggers/...; their ?sig= is masked below as well).
+    (
+        re.compile(r"(?i)(\.webhook\.office\.com/webhookb2/|/workflows/)[^\s\"'<>)?]+"),
+        rf"\g<1>{MASK}",
+    ),
     # ?token=... &api_key=... &sig=...
     (
         re.compile(

@@ -6,7 +6,10 @@ Layout (https://api.slack.com/reference/block-kit/blocks):
 * ``section`` — the summary sentence and the reasons as bullets;
 * ``section`` fields — model, traffic (``10% → 30%``), canary and stable revisions, phase;
 * ``section`` fields, 10 per block — one per check: ``✅ *p99*`` / ``612ms ≤ 800ms (stable 540ms)``;
+* ``actions`` — a button to the rollout's dashboard page, when ``--dashboard-url`` is set;
 * ``context`` — policy, decision id and time.
+
+With ``--cluster-name`` the header and the fields name the cluster.
 
 A plain ``text`` fallback carries the same facts for push notifications and for Slack-compatible
 receivers (Mattermost, Rocket.Chat) that ignore blocks. ``channel`` overrides the webhook's channel
@@ -19,12 +22,20 @@ import json
 from typing import Any
 
 from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
-from canary.notify.message import CheckLine, CheckVerdict, Notification, NotificationAction
+from canary.notify.message import (
+    NO_CONTEXT,
+    CheckLine,
+    CheckVerdict,
+    MessageContext,
+    Notification,
+    NotificationAction,
+    story,
+)
 from canary.notify.posting import SecretUrlSender
 from canary.notify.secrets import SecretResolver
 from canary.policy.model import SecretRef
 
-__all__ = ["ACTION_EMOJI", "VERDICT_EMOJI", "SlackSender", "check_text", "slack_message"]
+__all__ = ["ACTION_EMOJI", "VERDICT_EMOJI", "SlackSender", "check_text", "headline", "slack_message"]
 
 ACTION_EMOJI: dict[NotificationAction, str] = {
     NotificationAction.STARTED: "🚦",
@@ -81,31 +92,44 @@ def _check_field(check: CheckLine) -> dict[str, str]:
     return {"type": "mrkdwn", "text": _clip(text, _FIELD_TEXT_MAX)}
 
 
-def _fallback_text(notification: Notification) -> str:
+def headline(notification: Notification, context: MessageContext = NO_CONTEXT, *, full: bool = False) -> str:
+    """``⏩ [prod-eu] llama-chat: canary advanced 10% → 30%`` — the first line of every chat message;
+    ``full`` names the model with its namespace (``ml/llama-chat``)."""
     emoji = ACTION_EMOJI.get(notification.action, "")
+    cluster = f"[{context.cluster}] " if context.cluster else ""
     traffic = f" {notification.traffic}" if notification.traffic else ""
-    lines = [f"{emoji} {notification.model}: {notification.title}{traffic}. {notification.summary}"]
-    lines += [f"• {reason}" for reason in notification.reasons]
+    name = notification.model if full else notification.inference_service
+    return f"{emoji} {cluster}{name}: {notification.title}{traffic}"
+
+
+def _fallback_text(notification: Notification, context: MessageContext) -> str:
+    lines = [f"{headline(notification, context, full=True)}. {notification.summary}"]
+    lines += [f"• {reason}" for reason in story(notification)]
     lines += [check_text(check) for check in notification.checks]
-    return _clip(_escape("\n".join(lines)), _FALLBACK_MAX)
+    text = _clip(_escape("\n".join(lines)), _FALLBACK_MAX - 200)
+    link = context.link(notification)
+    return text + (f"\n<{link}|Open in the dashboard>" if link else "")
 
 
-def slack_message(notification: Notification, channel: str | None = None) -> dict[str, Any]:
+def slack_message(
+    notification: Notification, channel: str | None = None, context: MessageContext = NO_CONTEXT
+) -> dict[str, Any]:
     """The JSON body for a Slack incoming webhook."""
-    emoji = ACTION_EMOJI.get(notification.action, "")
-    traffic = f" {notification.traffic}" if notification.traffic else ""
-    header = f"{emoji} {notification.inference_service}: {notification.title}{traffic}"
+    header = headline(notification, context)
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _clip(header, _HEADER_MAX), "emoji": True}},
     ]
-    story = [f"*{_escape(notification.summary)}*"] + [
-        f"• {_escape(reason)}" for reason in notification.reasons
+    lines = [f"*{_escape(notification.summary)}*"] + [
+        f"• {_escape(reason)}" for reason in story(notification)
     ]
     blocks.append(
-        {"type": "section", "text": {"type": "mrkdwn", "text": _clip("\n".join(story), _SECTION_TEXT_MAX)}}
+        {"type": "section", "text": {"type": "mrkdwn", "text": _clip("\n".join(lines), _SECTION_TEXT_MAX)}}
     )
 
-    facts = [f"*Model*\n`{_escape(notification.model)}`"]
+    facts = []
+    if context.cluster:
+        facts.append(f"*Cluster*\n`{_escape(context.cluster)}`")
+    facts.append(f"*Model*\n`{_escape(notification.model)}`")
     if notification.traffic:
         facts.append(f"*Traffic*\n{_escape(notification.traffic)}")
     if notification.canary_revision:
@@ -137,6 +161,20 @@ def slack_message(notification: Notification, channel: str | None = None) -> dic
             }
         )
 
+    link = context.link(notification)
+    if link:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open in the dashboard"},
+                        "url": link,
+                    }
+                ],
+            }
+        )
     when = notification.time.strftime("%Y-%m-%d %H:%M:%S UTC")
     blocks.append(
         {
@@ -150,7 +188,7 @@ def slack_message(notification: Notification, channel: str | None = None) -> dic
             ],
         }
     )
-    message: dict[str, Any] = {"text": _fallback_text(notification), "blocks": blocks}
+    message: dict[str, Any] = {"text": _fallback_text(notification, context), "blocks": blocks}
     if channel:
         message["channel"] = channel
     return message
@@ -167,11 +205,15 @@ class SlackSender(SecretUrlSender):
         channel: str | None = None,
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Clock = utc_now,
+        context: MessageContext = NO_CONTEXT,
     ) -> None:
         super().__init__("slack webhook", webhook_url_from, resolver=resolver, timeout=timeout, clock=clock)
         self._channel = channel
+        self._context = context
 
     def send(self, notification: Notification) -> None:
         url = self._url()
-        body = json.dumps(slack_message(notification, self._channel), ensure_ascii=False).encode()
+        body = json.dumps(
+            slack_message(notification, self._channel, self._context), ensure_ascii=False
+        ).encode()
         self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})

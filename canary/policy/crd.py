@@ -225,10 +225,13 @@ CEL_RULES: tuple[CelRule, ...] = (
     ),
     CelRule(
         "spec.notify[]",
-        "has(self.slack) != has(self.webhook)",
-        "each notify entry needs exactly one of 'slack' or 'webhook'",
+        "(has(self.slack) ? 1 : 0) + (has(self.teams) ? 1 : 0) + (has(self.discord) ? 1 : 0)"
+        " + (has(self.webhook) ? 1 : 0) == 1",
+        "each notify entry needs exactly one of 'slack', 'teams', 'discord' or 'webhook'",
     ),
     CelRule("spec.notify[].slack.webhookUrlFrom", *_ONE_SECRET),
+    CelRule("spec.notify[].teams.webhookUrlFrom", *_ONE_SECRET),
+    CelRule("spec.notify[].discord.webhookUrlFrom", *_ONE_SECRET),
     CelRule("spec.notify[].webhook.urlFrom", *_ONE_SECRET),
     CelRule("spec.notify[].webhook.secretFrom", *_ONE_SECRET),
 )

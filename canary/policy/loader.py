@@ -317,6 +317,10 @@ def _secret_refs(policy: PromotionPolicy) -> Iterator[tuple[tuple[str | int, ...
         base: tuple[str | int, ...] = ("spec", "notify", index)
         if target.slack is not None:
             yield (*base, "slack", "webhookUrlFrom"), target.slack.webhook_url_from
+        if target.teams is not None:
+            yield (*base, "teams", "webhookUrlFrom"), target.teams.webhook_url_from
+        if target.discord is not None:
+            yield (*base, "discord", "webhookUrlFrom"), target.discord.webhook_url_from
         if target.webhook is not None:
             yield (*base, "webhook", "urlFrom"), target.webhook.url_from
             if target.webhook.secret_from is not None:

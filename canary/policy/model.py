@@ -504,6 +504,17 @@ class SlackTarget(_SecretsByReference):
     channel: str | None = Field(default=None, description="Override the webhook's default channel.")
 
 
+class TeamsTarget(_SecretsByReference):
+    webhook_url_from: SecretRef = Field(
+        description="The Microsoft Teams Workflows webhook URL (it is a secret); it receives an "
+        "Adaptive Card."
+    )
+
+
+class DiscordTarget(_SecretsByReference):
+    webhook_url_from: SecretRef = Field(description="The Discord channel webhook URL (it is a secret).")
+
+
 class WebhookTarget(_SecretsByReference):
     url_from: SecretRef = Field(description="The webhook URL.")
     secret_from: SecretRef | None = Field(
@@ -511,8 +522,13 @@ class WebhookTarget(_SecretsByReference):
     )
 
 
+_NOTIFY_KINDS = ("slack", "teams", "discord", "webhook")
+
+
 class NotifyTarget(_Model):
     slack: SlackTarget | None = None
+    teams: TeamsTarget | None = None
+    discord: DiscordTarget | None = None
     webhook: WebhookTarget | None = None
     min_severity: Literal["info", "warning"] = Field(
         default="info", description="warning: only rollbacks, pauses and problems."
@@ -520,9 +536,17 @@ class NotifyTarget(_Model):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
-        if (self.slack is None) == (self.webhook is None):
-            raise ValueError("each notify entry needs exactly one of 'slack' or 'webhook'")
+        given = [kind for kind in _NOTIFY_KINDS if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "each notify entry needs exactly one of 'slack', 'teams', 'discord' or 'webhook'"
+            )
         return self
+
+    @property
+    def chat(self) -> SlackTarget | TeamsTarget | DiscordTarget | None:
+        """The chat target (Slack, Teams or Discord) of this entry; None for a generic webhook."""
+        return self.slack or self.teams or self.discord
 
 
 # ---------------------------------------------------------------------------------------------

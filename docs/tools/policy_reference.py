@@ -55,6 +55,8 @@ SECTIONS = [
     ),
     ("NotifyTarget", "spec.notify[]", "Where decisions are announced besides Kubernetes Events."),
     ("SlackTarget", "spec.notify[].slack", "A Slack incoming webhook."),
+    ("TeamsTarget", "spec.notify[].teams", "A Microsoft Teams Workflows webhook (an Adaptive Card)."),
+    ("DiscordTarget", "spec.notify[].discord", "A Discord channel webhook."),
     (
         "WebhookTarget",
         "spec.notify[].webhook",

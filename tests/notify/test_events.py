@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -9,7 +10,14 @@ import pytest
 
 from canary.notify.delivery import DeliveryError
 from canary.notify.events import MESSAGE_LIMIT, KubernetesEventSender, event_message, event_name
-from canary.notify.message import CheckLine, CheckVerdict, Notification, NotificationAction, Severity
+from canary.notify.message import (
+    CheckLine,
+    CheckVerdict,
+    MessageContext,
+    Notification,
+    NotificationAction,
+    Severity,
+)
 from canary.notify.secrets import Redactor
 from tests.notify.support import DECISION_TIME, EventApiServer, make_notification, rollback_notification
 
@@ -59,11 +67,10 @@ def test_event_on_the_inference_service(apiserver: EventApiServer) -> None:
     message = event["message"]
     assert message.startswith("Critical check oom failed at 30%; rolled back to the stable revision.")
     assert "traffic 30% → 0%" in message
-    # Failing checks come first, with their numbers.
-    assert (
-        "Checks: oom 2, not ≤ 0 [fail]; kv-cache query failed: Prometheus timed out (limit ≤ 95%) [error]"
-        in message
-    )
+    # The checks that did not pass come right after the verdict, with their numbers.
+    assert message.index(
+        "Not passing: oom 2, not ≤ 0 [fail]; kv-cache query failed: Prometheus timed out"
+    ) < (message.index("traffic 30% → 0%"))
 
 
 def test_info_decisions_are_normal_events(apiserver: EventApiServer) -> None:
@@ -160,11 +167,47 @@ def test_message_is_bounded_and_scrubbed() -> None:
         ),
         redactor,
     )
-    assert len(message) == MESSAGE_LIMIT
-    assert message.endswith("…")
+    assert len(message.encode()) <= MESSAGE_LIMIT
+    assert len(message.encode()) > MESSAGE_LIMIT - 60  # cut at the last clause that fits, not earlier
+    # Cut between two checks, never inside one: the last one shown is whole.
+    assert message.endswith("(stable 1ms) [pass] …")
     assert "leaked-token-99" not in message
     assert message.startswith("Posting to *** failed.")
 
 
 def _fields(notification: Notification) -> dict[str, Any]:
     return {field.name: getattr(notification, field.name) for field in dataclasses.fields(notification)}
+
+
+def _long_rollback(**changes: Any) -> Notification:
+    many = tuple(CheckLine(f"latency-{i}", CheckVerdict.PASS, "612ms", "≤ 800ms", "540ms") for i in range(40))
+    return dataclasses.replace(
+        rollback_notification(), checks=rollback_notification().checks + many, **changes
+    )
+
+
+def test_a_long_message_keeps_the_verdict_and_the_failing_numbers_within_1024_bytes() -> None:
+    """The API server counts bytes (Go's len on the note): "≤" is three of them."""
+    context = MessageContext(cluster="prod-eu", dashboard_url="https://canary.example.com/")
+    message = event_message(_long_rollback(), Redactor(), context)
+    assert len(message.encode()) <= MESSAGE_LIMIT < len(message) * 3
+    assert message.startswith("[prod-eu] Critical check oom failed at 30%")
+    assert "oom 2, not ≤ 0 [fail]" in message
+    # The link survives the cut, and it is the rollout's page.
+    assert message.endswith(" … https://canary.example.com/#/rollouts/ml/llama-chat")
+    # No number is cut: every "latency-N" shown carries its whole line.
+    shown = re.findall(r"latency-\d+ [^;]*", message)
+    assert shown, message
+    assert all(
+        line.startswith("latency-") and "612ms ≤ 800ms (stable 540ms) [pass]" in line for line in shown
+    )
+
+
+def test_a_reason_repeating_the_summary_is_said_once() -> None:
+    notification = make_notification(
+        summary="Step 10% held 10m with every check passing; advancing to 30%.",
+        reasons=("Step 10% held 10m with every check passing; advancing to 30%.", "3 of 3 checks passed."),
+    )
+    message = event_message(notification, Redactor())
+    assert message.count("advancing to 30%") == 1
+    assert "3 of 3 checks passed." in message

@@ -119,7 +119,7 @@ def test_notify_targets_need_exactly_one_kind_and_secret_references() -> None:
     base = valid_policy() + "  notify:\n"
     assert load_text(base + "    - slack: {webhookUrlFrom: {env: SLACK_URL}}\n").ok
     both = load_text(base + "    - {slack: {webhookUrlFrom: {env: A}}, webhook: {urlFrom: {env: B}}}\n")
-    assert "exactly one of 'slack' or 'webhook'" in both.errors[0].message
+    assert "exactly one of 'slack', 'teams', 'discord' or 'webhook'" in both.errors[0].message
     bad_env = load_text(base + "    - webhook: {urlFrom: {env: 'not a name'}}\n")
     assert "not a valid environment variable name" in bad_env.errors[0].message
     two_refs = load_text(base + "    - webhook: {urlFrom: {env: A, file: /x}}\n")
