@@ -19,13 +19,19 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml | $(PY)
 
 setup: $(STAMP) prometheus
 
-# Debian's Prometheus: the tests and the demo start their own server from this binary.
+# Debian's Prometheus: the tests and the demo start their own server from this binary. Debian's
+# chromium and chromium-driver: tests/dashboard drive the dashboard's page in a headless browser.
 prometheus:
 	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 		echo "installing Debian's prometheus package"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 		$$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; \
+	fi
+	@if ! command -v chromedriver >/dev/null 2>&1; then \
+		echo "installing Debian's chromium and chromium-driver packages"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
 	fi
 
 lint: $(STAMP)

@@ -1,0 +1,454 @@
+"""What the dashboard's JSON API says about rollouts: rows for the table, a rollout's full picture.
+
+Everything here is read from the state ConfigMaps (``state.json``, ``explain.json``,
+``command.json``, ``command-result.json``) as the CLI's ``status`` and ``explain`` read them, plus
+two things the ConfigMap does not keep: the check values of every evaluation the dashboard has seen
+since it started (:class:`EvaluationLog`; the controller keeps only the latest), and, when a
+Prometheus URL is given, each check's PromQL evaluated over the rollout as a range query.
+
+Values go out already in the unit a person reads (ms, %, GiB), so the page only draws.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from canary.kserve.store import STATE_KEY, StoredState
+from canary.policy.units import Unit, format_value, parse_in_unit
+from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR, PrometheusRange
+from canary.rollout.records import CommandFormatError, ExplainCheck, ExplainDocument
+from canary.rollout.state import HistoryEntry, RolloutState, StateFormatError
+
+__all__ = [
+    "EvaluationLog",
+    "PrometheusSeries",
+    "display_unit",
+    "limit_lines",
+    "rollout_detail",
+    "rollout_row",
+]
+
+# How many evaluations per rollout the dashboard remembers (at the default 60 s interval, 6 hours).
+MAX_EVALUATIONS = 360
+# A range query answers at most this many points per series: enough for a chart 900 pixels wide.
+RANGE_POINTS = 240
+# Prometheus is asked again for the same rollout no sooner than this: the page polls every 2 s.
+RANGE_CACHE_SECONDS = 15.0
+# The label each check's query uses for the revision, and the one that marks its side series
+# (request counts, GPU totals), as canary.metrics.catalog renders them.
+REVISION_LABEL = "revision"
+FIELD_LABEL = "evidence_field"
+
+# The decisions that get a marker on the charts, by the history's action names.
+_MARKED = {"start": "started", "advance": "advanced", "promote": "promoted", "rollback": "rolled-back"}
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def display_unit(unit: Unit | str) -> tuple[str, float]:
+    """The unit a chart shows a canonical value in, and the factor to get there."""
+    try:
+        known = Unit(unit)
+    except ValueError:
+        return "", 1.0
+    return {
+        Unit.SECONDS: ("ms", 1000.0),
+        Unit.RATIO: ("%", 100.0),
+        Unit.BYTES: ("GiB", 1 / 1024.0**3),
+        Unit.MEBIBYTES: ("GiB", 1 / 1024.0),
+        Unit.COUNT: ("", 1.0),
+        Unit.NONE: ("", 1.0),
+    }[known]
+
+
+_ABSOLUTE = re.compile(r"^(≤|≥) (\S+)$")
+_RELATIVE = re.compile(r"^≤ \+(\S+) vs stable")
+
+
+def limit_lines(limit: str, unit: Unit | str, stable: float | None) -> list[dict[str, Any]]:
+    """The limits in ``limit`` (the judge's text, ``≤ 800ms and ≤ +20% vs stable``) as canonical
+    numbers to draw: absolute ones as they are, a relative one from the stable value it was judged
+    against. What cannot be drawn (a fraction of GPU memory, an unknown form) is left to the text."""
+    try:
+        known = Unit(unit)
+    except ValueError:
+        known = Unit.NONE
+    lines: list[dict[str, Any]] = []
+    for raw in limit.split(" and "):
+        part = raw.strip()
+        absolute = _ABSOLUTE.match(part)
+        relative = _RELATIVE.match(part)
+        try:
+            if absolute is not None:
+                text = absolute.group(2)
+                if known is Unit.MEBIBYTES and text.endswith("MiB"):
+                    text = text[:-3]
+                lines.append({"label": part, "value": parse_in_unit(text, known)})
+            elif relative is not None and stable is not None:
+                increase = parse_in_unit(relative.group(1), Unit.RATIO)
+                allowed = stable * (1 + increase)
+                lines.append({"label": f"{1 + increase:.3g} × stable", "value": allowed})
+        except ValueError:
+            continue
+    return lines
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    decision_id: str
+    at: float
+    revision: str | None
+    checks: tuple[ExplainCheck, ...]
+
+
+class EvaluationLog:
+    """Each rollout's evaluations as the dashboard saw them (``explain.json`` changes with every
+    evaluation; the controller keeps only the latest), bounded, thread-safe."""
+
+    def __init__(self, limit: int = MAX_EVALUATIONS) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._seen: dict[str, deque[_Evaluation]] = {}
+
+    def record(self, key: str, document: ExplainDocument | None) -> None:
+        if document is None:
+            return
+        entry = _Evaluation(document.decision_id, document.at.timestamp(), document.revision, document.checks)
+        with self._lock:
+            seen = self._seen.setdefault(key, deque(maxlen=self._limit))
+            if seen and seen[-1].decision_id == entry.decision_id and seen[-1].at == entry.at:
+                return
+            seen.append(entry)
+
+    def of(self, key: str, revision: str | None) -> list[_Evaluation]:
+        with self._lock:
+            return [entry for entry in self._seen.get(key, ()) if entry.revision == revision]
+
+
+def _readable(stored: StoredState) -> tuple[RolloutState | None, str | None]:
+    if stored.state_json is None:
+        return None, f"the ConfigMap holds no {STATE_KEY}"
+    try:
+        return stored.state(), None
+    except StateFormatError as error:
+        return None, str(error)
+
+
+def _explain(stored: StoredState) -> tuple[ExplainDocument | None, str | None]:
+    try:
+        return stored.explain(), None
+    except StateFormatError as error:
+        return None, str(error)
+
+
+def _pending(stored: StoredState) -> dict[str, Any] | None:
+    try:
+        command = stored.command()
+    except CommandFormatError:
+        return {"command": "unreadable", "by": stored.command_issuer, "at": None}
+    if command is None:
+        return None
+    return {
+        "command": str(command.command),
+        "by": stored.command_issuer or command.by,
+        "at": _iso(command.at),
+    }
+
+
+def rollout_row(stored: StoredState) -> dict[str, Any]:
+    """One rollout for the table (the columns of ``kserve-canary status``, plus the verdict)."""
+    row: dict[str, Any] = {"namespace": stored.namespace, "name": stored.inference_service}
+    state, problem = _readable(stored)
+    if state is None:
+        return {**row, "phase": "Unreadable", "problem": problem}
+    last = state.history[-1] if state.history else None
+    weight = state.spec_weight.weight if state.spec_weight else None
+    step = state.step
+    return {
+        **row,
+        "phase": str(state.phase),
+        "pause": (
+            {"kind": str(state.pause.kind), "reason": state.pause.reason} if state.pause is not None else None
+        ),
+        "revision": state.revision,
+        "stableRevision": state.stable_revision,
+        "weight": weight,
+        "step": None if step is None else {"index": step.index, "weight": step.weight},
+        "since": _iso(step.started_at if step is not None else state.started_at),
+        "lastDecision": (
+            None
+            if last is None
+            else {"at": _iso(last.at), "action": last.action, "reason": last.reason, "event": last.event}
+        ),
+        "verdict": str(state.evaluation.verdict) if state.evaluation.verdict else None,
+        "pendingCommand": _pending(stored),
+    }
+
+
+def _history_of_rollout(state: RolloutState) -> list[HistoryEntry]:
+    """The decisions of the rollout in view (the history also holds earlier rollouts')."""
+    if state.started_at is None:
+        return list(state.history)
+    return [entry for entry in state.history if entry.at >= state.started_at]
+
+
+def _traffic(state: RolloutState, now: float) -> list[list[float]]:
+    """The canary's share of traffic over the rollout, from the decisions that wrote it: a step
+    function ending at the weight known to be in the spec now."""
+    points: list[list[float]] = []
+    start = _epoch(state.started_at)
+    if start is not None:
+        points.append([start, 0.0])
+    for entry in _history_of_rollout(state):
+        if entry.action in ("start", "advance") and entry.weight is not None:
+            points.append([entry.at.timestamp(), float(entry.weight)])
+        elif entry.action == "promote":
+            points.append([entry.at.timestamp(), 100.0])
+        elif entry.action == "rollback":
+            points.append([entry.at.timestamp(), 0.0])
+    if points:
+        if state.spec_weight is not None and state.spec_weight.weight is not None:
+            current = float(state.spec_weight.weight)
+        else:
+            current = points[-1][1]
+        points.append([max(now, points[-1][0]), current])
+    return points
+
+
+def _markers(state: RolloutState) -> list[dict[str, Any]]:
+    markers = []
+    for entry in _history_of_rollout(state):
+        action = _MARKED.get(entry.action) or ("paused" if entry.action == "pause" else None)
+        if action is None:
+            continue
+        label = {"started": f"start {entry.weight}%", "advanced": f"{entry.weight}%"}.get(
+            action, action.replace("-", " ")
+        )
+        markers.append({
+            "at": entry.at.timestamp(),
+            "label": label,
+            "action": action,
+            "colour": MARKER_COLOURS.get(action, "#555"),
+            "detail": entry.reason,
+        })  # fmt: skip
+    return markers
+
+
+def _check_row(check: ExplainCheck) -> dict[str, Any]:
+    def shown(value: float | None) -> str | None:
+        return None if value is None or not math.isfinite(value) else format_value(value, check.unit)
+
+    return {
+        "name": check.name,
+        "verdict": check.verdict,
+        "value": shown(check.value),
+        "limit": check.limit,
+        "stable": shown(check.stable),
+        "samples": check.samples,
+        "critical": check.critical,
+        "statement": check.detail,
+        "query": check.query,
+    }
+
+
+class PrometheusSeries:
+    """Each check's PromQL over the rollout, as range queries, grouped by revision; cached briefly."""
+
+    def __init__(
+        self, url: str, *, range_factory: Callable[[str, float, float, float], PrometheusRange] | None = None
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._range = range_factory or PrometheusRange
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+
+    def series(
+        self, key: str, document: ExplainDocument, start: float, end: float
+    ) -> dict[str, dict[str, Any]]:
+        """Per check: ``{"revisions": {revision: [[t, v], ...]}}`` or ``{"error": why}``."""
+        cache_key = (key, document.decision_id)
+        with self._lock:
+            cached = self._cache.get(cache_key)
+            if cached is not None and time.monotonic() - cached[0] < RANGE_CACHE_SECONDS:
+                return dict(cached[1])
+        step = max((end - start) / RANGE_POINTS, 5.0)
+        prometheus = self._range(self.url, start, end, step)
+        answer: dict[str, dict[str, Any]] = {}
+        for check in document.checks:
+            if not check.query:
+                continue
+            try:
+                results = prometheus.query(check.query)
+            except Exception as error:
+                answer[check.name] = {"error": f"{type(error).__name__}: {error}"[:300]}
+                continue
+            answer[check.name] = {"revisions": _by_revision(results)}
+        with self._lock:
+            self._cache[cache_key] = (time.monotonic(), answer)
+            if len(self._cache) > 256:  # the oldest go first; a handful of rollouts are in view
+                for old in sorted(self._cache, key=lambda k: self._cache[k][0])[:128]:
+                    del self._cache[old]
+        return answer
+
+
+def _by_revision(
+    results: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]],
+) -> dict[str, list[list[float]]]:
+    grouped: dict[str, list[list[float]]] = {}
+    for metric, points in results:
+        if FIELD_LABEL in metric:  # a side series: request counts, GPU totals
+            continue
+        revision = metric.get(REVISION_LABEL, "")
+        grouped.setdefault(revision, []).extend([t, v] for t, v in points)
+    return {revision: sorted(points) for revision, points in grouped.items()}
+
+
+def _check_chart(
+    check: ExplainCheck,
+    state: RolloutState,
+    seen: Sequence[_Evaluation],
+    prometheus: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    unit, factor = display_unit(check.unit)
+    canary_points: list[list[float]] = []
+    stable_points: list[list[float]] = []
+    source = "evaluations seen by the dashboard"
+    revisions = (prometheus or {}).get("revisions")
+    if revisions:
+        source = "Prometheus range query of the check's PromQL"
+        canary_points = [[t, v * factor] for t, v in revisions.get(state.revision or "", [])]
+        stable_points = [[t, v * factor] for t, v in revisions.get(state.stable_revision or "", [])]
+    else:
+        for evaluation in seen:
+            for past in evaluation.checks:
+                if past.name != check.name:
+                    continue
+                if past.value is not None and math.isfinite(past.value):
+                    canary_points.append([evaluation.at, past.value * factor])
+                if past.stable is not None and math.isfinite(past.stable):
+                    stable_points.append([evaluation.at, past.stable * factor])
+    limits = [
+        {"label": line["label"], "value": line["value"] * factor}
+        for line in limit_lines(check.limit, check.unit, check.stable)
+    ]
+    series = [
+        {"label": f"stable · {state.stable_revision}", "colour": STABLE_COLOUR, "points": stable_points},
+        {"label": f"canary · {state.revision}", "colour": CANARY_COLOUR, "points": canary_points},
+    ]
+    return {
+        "title": check.name,
+        "unit": unit,
+        "source": source,
+        "prometheusError": (prometheus or {}).get("error"),
+        "series": [item for item in series if item["points"]],
+        "limits": limits,
+        "limitColour": LIMIT_COLOUR,
+    }
+
+
+def rollout_detail(
+    stored: StoredState,
+    log: EvaluationLog,
+    prometheus: PrometheusSeries | None,
+    *,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """One rollout in full: the row, the decisions with their numbers, the latest evaluation's checks
+    against their limits, the charts, the pending command and the answer to the last one."""
+    moment = time.time() if now is None else now
+    detail = rollout_row(stored)
+    state, _ = _readable(stored)
+    document, explain_problem = _explain(stored)
+    log.record(stored.key, document)
+    outcome = stored.readable_command_result()
+    detail["lastCommandResult"] = (
+        None
+        if outcome is None
+        else {
+            "command": outcome.command,
+            "accepted": outcome.accepted,
+            "message": outcome.message,
+            "at": _iso(outcome.at),
+            "by": outcome.by,
+            "id": outcome.id,
+        }
+    )
+    if state is None:
+        return detail
+    detail["decisions"] = [
+        {
+            "at": _iso(entry.at),
+            "action": entry.action,
+            "weight": entry.weight,
+            "phase": str(entry.phase),
+            "event": entry.event,
+            "reason": entry.reason,
+            "id": entry.id,
+        }
+        for entry in reversed(state.history)
+    ]
+    detail["evaluation"] = {
+        "at": _iso(state.evaluation.at),
+        "verdict": str(state.evaluation.verdict) if state.evaluation.verdict else None,
+        "requests": state.evaluation.requests,
+        "failedChecks": list(state.evaluation.failed_checks),
+        "failureStreak": state.evaluation.failure_streak,
+    }
+    detail["explainProblem"] = explain_problem
+    detail["explain"] = (
+        None
+        if document is None
+        else {
+            "at": _iso(document.at),
+            "decisionId": document.decision_id,
+            "revision": document.revision,
+            "stableRevision": document.stable_revision,
+            "action": document.action,
+            "verdict": document.verdict,
+            "requests": document.requests,
+            "reasons": list(document.reasons),
+            "checks": [_check_row(check) for check in document.checks],
+        }
+    )
+    start = _epoch(state.started_at) or _epoch(state.evidence_since) or moment - 3600
+    ranges: dict[str, dict[str, Any]] = {}
+    if prometheus is not None and document is not None and document.revision == state.revision:
+        ranges = prometheus.series(stored.key, document, start, moment)
+    seen = log.of(stored.key, state.revision)
+    checks = document.checks if document is not None and document.revision == state.revision else ()
+    detail["charts"] = {
+        "from": start,
+        "to": moment,
+        "markers": _markers(state),
+        "traffic": {
+            "title": "Traffic to the canary",
+            "unit": "%",
+            "yMax": 100,
+            "series": [
+                {
+                    "label": f"canary · {state.revision}",
+                    "colour": CANARY_COLOUR,
+                    "points": _traffic(state, moment),
+                    "step": True,
+                }
+            ],
+            "limits": [],
+        },
+        "checks": [_check_chart(check, state, seen, ranges.get(check.name)) for check in checks],
+        "prometheus": prometheus.url if prometheus is not None else None,
+    }
+    return detail
