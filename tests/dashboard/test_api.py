@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
+from canary_sandbox.prometheus import free_port
 
 from canary.dashboard.server import TOKEN_HEADER, Dashboard
 from canary.dashboard.views import limit_lines
@@ -392,19 +393,13 @@ def test_with_prometheus_each_check_is_drawn_from_its_promql_over_the_rollout(
     assert [round(value, 6) for _, value in stable["points"]] == [500.0], "NaN is a gap, samples are no value"
     assert _Prometheus.queries == [document.checks[0].query], "a check without PromQL is not queried"
     # Prometheus unreachable: the charts fall back to the evaluations seen, and say why.
-    board = start_dashboard(world, prometheus_url=f"http://127.0.0.1:{_free_port()}")
+    board = start_dashboard(world, prometheus_url=f"http://127.0.0.1:{free_port()}")
     try:
         charts = Api(board).get("/api/rollouts/ml/llama").json()["charts"]
     finally:
         board.stop()
     assert "ConnectionError" in charts["checks"][0]["prometheusError"]
     assert charts["checks"][0]["source"] == "evaluations seen by the dashboard"
-
-
-def _free_port() -> int:
-    from canary_sandbox.prometheus import free_port
-
-    return free_port()
 
 
 def test_the_request_log_never_shows_the_token(world: World, capfd: pytest.CaptureFixture[str]) -> None:
@@ -417,3 +412,41 @@ def test_the_request_log_never_shows_the_token(world: World, capfd: pytest.Captu
     captured = capfd.readouterr()
     assert board.token not in captured.out + captured.err
     assert "guess" not in captured.out + captured.err
+
+
+def test_run_dashboard_prints_its_url_serves_and_exits_0_on_ctrl_c(world: World) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    world.start_rollout()
+    code = (
+        "import sys; from canary.dashboard.server import run_dashboard; "
+        f"sys.exit(run_dashboard(kubeconfig={str(world.kubeconfig)!r}, context=None, namespaces=['ml']))"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        prefix = "Dashboard: http://127.0.0.1:"
+        assert line.startswith(prefix), line + (process.stderr.read() if process.poll() is not None else "")
+        url = line.removeprefix("Dashboard: ")
+        token = url.split("?token=", 1)[1]
+        origin = url.split("/?", 1)[0]
+        assert len(token) >= 43
+        listed = requests.get(f"{origin}/api/rollouts", headers={TOKEN_HEADER: token}, timeout=10)
+        assert [row["name"] for row in listed.json()["rollouts"]] == ["llama"]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_run_dashboard_says_when_the_kubeconfig_is_unusable() -> None:
+    from canary.dashboard.server import run_dashboard
+
+    assert run_dashboard(kubeconfig="/nonexistent/kubeconfig", context=None, namespaces=[]) == 1
