@@ -1,0 +1,623 @@
+"""The ``kserve-canary`` command line; also ``kubectl canary``, as a kubectl plugin.
+
+Start-up time is part of the interface: this module imports Typer and the standard library only,
+and each command imports what it needs when it runs (:mod:`canary.cli.rollouts` the Kubernetes
+client, :mod:`canary.cli.policies` the policy models, :mod:`canary.cli.controller` everything).
+
+Exit codes, for every command: 0 ok; 1 refused or invalid; 2 usage error; 3 the cluster or
+Prometheus could not be reached (for the operator commands also: the controller did not answer).
+A failure is one or two lines on stderr; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from canary import __version__
+from canary.cli.help import DEBUG_KEY, EXIT_REFUSED, CanaryGroup, fail
+
+app = typer.Typer(
+    name="kserve-canary",
+    cls=CanaryGroup,
+    help="Automated, evidence-driven canary rollouts for KServe InferenceServices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Plain help and usage errors, as kubectl and click print them: no boxes to break in a pipe, and
+    # no Rich to import before the first line.
+    rich_markup_mode=None,
+)
+
+
+class TextOrJson(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class StatusOutput(StrEnum):
+    TEXT = "text"
+    WIDE = "wide"
+    JSON = "json"
+    YAML = "yaml"
+
+
+class PolicyNamespaces(StrEnum):
+    """canary.policy.scope.NamespaceSource, spelled here so that --help does not import the models."""
+
+    DIRECTORY = "directory"
+    METADATA = "metadata"
+
+
+class LogFormat(StrEnum):
+    AUTO = "auto"
+    JSON = "json"
+    CONSOLE = "console"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kserve-canary {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", envvar="KSERVE_CANARY_DEBUG", help="Print the traceback of a failure as well."
+        ),
+    ] = False,
+) -> None:
+    """Automated, evidence-driven canary rollouts for KServe InferenceServices.
+
+    Exit codes: 0 ok, 1 refused or invalid, 2 usage error, 3 cluster or Prometheus unreachable.
+    """
+    ctx.meta[DEBUG_KEY] = debug
+
+
+def main() -> None:
+    # Installed as kubectl-canary, kubectl runs it for `kubectl canary ...`: say so in usage lines.
+    name = "kubectl canary" if Path(sys.argv[0]).name == "kubectl-canary" else "kserve-canary"
+    app(prog_name=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies
+
+# What a policy may reach; `validate` takes the same options as `run`, so CI rejects what the
+# controller would (docs/notifications.md, "Secrets and namespaces").
+PolicyNamespacesOption = Annotated[
+    PolicyNamespaces,
+    typer.Option(
+        "--policy-namespaces",
+        envvar="POLICY_NAMESPACES",
+        metavar="directory|metadata",
+        help="directory: DIR/<namespace>/*.yaml decides a policy's namespace; metadata: trust "
+        "metadata.namespace (one platform-owned repository only).",
+    ),
+]
+SecretFileRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--secret-file-root",
+        envvar="SECRET_FILE_ROOT",
+        metavar="DIR",
+        help="'file:' references of namespace NS resolve inside DIR/NS/; without it they are refused.",
+    ),
+]
+SecretEnvAllowOption = Annotated[
+    list[str],
+    typer.Option(
+        "--secret-env-allow",
+        envvar="SECRET_ENV_ALLOW",
+        metavar="NS=GLOB",
+        help="Policies of NS may read environment variables matching GLOB (repeatable; "
+        "comma-separated in the variable). Default: none.",
+    ),
+]
+
+
+@app.command()
+def validate(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(metavar="PATH", help="Policy files or directories (searched recursively)."),
+    ],
+    output: Annotated[
+        TextOrJson,
+        typer.Option(
+            "--output", "-o", "--format", metavar="text|json", help="text for people, json for machines."
+        ),
+    ] = TextOrJson.TEXT,
+    policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
+    secret_file_root: SecretFileRootOption = None,
+    secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006 - typer reads the default, never mutates it
+) -> None:
+    """Check policy files; exit 0 when all are valid, 1 when any is not, 2 on a usage error (a path
+    that does not exist).
+
+    A directory is a policy root: DIR/<namespace>/**/*.yaml, as the controller reads it.
+    """
+    from canary.cli.policies import validate_paths  # noqa: PLC0415 - lazy: start-up time
+
+    validate_paths(paths, output.value, policy_namespaces.value, secret_file_root, secret_env_allow)
+
+
+@app.command()
+def schema(
+    crd: Annotated[
+        bool,
+        typer.Option("--crd", help="Print the PromotionPolicy CustomResourceDefinition (YAML) instead."),
+    ] = False,
+) -> None:
+    """Print the JSON Schema of the policy file (for yaml-language-server and editors)."""
+    from canary.cli.policies import print_schema  # noqa: PLC0415 - lazy: start-up time
+
+    print_schema(crd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller
+
+
+@app.command()
+def run(
+    policies: Annotated[
+        list[Path], typer.Option("--policies", envvar="POLICY_DIR", help="Policy directory (repeatable).")
+    ] = [Path("/etc/kserve-canary/policies")],  # noqa: B006 - typer reads the default, never mutates it
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster config.")
+    ] = None,
+    prometheus_url: Annotated[str, typer.Option(envvar="PROMETHEUS_URL")] = "http://localhost:9090",
+    prometheus_header: Annotated[
+        list[str], typer.Option(help="Extra header K=V, e.g. X-Scope-OrgID=tenant (repeatable).")
+    ] = [],  # noqa: B006
+    prometheus_token_file: Annotated[
+        str | None,
+        typer.Option(envvar="PROMETHEUS_TOKEN_FILE", help="Bearer token file (re-read per request)."),
+    ] = None,
+    prometheus_ca_file: Annotated[str | None, typer.Option(envvar="PROMETHEUS_CA_FILE")] = None,
+    prometheus_timeout: Annotated[
+        float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
+    ] = 10.0,
+    scrape_interval: Annotated[
+        float,
+        typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
+    ] = 30.0,
+    min_samples: Annotated[
+        float,
+        typer.Option(
+            envvar="MIN_SAMPLES",
+            help="A latency or error rate from fewer requests is no data (neither pass nor fail).",
+        ),
+    ] = 20,
+    namespace: Annotated[
+        list[str],
+        typer.Option("--namespace", "-n", envvar="WATCH_NAMESPACES", help="Watched namespace (repeatable)."),
+    ] = [],  # noqa: B006
+    metrics_port: Annotated[
+        int, typer.Option(envvar="METRICS_PORT", help="/metrics, /healthz, /readyz.")
+    ] = 8080,
+    metrics_bind_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="METRICS_BIND_ADDRESS",
+            help="Address of /metrics, /healthz, /readyz; default: $POD_IP, else 127.0.0.1.",
+        ),
+    ] = None,
+    leader_elect: Annotated[
+        bool, typer.Option("--leader-elect/--no-leader-elect", envvar="LEADER_ELECT")
+    ] = True,
+    lease_name: Annotated[str, typer.Option(envvar="LEASE_NAME")] = "kserve-canary",
+    lease_namespace: Annotated[str, typer.Option(envvar="LEASE_NAMESPACE")] = "kserve-canary",
+    lease_duration: Annotated[float, typer.Option(envvar="LEASE_DURATION", help="Seconds.")] = 15.0,
+    renew_deadline: Annotated[float, typer.Option(envvar="LEASE_RENEW_DEADLINE", help="Seconds.")] = 10.0,
+    retry_period: Annotated[float, typer.Option(envvar="LEASE_RETRY_PERIOD", help="Seconds.")] = 2.0,
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="SHARDS",
+            help="Shard Leases the governed InferenceServices are split into (docs/ha.md); 1: one "
+            "Lease, one leader.",
+        ),
+    ] = 1,
+    tick: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            envvar="TICK_SECONDS",
+            help="Seconds between ticks: every due rollout is evaluated together (one counter sample); "
+            "keep it at most the smallest policy interval.",
+        ),
+    ] = 5.0,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", envvar="DRY_RUN", help="Decide and report; write nothing; take no lease."),
+    ] = False,
+    log_format: Annotated[
+        LogFormat, typer.Option(envvar="LOG_FORMAT", metavar="auto|json|console")
+    ] = LogFormat.AUTO,
+    max_workers: Annotated[int, typer.Option(envvar="MAX_WORKERS", help="Concurrent evaluations.")] = 8,
+    policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
+    secret_file_root: SecretFileRootOption = None,
+    secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006
+    notify_allow_host: Annotated[
+        list[str],
+        typer.Option(
+            "--notify-allow-host",
+            envvar="NOTIFY_ALLOW_HOSTS",
+            help="A notification host that may be private, loopback or plain http (repeatable).",
+        ),
+    ] = [],  # noqa: B006
+    notify_retry_for: Annotated[
+        str,
+        typer.Option(
+            envvar="NOTIFY_RETRY_FOR",
+            help="How long a promotion, rollback, pause, unguarded-rollout or warning notification is "
+            "retried before it is reported lost (1h, 30m, 90s).",
+        ),
+    ] = "1h",
+    notify_info_retry_for: Annotated[
+        str,
+        typer.Option(
+            envvar="NOTIFY_INFO_RETRY_FOR",
+            help="The same for informational notifications (started, advanced, ...).",
+        ),
+    ] = "10m",
+    policy_source: Annotated[
+        str,
+        typer.Option(
+            "--policy-source",
+            envvar="POLICY_SOURCE",
+            help="Where policies come from: files (--policies), crd (PromotionPolicy objects; /readyz "
+            "fails while the CRD is not served), or auto: both, the objects once the CRD is served. "
+            "Comma-separated: files,crd.",
+        ),
+    ] = "auto",
+    allow_custom_promql_from_crds: Annotated[
+        bool,
+        typer.Option(
+            "--allow-custom-promql-from-crds",
+            envvar="ALLOW_CUSTOM_PROMQL_FROM_CRDS",
+            help="Accept custom PromQL (checks[].promql, metrics.queries) in PromotionPolicy objects: "
+            "it runs with the controller's Prometheus credentials (put prom-label-proxy in front).",
+        ),
+    ] = False,
+) -> None:
+    """Run the controller until SIGTERM."""
+    from canary.cli.controller import run_controller  # noqa: PLC0415 - lazy: start-up time
+
+    run_controller(
+        policies=policies,
+        kubeconfig=kubeconfig,
+        prometheus_url=prometheus_url,
+        prometheus_header=prometheus_header,
+        prometheus_token_file=prometheus_token_file,
+        prometheus_ca_file=prometheus_ca_file,
+        prometheus_timeout=prometheus_timeout,
+        scrape_interval=scrape_interval,
+        min_samples=min_samples,
+        namespace=namespace,
+        metrics_port=metrics_port,
+        metrics_bind_address=metrics_bind_address,
+        leader_elect=leader_elect,
+        lease_name=lease_name,
+        lease_namespace=lease_namespace,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        shards=shards,
+        tick=tick,
+        dry_run=dry_run,
+        log_format=log_format.value,
+        max_workers=max_workers,
+        policy_namespaces=policy_namespaces.value,
+        secret_file_root=secret_file_root,
+        secret_env_allow=secret_env_allow,
+        notify_allow_host=notify_allow_host,
+        notify_retry_for=notify_retry_for,
+        notify_info_retry_for=notify_info_retry_for,
+        policy_source=policy_source,
+        allow_custom_promql_from_crds=allow_custom_promql_from_crds,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Operating rollouts
+
+KubeconfigOption = Annotated[
+    str | None,
+    typer.Option(envvar="KUBECONFIG", metavar="FILE", help="Kubeconfig file; default: ~/.kube/config."),
+]
+ContextOption = Annotated[
+    str | None, typer.Option("--context", metavar="NAME", help="The kubeconfig context to use.")
+]
+TargetArgument = Annotated[
+    str, typer.Argument(metavar="NAMESPACE/NAME", help="The InferenceService.", show_default=False)
+]
+
+
+@app.command()
+def status(
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Only this namespace.")
+    ] = None,
+    output: Annotated[
+        StatusOutput,
+        typer.Option(
+            "--output",
+            "-o",
+            "--format",
+            metavar="wide|json|yaml",
+            help="wide: also the pending command; json or yaml for machines. Default: a table.",
+            show_default=False,
+        ),
+    ] = StatusOutput.TEXT,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", "-w", help="Print the table again whenever a rollout changes (Ctrl-C ends)."),
+    ] = False,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """The rollouts, read from the controller's state ConfigMaps (all namespaces, or -n)."""
+    from canary.cli.rollouts import print_status  # noqa: PLC0415 - lazy: start-up time
+
+    print_status(kubeconfig, context, namespace, output.value, watch)
+
+
+@app.command()
+def explain(
+    target: TargetArgument,
+    output: Annotated[
+        TextOrJson, typer.Option("--output", "-o", "--format", metavar="text|json", help="json for machines.")
+    ] = TextOrJson.TEXT,
+    prometheus_external_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PROMETHEUS_EXTERNAL_URL",
+            metavar="URL",
+            help="Prometheus as your browser reaches it: each check's query gets a graph link.",
+        ),
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """The latest evaluation of a rollout: each check's value, limit and stable value, with its PromQL."""
+    from canary.cli.rollouts import print_explain  # noqa: PLC0415 - lazy: start-up time
+
+    print_explain(target, kubeconfig, context, output.value, prometheus_external_url)
+
+
+ReasonOption = Annotated[str | None, typer.Option(metavar="TEXT", help="Why, for the record.")]
+WaitOption = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        "--timeout",
+        min=0,
+        metavar="SECONDS",
+        help="How long to wait for the controller's answer (it reads commands at its next evaluation); "
+        "0: do not wait.",
+    ),
+]
+NoWaitOption = Annotated[
+    bool, typer.Option("--no-wait", help="Issue the command and exit 0 without waiting for the answer.")
+]
+RevisionOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="REVISION",
+        help="Refuse unless the rollout in progress is of this revision (default: the current).",
+    ),
+]
+DEFAULT_WAIT = 90.0  # more than the default evaluation interval (60 s)
+
+
+def _command(
+    kind: str,
+    target: str,
+    kubeconfig: str | None,
+    context: str | None,
+    reason: str | None,
+    wait: float,
+    no_wait: bool,
+    revision: str | None,
+) -> None:
+    from canary.cli.rollouts import CommandOptions, issue_command  # noqa: PLC0415 - lazy: start-up time
+    from canary.rollout.state import CommandKind  # noqa: PLC0415
+
+    options = CommandOptions(kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
+    issue_command(CommandKind(kind), target, options)
+
+
+@app.command()
+def pause(
+    target: TargetArgument,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Stop the rollout where it is (nothing is written to the InferenceService).
+
+    Waits for the controller's answer and prints it. Exit 0: accepted; 1: refused, with the reason
+    (at once when the CLI can tell: no rollout in progress, already paused, ...); 3: the controller
+    did not answer within --wait (the command stays queued), or the cluster is unreachable.
+    """
+    _command("pause", target, kubeconfig, context, reason, wait, no_wait, revision)
+
+
+@app.command()
+def resume(
+    target: TargetArgument,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Continue a paused rollout (exit codes as for pause)."""
+    _command("resume", target, kubeconfig, context, reason, wait, no_wait, revision)
+
+
+@app.command()
+def approve(
+    target: TargetArgument,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Let a step with `approval: manual` proceed, now or when it passes (exit codes as for pause)."""
+    _command("approve", target, kubeconfig, context, reason, wait, no_wait, revision)
+
+
+@app.command()
+def abort(
+    target: TargetArgument,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Roll back now (canaryTrafficPercent: 0) (exit codes as for pause)."""
+    _command("abort", target, kubeconfig, context, reason, wait, no_wait, revision)
+
+
+@app.command()
+def promote(
+    target: TargetArgument,
+    reason: ReasonOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitOption = False,
+    revision: RevisionOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."""
+    _command("promote", target, kubeconfig, context, reason, wait, no_wait, revision)
+
+
+# ---------------------------------------------------------------------------------------------
+# The dashboard
+
+
+@app.command()
+def dashboard(
+    address: Annotated[str, typer.Option(metavar="ADDRESS", help="Listen on this address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", min=0, help="Listen on this port; 0: a free one.")] = 0,
+    open_browser: Annotated[
+        bool, typer.Option("--open/--no-browser", help="Open the page in a browser.")
+    ] = True,
+    namespace: Annotated[
+        list[str],
+        typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Only these namespaces (repeatable)."),
+    ] = [],  # noqa: B006 - typer reads the default, never mutates it
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(envvar="PROMETHEUS_URL", metavar="URL", help="Prometheus, for the checks' graphs."),
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """A local web page of the rollouts, with their evidence and the operator commands (Ctrl-C ends)."""
+    try:
+        from canary.dashboard.server import run_dashboard  # noqa: PLC0415 - lazy: start-up time
+    except ModuleNotFoundError as missing:
+        if missing.name is None or not missing.name.startswith("canary.dashboard"):
+            raise
+        raise fail("error: the dashboard is not installed", EXIT_REFUSED) from None
+    code = run_dashboard(
+        kubeconfig=kubeconfig,
+        context=context,
+        namespaces=namespace,
+        address=address,
+        port=port,
+        open_browser=open_browser,
+        prometheus_url=prometheus_url,
+    )
+    raise typer.Exit(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo
+
+
+@app.command()
+def demo(
+    speed: Annotated[
+        float,
+        typer.Option(
+            min=0.5, max=5.0, help="Shorten the policies' windows, intervals and deadlines by this factor."
+        ),
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated fleet (latencies, errors).")] = 7,
+    keep_running: Annotated[
+        bool,
+        typer.Option(help="Leave Prometheus, the emulator and the controller up afterwards (Ctrl-C stops)."),
+    ] = False,
+    no_ui: Annotated[
+        bool,
+        typer.Option(
+            "--no-ui", help="Plain log lines instead of the live view (CI; the default when not a terminal)."
+        ),
+    ] = False,
+    report: Annotated[
+        Path | None, typer.Option(help="Where to write the HTML report (default: a new temporary directory).")
+    ] = None,
+) -> None:
+    """A whole canary story on this machine, no cluster: one model promoted, two rolled back.
+
+    Exit 0 only when every model ended as the story says: A promoted, B rolled back by its p99 check,
+    C rolled back at its progress deadline.
+    """
+    from rich.console import Console  # noqa: PLC0415 - lazy: start-up time
+
+    # The demo lives in the sandbox distribution (the API emulator, the simulated fleet, the Prometheus
+    # launcher), which the controller's image does not contain: imported only here, on demand.
+    try:
+        from canary_sandbox.demo.run import DemoFailed, DemoOptions, run_demo  # noqa: PLC0415
+    except ModuleNotFoundError as missing:
+        if missing.name is None or not missing.name.startswith("canary_sandbox"):
+            raise
+        Console(stderr=True).print(
+            "kserve-canary demo needs the sandbox: pip install 'kserve-canary[demo]' "
+            "(from a checkout: make demo)",
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
+
+    terminal = Console().is_terminal
+    # Piped into a file or a CI log, a live view has nothing to redraw: print plain lines instead.
+    console = Console(highlight=False, width=None if terminal else 160)
+    options = DemoOptions(
+        speed=speed, seed=seed, ui=terminal and not no_ui, keep_running=keep_running, report=report
+    )
+    try:
+        code = run_demo(options, console)
+    except KeyboardInterrupt:
+        console.print("interrupted: every process the demo started has been stopped")
+        raise typer.Exit(130) from None
+    except DemoFailed as error:
+        console.print(f"[bold red]The demo failed:[/] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)

@@ -1,0 +1,104 @@
+"""``validate`` and ``schema``: policy files checked as the controller reads them.
+
+Imported by those commands only; no Kubernetes client here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from canary.cli.help import EXIT_USAGE, fail
+from canary.cli.output import printable
+from canary.metrics.buckets import resolution_warnings
+from canary.policy import PromotionPolicy, load_paths
+from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
+from canary.rollout.sampled import worst_case_requests
+
+__all__ = ["print_schema", "secret_scope", "validate_paths"]
+
+
+def secret_scope(file_root: Path | None, env_allow: list[str]) -> SecretScope:
+    try:
+        allowed = parse_env_allow(env_allow)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--secret-env-allow") from None
+    return SecretScope(file_root=file_root, env_allow=allowed)
+
+
+def validate_paths(
+    paths: list[Path],
+    output: str,
+    policy_namespaces: str,
+    secret_file_root: Path | None,
+    secret_env_allow: list[str],
+) -> None:
+    missing = [path for path in paths if not path.exists()]
+    if missing:
+        # A path that is not there is a mistake on the command line (exit 2), not an invalid policy.
+        raise fail(
+            f"error: {', '.join(str(path) for path in missing)}: no such file or directory",
+            EXIT_USAGE,
+        )
+    result = load_paths(
+        paths,
+        namespaces=NamespaceSource(policy_namespaces),
+        secrets=secret_scope(secret_file_root, secret_env_allow),
+    )
+    errors = sorted(result.errors, key=lambda error: error.sort_key)
+    if output == "json":
+        document = {
+            "valid": result.ok,
+            "files": result.files,
+            "policies": [
+                {
+                    "name": loaded.policy.metadata.name,
+                    "target": loaded.policy.key,
+                    "path": loaded.path,
+                    "line": loaded.line,
+                    "worstCaseRequests": worst_case_requests(loaded.policy),
+                    "warnings": resolution_warnings(loaded.policy),
+                }
+                for loaded in result.policies
+            ],
+            "errors": [error.as_dict() for error in errors],
+        }
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        lines = [str(error) for error in errors]
+        for loaded in result.policies:
+            lines.append(f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}")
+            lines += [f"    {line}" for line in judge_advice(loaded.policy)]
+        summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
+        summary += f", {len(errors)} {'error' if len(errors) == 1 else 'errors'}"
+        summary += f" in {len(result.files)} {'file' if len(result.files) == 1 else 'files'}"
+        lines.append(summary)
+        typer.echo(printable("\n".join(lines)))
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def judge_advice(policy: PromotionPolicy) -> list[str]:
+    """What a policy author should know before the first rollout: how many requests each counted
+    check may need at most, and limits the bucket layouts cannot resolve."""
+    lines = []
+    for name, size in worst_case_requests(policy).items():
+        if size is not None:
+            lines.append(
+                f"{name}: decided within {size:,} pooled canary requests at the latest "
+                f"(confidence {policy.spec.confidence:.0%})"
+            )
+    lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
+    return lines
+
+
+def print_schema(crd: bool) -> None:
+    if crd:
+        from canary.policy.crd import crd_yaml  # noqa: PLC0415 - --crd only
+
+        typer.echo(crd_yaml(), nl=False)
+        return
+    from canary.policy.schema import policy_json_schema  # noqa: PLC0415 - the schema only
+
+    typer.echo(json.dumps(policy_json_schema(), indent=2, sort_keys=True))

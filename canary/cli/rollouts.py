@@ -1,0 +1,487 @@
+"""``status``, ``explain`` and the operator commands: what the state ConfigMaps say, and commands
+left for the controller, whose answer the person waits for.
+
+Imported by those commands only (the Kubernetes client and the state's pydantic models are slow to
+import; ``--help`` and ``validate`` never pay for them).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import typer
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from canary.cli.cluster import api_client
+from canary.cli.help import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, fail
+from canary.cli.output import NONE, columns, human_duration, printable, since, timestamp
+from canary.kserve.client import ConflictError
+from canary.kserve.identity import who_am_i
+from canary.kserve.store import (
+    LABEL_INFERENCE_SERVICE,
+    STATE_KEY,
+    ConfigMapStateStore,
+    StoredState,
+    list_configmaps,
+    state_configmap_name,
+    stored_from_dict,
+    watch_configmaps,
+)
+from canary.policy.units import Unit, format_value
+from canary.rollout.commands import apply_command
+from canary.rollout.records import (
+    COMMAND_TTL,
+    CommandFormatError,
+    CommandOutcome,
+    CommandRequest,
+    ExplainCheck,
+    ExplainDocument,
+)
+from canary.rollout.state import CommandKind, RolloutState, StateFormatError
+
+__all__ = ["CommandOptions", "issue_command", "print_explain", "print_status", "split_target"]
+
+
+def split_target(target: str) -> tuple[str, str]:
+    namespace, separator, name = target.partition("/")
+    if not separator or not namespace or not name or "/" in name:
+        raise typer.BadParameter(f"expected NAMESPACE/NAME, got {target!r}", param_hint="NAMESPACE/NAME")
+    return namespace, name
+
+
+# ---------------------------------------------------------------------------------------------
+# status
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRow:
+    namespace: str
+    name: str
+    phase: str
+    revision: str | None = None
+    weight: int | None = None
+    step: int | None = None  # 1-based
+    step_weight: int | None = None
+    since: datetime | None = None
+    reason: str = ""
+    pending: str | None = None  # the command waiting for the controller
+    stable: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": f"{self.namespace}/{self.name}",
+            "namespace": self.namespace,
+            "name": self.name,
+            "revision": self.revision,
+            "phase": self.phase,
+            "weight": self.weight,
+            "step": self.step,
+            "stepWeight": self.step_weight,
+            "since": self.since.isoformat() if self.since else None,
+            "reason": self.reason,
+            "pendingCommand": self.pending,
+        }
+
+
+def status_row(stored: StoredState) -> StatusRow:
+    """One rollout for ``status``; one that cannot be read says why, and the others still print."""
+    try:
+        if stored.state_json is None:
+            raise StateFormatError(f"the ConfigMap holds no {STATE_KEY}")
+        state = stored.state()
+    except StateFormatError as error:
+        return StatusRow(
+            stored.namespace, stored.inference_service, "Unreadable", reason=printable(str(error))
+        )
+    try:
+        command = stored.command()
+        pending = str(command.command) if command is not None else None
+    except CommandFormatError:
+        pending = "unreadable"
+    last = state.history[-1] if state.history else None
+    return StatusRow(
+        stored.namespace,
+        stored.inference_service,
+        str(state.phase),
+        revision=state.revision,
+        weight=state.spec_weight.weight if state.spec_weight else None,
+        step=None if state.step is None else state.step.index + 1,
+        step_weight=None if state.step is None else state.step.weight,
+        since=state.step.started_at if state.step else state.started_at,
+        reason=last.reason if last else "",
+        pending=pending,
+    )
+
+
+def _is_state(configmap: Mapping[str, Any]) -> bool:
+    meta = configmap.get("metadata") or {}
+    model = str((meta.get("labels") or {}).get(LABEL_INFERENCE_SERVICE) or "")
+    # The same label marks the rollback ledger (a dotted name) and the notification outbox.
+    return bool(model) and meta.get("name") == state_configmap_name(model) and "." not in model
+
+
+def _rows(configmaps: Iterable[Mapping[str, Any]]) -> list[StatusRow]:
+    rows = [status_row(stored_from_dict(item, "", "")) for item in configmaps if _is_state(item)]
+    return sorted(rows, key=lambda row: (row.namespace, row.name))
+
+
+def _table(rows: list[StatusRow], wide: bool, now: datetime) -> str:
+    header = ["NAMESPACE", "NAME", "REVISION", "PHASE", "WEIGHT", "STEP", "SINCE"]
+    if wide:
+        header += ["COMMAND", "LAST DECISION"]
+    else:
+        header += ["LAST DECISION"]
+    cells = []
+    for row in rows:
+        line = [
+            row.namespace,
+            row.name,
+            row.revision or NONE,
+            row.phase,
+            NONE if row.weight is None else f"{row.weight}%",
+            NONE if row.step is None else f"{row.step} ({row.step_weight}%)",
+            since(row.since, now),
+        ]
+        if wide:
+            line.append(row.pending or NONE)
+        line.append(row.reason or NONE)
+        cells.append(line)
+    return columns(header, cells)
+
+
+def _render(rows: list[StatusRow], output: str, namespace: str | None) -> str:
+    if output == "json":
+        return json.dumps([row.as_dict() for row in rows], indent=2)
+    if output == "yaml":
+        import yaml  # noqa: PLC0415 - only -o yaml needs it
+
+        return str(yaml.safe_dump([row.as_dict() for row in rows], sort_keys=False)).rstrip("\n")
+    if not rows:
+        return "No rollouts found" + (f" in namespace {namespace}." if namespace else ".")
+    return _table(rows, output == "wide", datetime.now(UTC))
+
+
+def print_status(
+    kubeconfig: str | None, context: str | None, namespace: str | None, output: str, watch: bool
+) -> None:
+    api = api_client(kubeconfig, context)
+    items, version = list_configmaps(api, namespace, timeout=10.0)
+    rows = _rows(items)
+    shown = _render(rows, output, namespace)
+    if not rows and output in {"text", "wide"}:
+        typer.echo(shown, err=True)  # kubectl too: "No resources found" goes to stderr
+    else:
+        typer.echo(shown)
+    if not watch:
+        return
+    try:
+        _watch(
+            api, namespace, output, {_key(item): item for item in items if _is_state(item)}, version, shown
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_OK) from None
+
+
+def _key(configmap: Mapping[str, Any]) -> tuple[str, str]:
+    meta = configmap.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _watch(
+    api: client.ApiClient,
+    namespace: str | None,
+    output: str,
+    known: dict[tuple[str, str], Mapping[str, Any]],
+    version: str,
+    shown: str,
+) -> None:
+    """Reprint the table whenever a rollout changes (the ages alone are not a change), until Ctrl-C."""
+    terminal = sys.stdout.isatty()
+    while True:
+        try:
+            for event in watch_configmaps(api, namespace, version, timeout_seconds=60):
+                meta = event.object.get("metadata") or {}
+                if meta.get("resourceVersion"):
+                    version = str(meta["resourceVersion"])
+                if event.type == "BOOKMARK" or not _is_state(event.object):
+                    continue
+                if event.type == "DELETED":
+                    known.pop(_key(event.object), None)
+                else:
+                    known[_key(event.object)] = event.object
+                text = _render(_rows(known.values()), output, namespace)
+                if text != shown:
+                    # On a terminal the table replaces the last one, as watch(1) does; in a pipe each
+                    # version follows the previous one, after a blank line.
+                    typer.echo(("\x1b[H\x1b[2J" if terminal else "\n") + text)
+                    shown = text
+        except ApiException as error:
+            if error.status != 410:
+                raise
+            # The version is too old to watch from: list again, then watch from the list.
+            items, version = list_configmaps(api, namespace, timeout=10.0)
+            known = {_key(item): item for item in items if _is_state(item)}
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+def _value(value: float | None, unit: Unit) -> str:
+    """A measured value for people: three significant digits with its unit (``832ms``, ``1.23%``)."""
+    if value is None:
+        return NONE
+    if unit is Unit.NONE:
+        return f"{value:.3g}"
+    if unit is Unit.SECONDS and 0 < abs(value) < 0.01:
+        return f"{value * 1000:.3g}ms"
+    return format_value(value, unit)
+
+
+def _count(value: float | None) -> str:
+    return NONE if value is None else f"{round(value):,}"
+
+
+def graph_link(external_url: str, query: str, document: ExplainDocument) -> str:
+    """A Prometheus graph of ``query`` over the evaluated window (``/graph?g0.expr=...``)."""
+    window = document.window
+    span = (window.end - window.start).total_seconds() if window else 3600.0
+    end = (window.end if window else document.at).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f"{external_url.rstrip('/')}/graph?g0.expr={quote(query, safe='')}&g0.tab=0"
+        f"&g0.range_input={max(int(span), 1)}s&g0.end_input={quote(end)}"
+    )
+
+
+def _check_row(check: ExplainCheck) -> list[str]:
+    return [
+        check.name,
+        check.verdict,
+        _value(check.value, check.unit),
+        check.limit or NONE,
+        _value(check.stable, check.unit),
+        _count(check.samples),
+    ]
+
+
+def print_explain(
+    target: str, kubeconfig: str | None, context: str | None, output: str, prometheus_external_url: str | None
+) -> None:
+    namespace, name = split_target(target)
+    stored = ConfigMapStateStore(api_client(kubeconfig, context)).load(namespace, name)
+    if stored.state_json is None:
+        raise fail(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+    try:
+        state = stored.state()
+        document = stored.explain()
+    except StateFormatError as error:
+        raise fail(printable(f"{namespace}/{name}: {error}")) from None
+    if output == "json":
+        latest = document.to_dict() if document is not None else None
+        typer.echo(json.dumps({"state": json.loads(state.to_json()), "latestEvaluation": latest}, indent=2))
+        return
+    if document is None:
+        typer.echo(f"{namespace}/{name}: no evaluation recorded yet")
+        return
+    now = datetime.now(UTC)
+    requests = "no" if document.requests is None else _count(document.requests)
+    lines = [
+        f"{namespace}/{name}: revision {document.revision or NONE} against stable "
+        f"{document.stable_revision or NONE}",
+        f"evaluated {timestamp(document.at)} ({since(document.at, now)} ago): "
+        f"{document.verdict or 'no verdict'}, {requests} canary requests — {document.action or NONE}",
+    ]
+    if document.window is not None:
+        span = (document.window.end - document.window.start).total_seconds()
+        lines.append(
+            f"window {timestamp(document.window.start)} to {timestamp(document.window.end)} "
+            f"({human_duration(span)})"
+        )
+    lines += [f"  {reason}" for reason in document.reasons]
+    lines += ["", columns(["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES"], [
+        _check_row(check) for check in document.checks
+    ])]  # fmt: skip
+    for check in document.checks:
+        if check.detail:
+            lines.append(f"{check.name}: {check.detail}")
+    queried = [check for check in document.checks if check.query]
+    if queried:
+        lines += ["", "PromQL (paste into Prometheus):"]
+    for check in queried:
+        lines.append(f"[{check.name}] {check.query}")
+        if prometheus_external_url:
+            lines.append(f"  graph: {graph_link(prometheus_external_url, check.query, document)}")
+    typer.echo(printable("\n".join(lines)))
+
+
+# ---------------------------------------------------------------------------------------------
+# pause, resume, approve, abort, promote
+
+_ATTEMPTS = 5  # writes that lose a race with the controller are retried this often
+_POLL_SECONDS = 0.5
+EXIT_NO_ANSWER = EXIT_UNREACHABLE  # issued, but the controller did not answer within --wait
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    kubeconfig: str | None
+    context: str | None
+    reason: str | None
+    wait: float  # 0: do not wait
+    revision: str | None
+
+
+def _refused(message: str) -> typer.Exit:
+    return fail(printable(message), EXIT_REFUSED)
+
+
+def _step_text(state: RolloutState) -> str:
+    return "no step yet" if state.step is None else f"step {state.step.index + 1} ({state.step.weight}%)"
+
+
+def issue_command(kind: CommandKind, target: str, options: CommandOptions) -> None:
+    """Issue ``kind`` for the rollout in progress, bound to it, and wait for the controller's answer.
+
+    The state is read first; what is impossible now (no rollout in progress, no step waiting for
+    approval, already paused, ...) is refused at once, as the controller would refuse it. Otherwise
+    the command names its revision, step and resourceVersion and is written under that
+    resourceVersion (a write that loses a race is retried only while the rollout is still at the same
+    revision and step). ``by`` is the API server's answer to a SelfSubjectReview. Exit 0: accepted
+    (or issued with --no-wait); 1: refused; 3: the controller did not answer within --wait.
+    """
+    namespace, name = split_target(target)
+    api = api_client(options.kubeconfig, options.context)
+    store = ConfigMapStateStore(api)
+    # Read the state before asking who we are: an unreachable cluster fails here, with its reason.
+    first = store.load(namespace, name)
+    if first.state_json is None:
+        raise _refused(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+    try:
+        identity = who_am_i(api, options.kubeconfig)
+    except ApiException as error:
+        raise _refused(
+            f"{kind} not issued: the API server answered {error.status} {error.reason} when asked who you are"
+        ) from None
+    if identity.note:
+        typer.echo(f"note: {identity.note}", err=True)
+    seen: tuple[str | None, int | None] | None = None
+    stored = first
+    for attempt in range(_ATTEMPTS):
+        if attempt:
+            stored = store.load(namespace, name)
+        if stored.state_json is None:
+            raise _refused(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+        try:
+            state = stored.state()
+        except StateFormatError as error:
+            raise _refused(f"{namespace}/{name}: {error}") from None
+        step = state.step.index if state.step is not None else None
+        if options.revision is not None and options.revision != state.revision:
+            raise _refused(
+                f"{kind} for {options.revision} refused: the rollout of {namespace}/{name} is of "
+                f"{state.revision or 'no revision'}"
+            )
+        if seen is not None and seen != (state.revision, step):
+            raise _refused(
+                f"{kind} refused: the rollout of {namespace}/{name} moved while the command was issued "
+                f"(now {state.revision}, {_step_text(state)}); look at `kserve-canary status` and try again"
+            )
+        seen = (state.revision, step)
+        now = datetime.now(UTC)
+        waiting = _waiting_command(stored, now)
+        if waiting is not None:
+            raise _refused(
+                f"{kind} refused: {waiting} is waiting for the controller; wait for its answer, then "
+                "try again"
+            )
+        command = CommandRequest(
+            kind,
+            by=identity.username,
+            at=now,
+            reason=options.reason,
+            revision=state.revision,
+            step=step,
+            state_resource_version=stored.resource_version,
+            id=secrets.token_hex(8),
+        )
+        # What is impossible now is refused at once, as the controller would; it stays the authority.
+        verdict = apply_command(state, command, now)
+        if not verdict.accepted:
+            raise _refused(f"{kind} of {namespace}/{name} refused: {verdict.message}")
+        try:
+            store.request_command(
+                namespace, name, command, issuer=identity.username, resource_version=stored.resource_version
+            )
+            break
+        except ConflictError:
+            continue
+        except LookupError as error:
+            raise _refused(str(error)) from None
+    else:
+        raise _refused(f"{kind} refused: the state of {namespace}/{name} kept changing; try again")
+    what = f"{kind} of {namespace}/{name} ({state.revision}, {_step_text(state)}) by {identity.username}"
+    if options.wait <= 0:
+        typer.echo(f"{what} issued; the controller answers at its next evaluation (not waiting)")
+        raise typer.Exit(EXIT_OK)
+    typer.echo(f"{what} issued; waiting up to {options.wait:g}s for the controller's answer")
+    answer = _answer(store, namespace, name, command, options.wait)
+    if answer is None:
+        raise fail(
+            f"no answer from the controller within {options.wait:g}s: the command waits in ConfigMap "
+            f"{namespace}/{state_configmap_name(name)} (the controller reads it at its next evaluation; "
+            "is it running?)",
+            EXIT_NO_ANSWER,
+        )
+    if not answer.accepted:
+        raise _refused(f"the controller refused {kind} of {namespace}/{name}: {answer.message}")
+    typer.echo(printable(f"the controller accepted {kind} of {namespace}/{name}: {answer.message}"))
+    raise typer.Exit(EXIT_OK)
+
+
+def _waiting_command(stored: StoredState, now: datetime) -> str | None:
+    """Someone else's command the controller has not read yet (an expired or unreadable one does not
+    count: it would be refused anyway), described; None when there is none."""
+    if stored.command_json is None:
+        return None
+    try:
+        command = stored.command()
+    except CommandFormatError:
+        return None
+    if command is None or command.at is None or now - command.at > COMMAND_TTL:
+        return None
+    issuer = stored.command_issuer or command.by or "someone"
+    return f"{command.command} by {issuer} ({since(command.at, now)} ago)"
+
+
+def _answer(
+    store: ConfigMapStateStore, namespace: str, name: str, command: CommandRequest, wait: float
+) -> CommandOutcome | None:
+    """The controller's answer to ``command``; None when it has not come within ``wait`` seconds.
+    Raises typer.Exit when the command was replaced or withdrawn before the controller read it."""
+    deadline = time.monotonic() + wait
+    while True:
+        stored = store.load(namespace, name)
+        answer = stored.readable_command_result()
+        if answer is not None and answer.id == command.id:
+            return answer
+        try:
+            waiting = stored.command()
+        except CommandFormatError:
+            waiting = None
+        if waiting is None or waiting.id != command.id:
+            raise _refused(
+                f"{command.command} of {namespace}/{name} was replaced or withdrawn before the controller "
+                "read it"
+            )
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(_POLL_SECONDS)
