@@ -10,12 +10,13 @@ import functools
 import json
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import yaml
+from helm_python import _native as helm_native
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -140,14 +141,35 @@ def kustomize(path: Path | str) -> list[Manifest]:
     return parse(_kustomize_text(str(path)))
 
 
+# What a cluster with the prometheus-operator serves beyond Kubernetes' own APIs: the chart renders its
+# ServiceMonitor and PrometheusRule only where .Capabilities.APIVersions has it.
+MONITORING_API = "monitoring.coreos.com/v1"
+
+
 def render_chart(
     values: Mapping[str, Any] | None = None,
     *,
     name: str = "kserve-canary",
     namespace: str = "kserve-canary",
+    api_versions: Sequence[str] = (MONITORING_API,),
 ) -> list[Manifest]:
-    """``helm template NAME charts/kserve-canary -n NAMESPACE`` with ``values`` (schema-checked)."""
-    return parse(render_chart_text(values, name=name, namespace=namespace))
+    """``helm template NAME charts/kserve-canary -n NAMESPACE --api-versions ...`` with ``values``
+    (schema-checked); by default for a cluster that runs the prometheus-operator."""
+    return parse(render_chart_text(values, name=name, namespace=namespace, api_versions=api_versions))
+
+
+def _render(
+    values: Mapping[str, Any] | None, *, name: str, namespace: str, api_versions: Sequence[str]
+) -> dict[str, str]:
+    # helm-python's Chart.render has no api_versions argument, but the helm-c-sdk call under it
+    # takes them (helm template --api-versions): the options are passed to it directly.
+    options = {"name": name, "namespace": namespace, "is_install": True, "api_versions": list(api_versions)}
+    with helm.Chart.load(CHART) as chart:
+        rendered = helm_native.call_string(
+            "helm_render", chart._raw(), json.dumps(values or {}), json.dumps(options)
+        )
+    result: dict[str, str] = json.loads(rendered)
+    return result
 
 
 def render_chart_text(
@@ -155,19 +177,21 @@ def render_chart_text(
     *,
     name: str = "kserve-canary",
     namespace: str = "kserve-canary",
+    api_versions: Sequence[str] = (MONITORING_API,),
 ) -> str:
-    with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(
-            json.loads(json.dumps(values or {})), name=name, namespace=namespace, is_install=True
-        )
+    rendered = _render(values, name=name, namespace=namespace, api_versions=api_versions)
     # NOTES.txt is shown to the user, not applied.
     documents = [text for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")]
     return "\n---\n".join(documents)
 
 
-def render_notes(values: Mapping[str, Any] | None = None, *, name: str = "kserve-canary") -> str:
-    with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(dict(values or {}), name=name, namespace="kserve-canary", is_install=True)
+def render_notes(
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = "kserve-canary",
+    api_versions: Sequence[str] = (MONITORING_API,),
+) -> str:
+    rendered = _render(values, name=name, namespace="kserve-canary", api_versions=api_versions)
     return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
 
 

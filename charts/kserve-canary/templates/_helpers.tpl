@@ -1,16 +1,25 @@
-{{/* Chart name (the app.kubernetes.io/name label; also the job label of the ServiceMonitor). */}}
+{{/* Chart name (the app.kubernetes.io/name label; also the job label of the ServiceMonitor);
+nameOverride replaces it, as in every chart made by `helm create`. */}}
 {{- define "kserve-canary.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The prefix of every object's name: fullnameOverride, else <release>-<name> (just <release> when
+it already contains the name). An umbrella chart sets these to keep its objects' names short. */}}
 {{- define "kserve-canary.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{/* Selector labels never include commonLabels: a selector cannot change after installation. */}}
 {{- define "kserve-canary.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "kserve-canary.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -22,6 +31,16 @@ app.kubernetes.io/part-of: kserve-canary
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- range $key, $value := .Values.commonLabels }}
+{{ $key }}: {{ $value | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the prometheus-operator's kinds can be applied: asked of the cluster (helm install, or
+helm template --api-versions monitoring.coreos.com/v1). Without them the objects are left out
+instead of failing the whole release with "no matches for kind ServiceMonitor". */}}
+{{- define "kserve-canary.monitoringApi" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}
 
 {{- define "kserve-canary.serviceAccountName" -}}
