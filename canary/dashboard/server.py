@@ -326,19 +326,21 @@ class _Handler(BaseHTTPRequestHandler):
     # -- methods --------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        try:
-            self._check_host()
-            self._get()
-        except _Refusal as refusal:
-            self._refuse(refusal)
+        self._guarded(self._get)
 
     def do_POST(self) -> None:
+        self._guarded(self._check_origin, self._post)
+
+    def _guarded(self, *steps: Callable[[], None]) -> None:
         try:
             self._check_host()
-            self._check_origin()
-            self._post()
+            for step in steps:
+                step()
         except _Refusal as refusal:
             self._refuse(refusal)
+        except Exception as error:
+            # The API server unreachable, a timeout: the page says so and keeps polling.
+            self._refuse(_Refusal(HTTPStatus.BAD_GATEWAY, f"{type(error).__name__}: {error}"[:500]))
 
     def _not_allowed(self) -> None:
         # OPTIONS included: a CORS preflight gets no Access-Control-* header, so the browser stops.

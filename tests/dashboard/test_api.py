@@ -450,3 +450,12 @@ def test_run_dashboard_says_when_the_kubeconfig_is_unusable() -> None:
     from canary.dashboard.server import run_dashboard
 
     assert run_dashboard(kubeconfig="/nonexistent/kubeconfig", context=None, namespaces=[]) == 1
+
+
+def test_what_the_api_server_refuses_reaches_the_page(world: World, dashboard: Dashboard) -> None:
+    # A user who may not list ConfigMaps cluster-wide: the page says the API server's answer.
+    world.emulator.faults.add_from_json({"method": "GET", "path": "^/api/v1/configmaps", "status": 403})
+    refused = Api(dashboard).get("/api/rollouts")
+    assert refused.status_code == 502
+    assert refused.json()["error"].startswith("the API server answered 403")
+    assert Api(dashboard).get("/api/rollouts").status_code == 200, "the next poll succeeds"
