@@ -1,0 +1,1 @@
+"""The command line as people and scripts use it: the real process against the API emulator."""

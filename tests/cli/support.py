@@ -1,0 +1,101 @@
+"""A cluster for the CLI (the API emulator over HTTP) and the CLI as a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from kubernetes import client, config
+
+from canary.kserve.store import COMMAND_KEY, EXPLAIN_KEY, STATE_KEY, ConfigMapStateStore
+from canary.rollout.state import HistoryEntry, Phase, RolloutState, StepProgress
+
+BIN = Path(sys.executable).parent  # where the console scripts are installed beside the interpreter
+
+
+@dataclass
+class Cluster:
+    emulator: Emulator
+    server: EmulatorServer
+    kubeconfig: Path
+    api: client.ApiClient
+    home: Path  # HOME of the CLI processes: no ~/.kube/config there
+
+    @property
+    def store(self) -> ConfigMapStateStore:
+        return ConfigMapStateStore(self.api)
+
+    def save(self, namespace: str, name: str, files: Mapping[str, str]) -> None:
+        """Store a rollout's ConfigMap as the controller would have written it."""
+        current = self.store.load(namespace, name)
+        self.store.save_files(
+            namespace, name, dict(files), resource_version=current.resource_version, owner_uid=None
+        )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0))
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        for namespace in ("ml", "payments"):
+            emulator.create_namespace(namespace)
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        home = tmp_path / "home"
+        home.mkdir()
+        yield Cluster(emulator, server, kubeconfig, api, home)
+
+
+def progressing(revision: str, *, step: int = 0, weight: int = 10, minutes_ago: float = 3.2) -> RolloutState:
+    started = datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    return RolloutState(
+        phase=Phase.PROGRESSING,
+        revision=revision,
+        started_at=started,
+        step=StepProgress(index=step, weight=weight, started_at=started),
+        history=(
+            HistoryEntry(started, "wait", weight, Phase.PROGRESSING, "CanaryWaiting", "holding step 1", "d1"),
+        ),
+    )
+
+
+def state_files(state: RolloutState, **extra: str) -> dict[str, str]:
+    files = {STATE_KEY: state.to_json()}
+    if "command" in extra:
+        files[COMMAND_KEY] = extra["command"]
+    if "explain" in extra:
+        files[EXPLAIN_KEY] = extra["explain"]
+    return files
+
+
+def environment(home: Path, **extra: str) -> dict[str, str]:
+    """The CLI's environment: no KUBECONFIG and an empty HOME unless given, no colours."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"KUBECONFIG", "KSERVE_CANARY_DEBUG", "FORCE_COLOR", "PROMETHEUS_EXTERNAL_URL"}
+        and not key.startswith("KUBERNETES_")
+    }
+    env.update({"HOME": str(home), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"}, **extra)
+    return env
+
+
+def run(
+    *arguments: str, home: Path, program: str = "kserve-canary", timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The installed console script, its stdout a pipe (not a terminal)."""
+    return subprocess.run(
+        [str(BIN / program) if program != "kubectl" else "kubectl", *arguments],
+        capture_output=True,
+        text=True,
+        env=environment(home, **env),
+        timeout=timeout,
+        check=False,
+    )
