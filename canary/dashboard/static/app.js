@@ -212,8 +212,10 @@ function niceCeiling(value) {
   return 10 * magnitude;
 }
 
-function clock(seconds) {
-  return new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+function clock(seconds, span) {
+  // Seconds only where the chart spans minutes: a rollout's hours read better without them.
+  const format = span < 900 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+  return new Date(seconds * 1000).toLocaleTimeString([], format);
 }
 
 function chart(spec, markers, from, to) {
@@ -234,7 +236,8 @@ function chart(spec, markers, from, to) {
   }
   for (let i = 0; i <= 6; i++) {
     const t = from + (span * i) / 6;
-    root.appendChild(svg("text", { x: x(t), y: height - 6, class: "tick", "text-anchor": "middle" }, clock(t)));
+    const anchor = i === 6 ? "end" : i === 0 ? "start" : "middle";
+    root.appendChild(svg("text", { x: x(t), y: height - 6, class: "tick", "text-anchor": anchor }, clock(t, span)));
   }
   for (const limit of spec.limits) {
     const line = svg("line", { x1: left, x2: left + plotW, y1: y(limit.value), y2: y(limit.value), class: "limit", stroke: spec.limitColour || "#c0392b" });
@@ -282,9 +285,11 @@ function drawCharts(charts) {
     container.replaceChildren();
     return;
   }
-  const nodes = [chart(charts.traffic, charts.markers, charts.from, charts.to)];
+  // At least five minutes across: a rollout that just started would squeeze every tick together.
+  const from = Math.min(charts.from, charts.to - 300);
+  const nodes = [chart(charts.traffic, charts.markers, from, charts.to)];
   for (const check of charts.checks) {
-    const figure = chart(check, charts.markers, charts.from, charts.to);
+    const figure = chart(check, charts.markers, from, charts.to);
     figure.dataset.check = check.title;
     nodes.push(figure);
     const note = check.prometheusError
