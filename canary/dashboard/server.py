@@ -116,12 +116,15 @@ class Dashboard:
         self.prometheus = PrometheusSeries(prometheus_url) if prometheus_url else None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._allowed_hosts: frozenset[str] = frozenset()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> Dashboard:
         family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
         self._server = _Server((self.address, self.requested_port), self, family)
+        # Once, not per request: for a wildcard address it asks the resolver for the machine's names.
+        self._allowed_hosts = self._hosts()
         self._thread = threading.Thread(target=self._server.serve_forever, name="dashboard", daemon=True)
         self._thread.start()
         return self
@@ -170,6 +173,9 @@ class Dashboard:
 
     def allowed_hosts(self) -> frozenset[str]:
         """The ``Host`` values that name this dashboard: its address, and the loopback names."""
+        return self._allowed_hosts
+
+    def _hosts(self) -> frozenset[str]:
         port = self.port
         names = {self.host, "localhost", "127.0.0.1", "[::1]"}
         try:
