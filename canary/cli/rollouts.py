@@ -241,7 +241,8 @@ def _value(value: float | None, unit: Unit) -> str:
     if value is None:
         return NONE
     if unit is Unit.NONE:
-        return f"{value:.3g}"
+        # No exponent for people: 1,235 rather than 1.23e+03.
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
     if unit is Unit.SECONDS and 0 < abs(value) < 0.01:
         return f"{value * 1000:.3g}ms"
     return format_value(value, unit)

@@ -1,0 +1,108 @@
+"""`kserve-canary explain` for people: whole requests, three significant digits with units, times to
+the second, each check's PromQL on a line of its own and, with --prometheus-external-url, a graph
+link that opens it in Prometheus."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, urlsplit
+
+from canary.policy.units import Unit
+from canary.rollout.records import ExplainCheck, ExplainDocument, ExplainWindow
+from tests.cli.support import Cluster, progressing, run, state_files
+
+AT = datetime(2026, 3, 1, 12, 0, 7, 123456, tzinfo=UTC)
+QUERY = 'sum by (revision) (increase(revision_request_count{namespace_name="ml"}[600s]))'
+
+
+def document() -> ExplainDocument:
+    return ExplainDocument(
+        at=AT,
+        decision_id="d-1",
+        revision="llama-predictor-00002",
+        stable_revision="llama-predictor-00001",
+        action="wait",
+        verdict="pass",
+        requests=832.1299500192233,
+        reasons=("holding step 1 (10%) for 10m",),
+        window=ExplainWindow(AT - timedelta(minutes=10, microseconds=4321), AT),
+        checks=(
+            ExplainCheck(
+                name="p99",
+                verdict="pass",
+                value=0.41234567891,
+                unit=Unit.SECONDS,
+                limit="max 800ms",
+                stable=0.39999999999,
+                samples=832.1299500192233,
+                query=QUERY,
+            ),
+            ExplainCheck(
+                name="errors",
+                verdict="pass",
+                value=0.0012345678,
+                unit=Unit.RATIO,
+                limit="max 1%",
+                samples=7.6,
+            ),
+            ExplainCheck(name="score", verdict="no-data", value=1234.56789, unit=Unit.NONE),
+        ),
+    )
+
+
+def explain(cluster: Cluster, *arguments: str, **env: str) -> str:
+    cluster.save(
+        "ml", "llama", state_files(progressing("llama-predictor-00002"), explain=document().to_json())
+    )
+    completed = run(
+        "explain", "ml/llama", *arguments, home=cluster.home, KUBECONFIG=str(cluster.kubeconfig), **env
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def test_numbers_are_rounded_and_times_are_to_the_second(cluster: Cluster) -> None:
+    shown = explain(cluster)
+    assert "832 canary requests" in shown
+    assert re.search(r"\d\.\d{4,}", shown) is None, f"float noise in: {shown}"
+    assert "2026-03-01T12:00:07Z" in shown
+    assert "2026-03-01T11:50:07Z to 2026-03-01T12:00:07Z (10m)" in shown
+    assert re.search(r"\d\d:\d\d:\d\d\.\d", shown) is None, "no microseconds"
+    rows = {
+        line.split()[0]: line.split()
+        for line in shown.splitlines()
+        if line.split()[:1] in (["p99"], ["errors"], ["score"])
+    }
+    assert rows["p99"][2:] == ["412ms", "max", "800ms", "400ms", "832"]
+    assert rows["errors"][2:] == ["0.123%", "max", "1%", "<none>", "8"]
+    assert rows["score"][2:4] == ["1,235", "<none>"]
+    assert f"[p99] {QUERY}" in shown.splitlines()
+    assert "graph:" not in shown
+
+
+def test_a_graph_link_per_query_with_the_external_url(cluster: Cluster) -> None:
+    shown = explain(cluster, PROMETHEUS_EXTERNAL_URL="https://prometheus.example.com/")
+    (link,) = [line.split("graph: ", 1)[1] for line in shown.splitlines() if "graph: " in line]
+    parts = urlsplit(link)
+    assert (parts.scheme, parts.netloc, parts.path) == ("https", "prometheus.example.com", "/graph")
+    query = parse_qs(parts.query)
+    assert query["g0.expr"] == [QUERY]
+    assert query["g0.tab"] == ["0"]
+    assert query["g0.range_input"] == ["600s"]
+    assert query["g0.end_input"] == ["2026-03-01 12:00:07"]
+    flag = run(
+        "explain",
+        "ml/llama",
+        "--prometheus-external-url",
+        "http://localhost:9090",
+        home=cluster.home,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
+    assert "graph: http://localhost:9090/graph?g0.expr=" in flag.stdout
+
+
+def test_no_state_is_refused_in_one_line(cluster: Cluster) -> None:
+    completed = run("explain", "ml/ghost", home=cluster.home, KUBECONFIG=str(cluster.kubeconfig))
+    assert completed.returncode == 1
+    assert completed.stderr == "no rollout state for ml/ghost: kserve-canary has not seen it\n"
