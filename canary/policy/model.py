@@ -420,12 +420,19 @@ class Step(_Model):
 
     @model_validator(mode="after")
     def _promotion_step(self) -> Self:
-        if self.weight == 100 and (
-            self.window is not None or self.min_requests is not None or self.approval != "auto"
-        ):
+        if self.weight == 100 and self.window is not None:
+            # Who writes {weight: 100, window: 30m} almost always means "keep watching for 30m after
+            # promotion", which is bake; moving the window to the step before is the other reading.
             raise ValueError(
-                "the 100 step is the promotion itself and is not held; put window, minRequests or "
-                "approval on the step before it"
+                "the 100 step is the promotion itself and is not held: to keep watching the promoted "
+                f"revision for {format_duration(self.window)}, set spec.bake: "
+                f"{format_duration(self.window)} (absolute limits keep being checked, and a breach rolls "
+                "back); to hold the canary longer before promotion, put the window on the step before it"
+            )
+        if self.weight == 100 and (self.min_requests is not None or self.approval != "auto"):
+            raise ValueError(
+                "the 100 step is the promotion itself and is not held; put minRequests or approval on "
+                "the step before it"
             )
         return self
 

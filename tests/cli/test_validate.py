@@ -1,0 +1,28 @@
+"""`kserve-canary validate`: a path that does not exist is a usage error (exit 2, README), and a 100
+step with a window is answered with what its author meant: bake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.cli.support import run
+from tests.policy.support import valid_policy
+
+
+def test_a_missing_path_exits_2_in_one_line(tmp_path: Path) -> None:
+    completed = run("validate", str(tmp_path / "nonexistent"), home=tmp_path)
+    assert completed.returncode == 2
+    assert completed.stderr == f"error: {tmp_path / 'nonexistent'}: no such file or directory\n"
+
+
+def test_a_window_on_the_100_step_suggests_bake(tmp_path: Path) -> None:
+    (tmp_path / "ml").mkdir()
+    policy = valid_policy().replace("steps: [10, 30, 50, 100]", "steps: [10, 50, {weight: 100, window: 30m}]")
+    (tmp_path / "ml" / "good.yaml").write_text(policy)
+    completed = run("validate", str(tmp_path), home=tmp_path)
+    assert completed.returncode == 1, completed.stdout
+    assert "to keep watching the promoted revision for 30m, set spec.bake: 30m" in completed.stdout
+    assert "put the window on the step before it" in completed.stdout
+    fixed = policy.replace("{weight: 100, window: 30m}]", "100]\n  bake: 30m")
+    (tmp_path / "ml" / "good.yaml").write_text(fixed)
+    assert run("validate", str(tmp_path), home=tmp_path).returncode == 0
