@@ -52,6 +52,8 @@ class ModelView:
     evaluated_requests: float | None
     latest: str  # the first reason of the latest evaluation: where the step stands and why
     history: tuple[Mapping[str, Any], ...]  # the state's decision history (JSON form)
+    # The weight of the state's current step (None outside a step): what the phase says v2 serves.
+    step_weight: int | None = None
 
     @property
     def last_decision(self) -> Mapping[str, Any] | None:
@@ -136,6 +138,7 @@ def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) 
         explain = None
 
     step, timer, timer_kind = "", None, ""
+    step_weight = state.step.weight if state is not None and state.step is not None else None
     if state is not None:
         if state.phase == "Pending" and state.started_at is not None:
             timer = (now - state.started_at.timestamp(), policy.spec.progress_deadline)
@@ -165,6 +168,7 @@ def observe(stack: Stack, policy: PromotionPolicy, stable_revision: str | None) 
         evaluated_requests=None if explain is None else explain.requests,
         latest=explain.reasons[0] if explain is not None and explain.reasons else "",
         history=history,
+        step_weight=step_weight,
     )
 
 

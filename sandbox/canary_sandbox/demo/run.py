@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -75,6 +76,10 @@ def _signals_as_interrupt() -> Iterator[None]:
     """
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
+        # Once: a second Ctrl-C while the processes are being stopped would cut the clean-up short
+        # and leave Prometheus or the controller behind.
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     previous = {number: signal.signal(number, interrupt) for number in (signal.SIGTERM, signal.SIGINT)}
@@ -202,8 +207,12 @@ def _summary_table(
         outcome = outcomes[name]
         moves = " → ".join("promoted" if to is None else str(to) for to in outcome.traffic_moves()) or "—"
         ok = not problems[name]
+        # The outcome says what happened and whether the story expected it, in a neutral colour: a
+        # green tick beside "RolledBack" reads as "the rollback went fine", not "it was meant to".
         verdict = (
-            Text(f"✓ {outcome.phase}", style="green") if ok else Text(f"✗ {outcome.phase}", style="bold red")
+            Text(f"{outcome.phase} — as expected", style="green" if outcome.phase == "Succeeded" else "bold")
+            if ok
+            else Text(f"✗ {outcome.phase} — not as expected", style="bold red")
         )
         reason = outcome.decisive_reason()
         if not ok:
@@ -266,17 +275,32 @@ def _write_report(
     path.write_text(page, encoding="utf-8")
 
 
+def cli_command() -> str:
+    """The CLI as it can be typed in any shell: its full path (``make demo`` runs it from ``.venv/bin``,
+    which is not on the user's PATH), else ``python -m canary`` with this interpreter."""
+    beside = Path(sys.executable).parent / "kserve-canary"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("kserve-canary")
+    if found:
+        return str(Path(found).resolve())
+    return f"{sys.executable} -m canary"
+
+
 def _keep_running(console: Console, stack: Stack) -> None:
     assert stack.prometheus is not None
     kubeconfig = stack.kubeconfig
+    cli = cli_command()
+    metrics = f"http://127.0.0.1:{stack.controllers[-1].metrics_port}/metrics" if stack.controllers else "-"
     console.print(
         "\n[bold]Everything is still running[/] — poke at it, then press Ctrl-C to stop it all:\n"
         f"  Prometheus UI   {stack.prometheus.url}/graph\n"
         f"  kubectl         kubectl --kubeconfig {kubeconfig} get inferenceservices -n {DEMO_NAMESPACE}\n"
         f"                  kubectl --kubeconfig {kubeconfig} get promotionpolicies -n {DEMO_NAMESPACE}\n"
         f"                  kubectl --kubeconfig {kubeconfig} get events -n {DEMO_NAMESPACE}\n"
-        f"  rollouts        kserve-canary status --kubeconfig {kubeconfig}\n"
-        f"                  kserve-canary explain {DEMO_NAMESPACE}/llm-chat --kubeconfig {kubeconfig}\n"
+        f"  rollouts        {cli} status --kubeconfig {kubeconfig}\n"
+        f"                  {cli} explain {DEMO_NAMESPACE}/llm-chat --kubeconfig {kubeconfig}\n"
+        f"  metrics         {metrics}\n"
         f"  controller log  {stack.controllers[-1].log_path if stack.controllers else '-'}",
         highlight=False,
     )
@@ -301,63 +325,74 @@ def run_demo(options: DemoOptions, console: Console) -> int:
         console,
         f"starting the Kubernetes/KServe emulator, the simulated fleet and Prometheus (seed {options.seed})",
     )
-    with (
-        _signals_as_interrupt(),
-        Stack(models, story.policy_texts, seed=options.seed, policy_objects=True) as stack,
-    ):
-        assert stack.prometheus is not None
-        stack.env = {WEBHOOK_ENV: f"{stack.receiver.url}/hook"}
-        _step(console, f"Prometheus {stack.prometheus.url}, webhook receiver {stack.receiver.url}")
-        _step(
-            console,
-            f"{len(story.policy_texts)} PromotionPolicy objects in namespace {DEMO_NAMESPACE}, beside their "
-            "InferenceServices; the webhook URL in the namespace's Secret kserve-canary-notifications",
-        )
-        story.start(stack)
-        finished = _watch(story, stack, console)
-        payloads = [request.json() for request in stack.receiver.requests]
-        outcomes = story.outcomes(payloads)
-        problems = {name: story.stories[name].judge(outcomes[name]) for name in story.stories}
-        if not finished:
-            for name in story.stories:
-                view = story.views.get(name)
-                if view is None or not view.finished:
-                    phase = view.phase if view else "unobserved"
-                    problems[name].append(f"still {phase} when the demo's time ran out")
-            if story.last_observation_error:
-                problems.setdefault("demo", []).append(
-                    f"the last failed observation was {story.last_observation_error}"
-                )
-        try:
-            _write_report(story, stack, outcomes, problems, report_path)
-        except (requests.RequestException, OSError) as error:
-            problems.setdefault("report", []).append(f"the report could not be written: {error}")
-        # The evidence beside the report: every notification as received, and the controller's own log.
-        report_path.with_name("notifications.json").write_text(
-            json.dumps(payloads, indent=1), encoding="utf-8"
-        )
-        if stack.controllers:
-            shutil.copyfile(stack.controllers[-1].log_path, report_path.with_name("controller.log"))
-        console.print()
-        console.print(_summary_table(story, outcomes, {name: problems[name] for name in story.stories}))
-        elapsed = time.monotonic() - started
-        console.print(f"Report: {report_path}", highlight=False, soft_wrap=True)
-        console.print(
-            f"Controller log: {report_path.with_name('controller.log')}", highlight=False, soft_wrap=True
-        )
-        failed = {name: issues for name, issues in problems.items() if issues}
-        if failed:
-            for name, issues in failed.items():
-                console.print(f"[bold red]✗ {name}:[/] " + "; ".join(issues), highlight=False)
-            console.print(f"[bold red]The story did not happen as expected[/] ({elapsed:.0f}s).")
-        else:
-            console.print(
-                f"[bold green]✓ The story happened as expected[/] in {elapsed:.0f}s: a healthy model "
-                "promoted, a regression and a model that never became Ready rolled back."
+    try:
+        with (
+            _signals_as_interrupt(),
+            Stack(models, story.policy_texts, seed=options.seed, policy_objects=True) as stack,
+        ):
+            return _tell(story, stack, console, report_path, started)
+    except KeyboardInterrupt:
+        # Ctrl-C (or kill -INT/-TERM) is how a person ends the demo, --keep-running above all: a
+        # request, not a failure. Every process is stopped by now (the Stack's exit), so exit 0 —
+        # and `make demo` does not end in "Error 130".
+        console.print("interrupted: every process the demo started has been stopped")
+        return 0
+
+
+def _tell(story: _Story, stack: Stack, console: Console, report_path: Path, started: float) -> int:
+    """The story inside a running stack; 0 when every model ended as expected."""
+    options = story.options
+    assert stack.prometheus is not None
+    stack.env = {WEBHOOK_ENV: f"{stack.receiver.url}/hook"}
+    _step(console, f"Prometheus {stack.prometheus.url}, webhook receiver {stack.receiver.url}")
+    _step(
+        console,
+        f"{len(story.policy_texts)} PromotionPolicy objects in namespace {DEMO_NAMESPACE}, beside their "
+        "InferenceServices; the webhook URL in the namespace's Secret kserve-canary-notifications",
+    )
+    story.start(stack)
+    finished = _watch(story, stack, console)
+    payloads = [request.json() for request in stack.receiver.requests]
+    outcomes = story.outcomes(payloads)
+    problems = {name: story.stories[name].judge(outcomes[name]) for name in story.stories}
+    if not finished:
+        for name in story.stories:
+            view = story.views.get(name)
+            if view is None or not view.finished:
+                phase = view.phase if view else "unobserved"
+                problems[name].append(f"still {phase} when the demo's time ran out")
+        if story.last_observation_error:
+            problems.setdefault("demo", []).append(
+                f"the last failed observation was {story.last_observation_error}"
             )
-        if options.keep_running:
-            _keep_running(console, stack)
-        return 1 if failed else 0
+    try:
+        _write_report(story, stack, outcomes, problems, report_path)
+    except (requests.RequestException, OSError) as error:
+        problems.setdefault("report", []).append(f"the report could not be written: {error}")
+    # The evidence beside the report: every notification as received, and the controller's own log.
+    report_path.with_name("notifications.json").write_text(json.dumps(payloads, indent=1), encoding="utf-8")
+    if stack.controllers:
+        shutil.copyfile(stack.controllers[-1].log_path, report_path.with_name("controller.log"))
+    console.print()
+    console.print(_summary_table(story, outcomes, {name: problems[name] for name in story.stories}))
+    elapsed = time.monotonic() - started
+    console.print(f"Report: {report_path}", highlight=False, soft_wrap=True)
+    console.print(
+        f"Controller log: {report_path.with_name('controller.log')}", highlight=False, soft_wrap=True
+    )
+    failed = {name: issues for name, issues in problems.items() if issues}
+    if failed:
+        for name, issues in failed.items():
+            console.print(f"[bold red]✗ {name}:[/] " + "; ".join(issues), highlight=False)
+        console.print(f"[bold red]The story did not happen as expected[/] ({elapsed:.0f}s).")
+    else:
+        console.print(
+            f"[bold green]✓ The story happened as expected[/] in {elapsed:.0f}s: a healthy model "
+            "promoted, a regression and a model that never became Ready rolled back."
+        )
+    if options.keep_running:
+        _keep_running(console, stack)
+    return 1 if failed else 0
 
 
 def _watch(story: _Story, stack: Stack, console: Console) -> bool:

@@ -22,7 +22,7 @@ from canary.rollout.limits import limit_parts
 from canary_sandbox.demo.monitor import CheckReading, ModelView
 from canary_sandbox.demo.story import TRAFFIC_MOVES, ModelStory
 
-__all__ = ["PlainLog", "limit_label", "live_view", "notification_line", "weight_bar"]
+__all__ = ["PlainLog", "limit_label", "live_view", "notification_line", "phase_weight", "weight_bar"]
 
 PHASE_STYLE = {
     "Pending": "yellow",
@@ -51,13 +51,40 @@ def limit_label(check: Check) -> str:
     return "\n".join(limit_parts(check, with_floor=False))
 
 
+def phase_weight(view: ModelView) -> float | None:
+    """The share of traffic v2 has according to the controller's phase: 0% once rolled back, 100% once
+    promoted, the step's weight while progressing or paused; None where the phase says nothing."""
+    if view.phase == "RolledBack":
+        return 0.0
+    if view.phase in {"Promoting", "Baking", "Succeeded"}:
+        return 100.0
+    if view.phase in {"Progressing", "Paused"} and view.step_weight is not None:
+        return float(view.step_weight)
+    return None
+
+
 def weight_bar(view: ModelView) -> Text:
-    """The new version's share of traffic, and the spec's percentage while v2 is not Ready (KServe routes
-    nothing to a revision that is not Ready, whatever the spec says)."""
-    filled = round(view.canary_share / 100 * BAR_WIDTH)
+    """The new version's share of traffic as the phase beside it says, so the two never contradict.
+
+    The phase comes from the controller's state and KServe's traffic lags it by a reconcile: while
+    they differ, the bar shows the phase's share and a line says what KServe reports and where it is
+    going ("KServe status: 30%, rolling back"). While v2 is not Ready, the spec's percentage is said
+    too: KServe routes nothing to a revision that is not Ready, whatever the spec says."""
+    target = phase_weight(view)
+    agrees = target is None or abs(view.canary_share - target) < 0.5
+    shown = view.canary_share if agrees or target is None else target
+    filled = round(shown / 100 * BAR_WIDTH)
     style = {"Succeeded": "green", "RolledBack": "red"}.get(view.phase, "cyan")
     bar = Text("█" * filled, style=style) + Text("░" * (BAR_WIDTH - filled), style="dim")
-    bar.append(f" {view.canary_share:3.0f}%")
+    bar.append(f" {shown:3.0f}%")
+    if not agrees and target is not None:
+        if view.phase == "RolledBack":
+            heading = "rolling back"
+        elif target > view.canary_share:
+            heading = f"moving up to {target:.0f}%"
+        else:
+            heading = f"moving down to {target:.0f}%"
+        bar.append(f"\nKServe status: {view.canary_share:.0f}%, {heading}", style="yellow")
     if view.canary_revision is not None and not view.canary_ready and view.spec_weight:
         bar.append(f"\nspec {view.spec_weight}%, v2 not Ready", style="yellow")
     return bar
