@@ -294,6 +294,20 @@ def run(
             "it runs with the controller's Prometheus credentials (put prom-label-proxy in front).",
         ),
     ] = False,
+    cluster_name: Annotated[
+        str,
+        typer.Option(
+            envvar="CLUSTER_NAME",
+            help="The cluster's name, said in every notification (Events, Slack, Teams, Discord).",
+        ),
+    ] = "",
+    dashboard_url: Annotated[
+        str,
+        typer.Option(
+            envvar="DASHBOARD_URL",
+            help="The dashboard's base URL: every notification links <base>/#/rollouts/<ns>/<name>.",
+        ),
+    ] = "",
 ) -> None:
     """Run the controller until SIGTERM."""
     from canary.cli.controller import run_controller  # noqa: PLC0415 - lazy: start-up time
@@ -330,6 +344,8 @@ def run(
         notify_info_retry_for=notify_info_retry_for,
         policy_source=policy_source,
         allow_custom_promql_from_crds=allow_custom_promql_from_crds,
+        cluster_name=cluster_name,
+        dashboard_url=dashboard_url,
     )
 
 

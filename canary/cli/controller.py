@@ -86,6 +86,8 @@ def run_controller(
     notify_info_retry_for: str,
     policy_source: str,
     allow_custom_promql_from_crds: bool,
+    cluster_name: str = "",
+    dashboard_url: str = "",
 ) -> None:
     configure_logging(log_format, extra_processors=[redact_processor])
     # A wrong input is one line on stderr and exit code 2, not a traceback (canary.controller.startup).
@@ -129,6 +131,8 @@ def run_controller(
             notify_info_retry_for=_duration(notify_info_retry_for, "--notify-info-retry-for"),
             policy_sources=_policy_sources(policy_source),
             allow_custom_promql_from_crds=allow_custom_promql_from_crds,
+            cluster_name=cluster_name,
+            dashboard_url=dashboard_url,
         ),
         api_client=api_client,
         evidence=source,
