@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("benchmarks.decide", "benchmarks.decision_quality", "benchmarks.scale")
+BENCHMARKS = ("benchmarks.cli_start", "benchmarks.decide", "benchmarks.decision_quality", "benchmarks.scale")
 
 
 def main() -> int:

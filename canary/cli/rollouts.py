@@ -21,17 +21,17 @@ import typer
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.cli.cluster import api_client
+from canary.cli.cluster import api_client, get_json
 from canary.cli.help import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, fail
 from canary.cli.output import NONE, columns, human_duration, printable, since, timestamp
 from canary.kserve.client import ConflictError
 from canary.kserve.identity import who_am_i
 from canary.kserve.store import (
     LABEL_INFERENCE_SERVICE,
+    SELECTOR,
     STATE_KEY,
     ConfigMapStateStore,
     StoredState,
-    list_configmaps,
     state_configmap_name,
     stored_from_dict,
     watch_configmaps,
@@ -174,7 +174,7 @@ def print_status(
     kubeconfig: str | None, context: str | None, namespace: str | None, output: str, watch: bool
 ) -> None:
     api = api_client(kubeconfig, context)
-    items, version = list_configmaps(api, namespace, timeout=10.0)
+    items, version = _list(api, namespace)
     rows = _rows(items)
     shown = _render(rows, output, namespace)
     if not rows and output in {"text", "wide"}:
@@ -189,6 +189,27 @@ def print_status(
         )
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_OK) from None
+
+
+def _list(api: client.ApiClient, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+    """Our ConfigMaps (the managed-by label) as JSON, and the list's resourceVersion."""
+    path = "/api/v1/configmaps" if namespace is None else f"/api/v1/namespaces/{quote(namespace)}/configmaps"
+    listed = get_json(api, path, {"labelSelector": SELECTOR})
+    items = [item for item in listed.get("items") or () if isinstance(item, dict)]
+    return items, str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _load(api: client.ApiClient, namespace: str, name: str) -> StoredState:
+    """The state ConfigMap of ``namespace/name`` (a StoredState without state when there is none)."""
+    try:
+        found = get_json(
+            api, f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(state_configmap_name(name))}"
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return stored_from_dict(None, namespace, name)
+        raise
+    return stored_from_dict(found, namespace, name)
 
 
 def _key(configmap: Mapping[str, Any]) -> tuple[str, str]:
@@ -228,7 +249,7 @@ def _watch(
             if error.status != 410:
                 raise
             # The version is too old to watch from: list again, then watch from the list.
-            items, version = list_configmaps(api, namespace, timeout=10.0)
+            items, version = _list(api, namespace)
             known = {_key(item): item for item in items if _is_state(item)}
 
 
@@ -278,7 +299,7 @@ def print_explain(
     target: str, kubeconfig: str | None, context: str | None, output: str, prometheus_external_url: str | None
 ) -> None:
     namespace, name = split_target(target)
-    stored = ConfigMapStateStore(api_client(kubeconfig, context)).load(namespace, name)
+    stored = _load(api_client(kubeconfig, context), namespace, name)
     if stored.state_json is None:
         raise fail(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
     try:
