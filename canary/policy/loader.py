@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -292,12 +292,63 @@ class _Loader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> str:
-        value = super().construct_scalar(node)
-        # JSON (a policy may be JSON) writes a character past U+FFFF as a surrogate pair ("\ud83d\ude80"),
-        # which YAML decodes as two lone surrogates that no string field accepts: pair them again.
-        if _SURROGATE.search(value):
-            value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-        return value
+        return _paired(super().construct_scalar(node))
+
+
+def _paired(value: str) -> str:
+    # JSON (a policy may be JSON) writes a character past U+FFFF as a surrogate pair ("\ud83d\ude80"),
+    # which YAML decodes as two lone surrogates that no string field accepts: pair them again.
+    if _SURROGATE.search(value):
+        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return value
+
+
+_COLLECTION_START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_COLLECTION_END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.AliasEvent, *_COLLECTION_START)
+_LIBYAML: bool = bool(yaml.__with_libyaml__)
+
+
+class _NotForLibyaml(Exception):
+    """libyaml refused the text or cannot compose it safely: PyYAML's parser reads it instead."""
+
+
+if _LIBYAML:
+    from yaml._yaml import CParser  # type: ignore[import-not-found,unused-ignore]
+
+    class _CLoader(yaml.CSafeLoader):  # type: ignore[misc,unused-ignore]
+        """libyaml's parser and composer (about 4x faster than PyYAML's, which matters for
+        thousands of policies), the same safe constructor. Its composer recurses in C, so a text
+        is first checked for depth on libyaml's event stream (:func:`_too_deep`), which is flat."""
+
+        def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> str:
+            return _paired(super().construct_scalar(node))
+
+    def _too_deep(text: str) -> bool:
+        """Whether a node is nested deeper than :data:`MAX_DEPTH` (counted as :class:`_Loader`
+        counts: every node one level below its collection)."""
+        parser = CParser(text)
+        depth = 0
+        try:
+            while parser.check_event():
+                event = parser.get_event()
+                if isinstance(event, _NODE_EVENTS) and depth + 1 > MAX_DEPTH:
+                    return True
+                if isinstance(event, _COLLECTION_START):
+                    depth += 1
+                elif isinstance(event, _COLLECTION_END):
+                    depth -= 1
+        finally:
+            parser.dispose()
+        return False
+
+
+def _loader(text: str, fast: bool) -> yaml.SafeLoader:
+    if fast:
+        if _too_deep(text):
+            raise _NotForLibyaml
+        return cast(yaml.SafeLoader, _CLoader(text))
+    return _Loader(text)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -372,7 +423,7 @@ def _load_documents(
     """Every policy in ``text``, or none: a file with any error is rejected whole."""
     origin = origin or _Origin()
     try:
-        policies, errors = _parse_documents(text, path, origin, scope)
+        policies, errors = _read_documents(text, path, origin, scope)
     except _TooDeep as exc:
         return [], [PolicyError(path, exc.line, None, f"YAML nested deeper than {MAX_DEPTH} levels")]
     except RecursionError:
@@ -392,14 +443,29 @@ def _load_documents(
     return policies, errors
 
 
-def _parse_documents(
+def _read_documents(
     text: str, path: str, origin: _Origin, scope: SecretScope | None
+) -> tuple[list[LoadedPolicy], list[PolicyError]]:
+    """libyaml for what it reads without complaint (the wheels ship it); anything it refuses or
+    cannot read safely, PyYAML's own parser reads, so every YAML error is reported as before (libyaml
+    words them differently, and refuses JSON's surrogate-pair escapes that PyYAML decodes)."""
+    if _LIBYAML:
+        try:
+            return _parse_documents(text, path, origin, scope, fast=True)
+        except Exception:  # noqa: S110 - whatever libyaml raises, PyYAML's parser reports below
+            pass
+    return _parse_documents(text, path, origin, scope, fast=False)
+
+
+def _parse_documents(
+    text: str, path: str, origin: _Origin, scope: SecretScope | None, *, fast: bool
 ) -> tuple[list[LoadedPolicy], list[PolicyError]]:
     policies: list[LoadedPolicy] = []
     errors: list[PolicyError] = []
-    loader = _Loader(text)
     document = -1
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = _loader(text, fast)
         while loader.check_node():
             node = loader.get_node()
             document += 1
@@ -456,14 +522,19 @@ def _parse_documents(
                 target_line = lines.get(("spec", "target", "inferenceService"), start)
                 policies.append(LoadedPolicy(policy, path, start, document, target_line))
     except yaml.MarkedYAMLError as exc:
+        if fast:
+            raise _NotForLibyaml from exc
         mark = exc.problem_mark or exc.context_mark
         error_line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "invalid YAML"
         errors.append(PolicyError(path, error_line, None, f"YAML syntax error: {problem}"))
     except yaml.YAMLError as exc:
+        if fast:
+            raise _NotForLibyaml from exc
         errors.append(PolicyError(path, None, None, f"YAML error: {exc}"))
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not policies and not errors:
         # Only comments, "---" separators or nothing at all.
         errors.append(PolicyError(path, None, None, "the file is empty: it holds no policy document"))
