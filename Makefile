@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # cores; a module's tests stay on one worker so its fixtures (a Prometheus, a stack) start once.
 PYTEST_PARALLEL ?= -n 3 --dist loadscope
 
-.PHONY: setup prometheus demo test test-fast lint typecheck bench schema clean
+.PHONY: setup prometheus browser demo test test-fast lint typecheck bench schema clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -19,8 +19,7 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml | $(PY)
 
 setup: $(STAMP) prometheus
 
-# Debian's Prometheus: the tests and the demo start their own server from this binary. Debian's
-# chromium and chromium-driver: tests/dashboard drive the dashboard's page in a headless browser.
+# Debian's Prometheus: the tests and the demo start their own server from this binary.
 prometheus:
 	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 		echo "installing Debian's prometheus package"; \
@@ -28,6 +27,10 @@ prometheus:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 		$$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; \
 	fi
+
+# Debian's chromium and chromium-driver: tests/dashboard drive the dashboard's page in a headless
+# browser (the demo does not need them).
+browser:
 	@if ! command -v chromedriver >/dev/null 2>&1; then \
 		echo "installing Debian's chromium and chromium-driver packages"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -42,7 +45,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict canary sandbox/canary_sandbox
 
-test: setup lint typecheck
+test: setup browser lint typecheck
 	$(VENV)/bin/coverage erase
 	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL)
 	$(VENV)/bin/coverage combine -q
@@ -53,7 +56,7 @@ test: setup lint typecheck
 # a process), tests/faults (the same with faults injected) and tests/fuzz, marked by directory in
 # tests/conftest.py,
 # and the deploy tests that run the controller.
-test-fast: setup
+test-fast: setup browser
 	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e and not faults and not fuzz"
 
 # The whole story on this machine: emulator, simulated fleet, real Prometheus, the controller; about a
