@@ -337,7 +337,7 @@ def print_explain(
             lines.append(f"{check.name}: {check.detail}")
     queried = [check for check in document.checks if check.query]
     if queried:
-        lines += ["", "PromQL (paste into Prometheus):"]
+        lines += ["", "PromQL as the controller ran it:"]
     for check in queried:
         lines.append(f"[{check.name}] {check.query}")
         if prometheus_external_url:
