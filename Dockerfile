@@ -50,7 +50,7 @@ RUN pip wheel --no-deps --no-build-isolation --no-cache-dir --wheel-dir /tmp/dis
  && pip --python /opt/kserve-canary/bin/python install --no-compile --no-cache-dir --no-deps /tmp/dist/kserve_canary-*.whl \
  && pip --python /opt/kserve-canary/bin/python uninstall --yes ${PRUNE_DISTRIBUTIONS} \
  && rm -rf /opt/kserve-canary/lib/python3.*/site-packages/kubernetes/aio \
- && /opt/kserve-canary/bin/python -c "import sys, py_compile, canary.cli; [py_compile.compile(m.__file__, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH) for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').startswith('/opt/kserve-canary/') and m.__file__.endswith('.py')]" \
+ && /opt/kserve-canary/bin/python -c "import sys, py_compile, canary.cli, canary.cli.controller; [py_compile.compile(m.__file__, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH) for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').startswith('/opt/kserve-canary/') and m.__file__.endswith('.py')]" \
  && /opt/kserve-canary/bin/kserve-canary --version
 
 FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST}
