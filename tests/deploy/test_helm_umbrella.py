@@ -9,6 +9,7 @@ import base64
 from typing import Any
 
 import helm_python as helm
+import pytest
 import yaml
 
 from tests.deploy.manifests import CHART, of_kind, one, render_chart, render_notes
@@ -108,3 +109,23 @@ def test_the_chart_has_an_icon_and_lints_without_a_single_message() -> None:
     assert report["messages"] == [] and report["errors"] == []
     # The umbrella's values pass the schema and lint as well.
     assert helm.lint(CHART, UMBRELLA, strict=True, namespace="kserve-canary")["errors"] == []
+
+
+def test_the_cluster_name_and_dashboard_reach_the_controller_s_flags() -> None:
+    from tests.deploy.manifests import controller_container, render_chart_text
+    from tests.deploy.test_manifests import run_flags
+
+    values = {
+        **PROMETHEUS,
+        "notifications": {"clusterName": "prod-eu", "dashboardUrl": "https://canary.example.com"},
+    }
+    args = controller_container(render_chart(values))["args"]
+    assert "--cluster-name=prod-eu" in args
+    assert "--dashboard-url=https://canary.example.com" in args
+    flags = run_flags()
+    assert {"--cluster-name", "--dashboard-url"} <= set(flags)
+    assert not any(
+        arg.startswith("--cluster-name") for arg in controller_container(render_chart(PROMETHEUS))["args"]
+    )
+    with pytest.raises(helm.HelmError, match="does not match pattern"):
+        render_chart_text({**PROMETHEUS, "notifications": {"dashboardUrl": "canary.example.com"}})
