@@ -353,3 +353,32 @@ def test_informational_notifications_have_the_shorter_horizon() -> None:
     assert horizon.for_notification(rollback()) == 3600
     promoted = started(action=NotificationAction.PROMOTED, severity=Severity.INFO)
     assert horizon.for_notification(promoted) == 3600
+
+
+def test_teams_and_discord_are_kept_in_the_outbox_like_slack(
+    api: client.ApiClient, receiver: OutageReceiver
+) -> None:
+    teams, discord = (
+        "/workflows/abc/triggers/manual?sig=teams-secret-sig",
+        "/api/webhooks/1/discord-secret-token",
+    )
+    world = World(api, receiver)
+    world.resolver = SecretResolver(
+        world.redactor, {"TEAMS_URL": receiver.url + teams, "DISCORD_URL": receiver.url + discord}
+    )
+    targets = [
+        NotifyTarget.model_validate({"teams": {"webhookUrlFrom": {"env": "TEAMS_URL"}}}),
+        NotifyTarget.model_validate({"discord": {"webhookUrlFrom": {"env": "DISCORD_URL"}}}),
+    ]
+    destinations = destinations_for(targets, resolver=world.resolver, timeout=(0.5, 0.5))
+    assert [d.durable for d in destinations] == [True, True]
+    receiver.go_down()
+    world.dispatcher.submit(started(), destinations)
+    assert eventually(lambda: len(world.stored()) == 2)
+    stored = json.dumps(world.stored())
+    assert "teams-secret-sig" not in stored and "discord-secret-token" not in stored
+    receiver.come_up()
+    assert receiver.wait_accepted("/workflows/abc")[0].body.startswith(b'{"type": "message"')
+    assert b'"embeds"' in receiver.wait_accepted("/api/webhooks/1")[0].body
+    assert eventually(lambda: world.stored() == []), "delivered: taken out of the outbox"
+    world.dispatcher.close(timeout=0.5)
