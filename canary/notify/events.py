@@ -103,18 +103,22 @@ def _utf8_len(text: str) -> int:
 
 
 def _cut(text: str, budget: int) -> str:
-    """``text`` cut to ``budget`` bytes at the last clause boundary (``; `` or ``, ``) that fits, with
-    an ellipsis; ``""`` if no clause fits. Never inside a number: "950ms" never becomes "95…"."""
+    """``text`` cut to ``budget`` bytes at the last clause boundary that fits, with an ellipsis; ``""``
+    if no clause fits. Between checks (``; ``) first, so that a check keeps its whole line ("oom 2,
+    not ≤ 0"); at a comma only when not even one check fits. Never inside a number."""
     room = budget - _utf8_len(" …")
     if room <= 0:
         return ""
-    best = ""
-    for match in re.finditer(r"[;,] ", text):
-        head = text[: match.start()]
-        if _utf8_len(head) > room:
-            break
-        best = head
-    return f"{best} …" if best else ""
+    for boundary in ("; ", ", "):
+        best = ""
+        for match in re.finditer(re.escape(boundary), text):
+            head = text[: match.start()]
+            if _utf8_len(head) > room:
+                break
+            best = head
+        if best:
+            return f"{best} …"
+    return ""
 
 
 def event_message(

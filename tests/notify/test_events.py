@@ -211,3 +211,12 @@ def test_a_reason_repeating_the_summary_is_said_once() -> None:
     message = event_message(notification, Redactor())
     assert message.count("advancing to 30%") == 1
     assert "3 of 3 checks passed." in message
+
+
+def test_a_cut_keeps_each_check_whole_before_it_cuts_at_a_comma() -> None:
+    from canary.notify.events import _cut
+
+    text = "Not passing: oom 2, not ≤ 0 [fail]; p99 950ms, not ≤ 800ms [fail]"
+    assert _cut(text, 60) == "Not passing: oom 2, not ≤ 0 [fail] …"
+    assert _cut("a 1, b 2, c 3", 12) == "a 1, b 2 …"  # " …" is 4 bytes
+    assert _cut("nothing to cut at", 8) == ""
