@@ -521,6 +521,8 @@ def _parse_documents(
             if not duplicates:
                 target_line = lines.get(("spec", "target", "inferenceService"), start)
                 policies.append(LoadedPolicy(policy, path, start, document, target_line))
+    except yaml.reader.ReaderError:
+        raise  # the whole text is unreadable: _load_documents says which character, on which line
     except yaml.MarkedYAMLError as exc:
         if fast:
             raise _NotForLibyaml from exc

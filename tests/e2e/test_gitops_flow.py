@@ -137,7 +137,6 @@ def test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_retu
         assert row[2] == "fraud"
         assert row[3] in {"Pending", "Progressing"}
         verdict = [
-            "kubectl",
             "-n",
             NS,
             "get",
