@@ -19,7 +19,7 @@ tolerance factor of where it is needed (bucket layouts are coarse), the count is
 the bucket, as ``histogram_quantile`` does, and the statement says so.
 
 Relative limits are two-sample. Error rates: the canary's share of both revisions' errors in each
-interval, given their requests (:func:`canary.rollout.sequential.paired_log_ratio`). Quantiles: the
+interval, given their requests (:func:`canary.rollout.sequential.paired_log_ratios`). Quantiles: the
 stable revision's quantile is bounded from its own counts (a confidence bound with its own share of
 the budget) and the canary is tested against ``(1 + maxIncrease)`` times the bound.
 """

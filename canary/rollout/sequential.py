@@ -47,7 +47,6 @@ __all__ = [
     "chi_square_quantile",
     "cut",
     "dispersion",
-    "paired_log_ratio",
     "paired_log_ratios",
     "truncation",
 ]
@@ -192,7 +191,15 @@ def chi_square_quantile(degrees: int, probability: float) -> float:
 def paired_log_ratios(
     intervals: Sequence[tuple[int, int, int, int]], alternatives: Sequence[float], null: float
 ) -> list[float]:
-    """:func:`paired_log_ratio` for several alternatives at once (one pass over the intervals)."""
+    """log likelihood ratios of error-rate ratios ``rho = canary rate / stable rate``: each
+    alternative against ``null``, in one pass over the intervals.
+
+    Per interval ``(canary errors, canary requests, stable errors, stable requests)``: given the
+    errors both revisions had in it, the canary's share of them is binomial with
+    ``pi = n_c rho / (n_c rho + n_s)``. Conditioning on each interval's errors cancels what both
+    revisions share — a burst of upstream failures, a quiet night — so the test compares the canary
+    with the stable revision *as they were at the same moment*.
+    """
     totals = [0.0] * len(alternatives)
     for canary_errors, canary_requests, stable_errors, stable_requests in intervals:
         if canary_errors + stable_errors == 0 or canary_requests <= 0 or stable_requests <= 0:
@@ -205,29 +212,6 @@ def paired_log_ratios(
                 math.log(1.0 - pi_alt) - log_null_miss
             )
     return totals
-
-
-def paired_log_ratio(
-    intervals: Sequence[tuple[int, int, int, int]], alternative: float, null: float
-) -> float:
-    """log likelihood ratio of two error-rate ratios ``rho = canary rate / stable rate``.
-
-    Per interval ``(canary errors, canary requests, stable errors, stable requests)``: given the
-    errors both revisions had in it, the canary's share of them is binomial with
-    ``pi = n_c rho / (n_c rho + n_s)``. Conditioning on each interval's errors cancels what both
-    revisions share — a burst of upstream failures, a quiet night — so the test compares the canary
-    with the stable revision *as they were at the same moment*.
-    """
-    total = 0.0
-    for canary_errors, canary_requests, stable_errors, stable_requests in intervals:
-        if canary_errors + stable_errors == 0 or canary_requests <= 0 or stable_requests <= 0:
-            continue
-        pi_alt = canary_requests * alternative / (canary_requests * alternative + stable_requests)
-        pi_null = canary_requests * null / (canary_requests * null + stable_requests)
-        total += canary_errors * math.log(pi_alt / pi_null) + stable_errors * math.log(
-            (1.0 - pi_alt) / (1.0 - pi_null)
-        )
-    return total
 
 
 def truncation(good: float, bad: float, alpha: float, beta: float, phi: float = 1.0) -> int:
