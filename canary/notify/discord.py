@@ -11,12 +11,11 @@ characters in all, so checks beyond that budget are summarised in one field.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
+from canary.notify.delivery import DEFAULT_TIMEOUT, Clock, utc_now
 from canary.notify.message import NO_CONTEXT, CheckVerdict, MessageContext, Notification, story
-from canary.notify.posting import SecretUrlSender
+from canary.notify.posting import JsonMessageSender
 from canary.notify.secrets import SecretResolver
 from canary.notify.slack import VERDICT_EMOJI, headline
 from canary.policy.model import SecretRef
@@ -109,7 +108,7 @@ def discord_message(notification: Notification, context: MessageContext = NO_CON
     }
 
 
-class DiscordSender(SecretUrlSender):
+class DiscordSender(JsonMessageSender):
     """Posts :func:`discord_message` to the channel webhook URL read from ``webhook_url_from``."""
 
     def __init__(
@@ -121,10 +120,12 @@ class DiscordSender(SecretUrlSender):
         clock: Clock = utc_now,
         context: MessageContext = NO_CONTEXT,
     ) -> None:
-        super().__init__("discord webhook", webhook_url_from, resolver=resolver, timeout=timeout, clock=clock)
-        self._context = context
-
-    def send(self, notification: Notification) -> None:
-        url = self._url()
-        body = json.dumps(discord_message(notification, self._context), ensure_ascii=False).encode()
-        self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})
+        super().__init__(
+            "discord webhook",
+            discord_message,
+            webhook_url_from,
+            resolver=resolver,
+            timeout=timeout,
+            clock=clock,
+            context=context,
+        )

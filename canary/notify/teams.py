@@ -16,12 +16,11 @@ Office 365 connectors (``MessageCard``) are retired by Microsoft; this format wo
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
+from canary.notify.delivery import DEFAULT_TIMEOUT, Clock, utc_now
 from canary.notify.message import NO_CONTEXT, CheckVerdict, MessageContext, Notification, story
-from canary.notify.posting import SecretUrlSender
+from canary.notify.posting import JsonMessageSender
 from canary.notify.secrets import SecretResolver
 from canary.notify.slack import VERDICT_EMOJI, headline
 from canary.policy.model import SecretRef
@@ -117,7 +116,7 @@ def teams_message(notification: Notification, context: MessageContext = NO_CONTE
     }
 
 
-class TeamsSender(SecretUrlSender):
+class TeamsSender(JsonMessageSender):
     """Posts :func:`teams_message` to the Workflows webhook URL read from ``webhook_url_from``."""
 
     def __init__(
@@ -129,10 +128,12 @@ class TeamsSender(SecretUrlSender):
         clock: Clock = utc_now,
         context: MessageContext = NO_CONTEXT,
     ) -> None:
-        super().__init__("teams webhook", webhook_url_from, resolver=resolver, timeout=timeout, clock=clock)
-        self._context = context
-
-    def send(self, notification: Notification) -> None:
-        url = self._url()
-        body = json.dumps(teams_message(notification, self._context), ensure_ascii=False).encode()
-        self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})
+        super().__init__(
+            "teams webhook",
+            teams_message,
+            webhook_url_from,
+            resolver=resolver,
+            timeout=timeout,
+            clock=clock,
+            context=context,
+        )
