@@ -176,6 +176,11 @@ def test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_retu
         )
         message = condition(stack.policy_object(NS, "typo"), "PolicyValid")["message"]
         assert "spec.windw" in message, message
-        events = [e for e in stack.events(NS) if e.involved_object.name == "typo"]
-        assert any("spec.windw" in (e.message or "") for e in events)
+
+        # The Event is posted just after the status (and again on the next pass if that post failed).
+        def typo_event_posted() -> bool:
+            events = [e for e in stack.events(NS) if e.involved_object.name == "typo"]
+            return any("spec.windw" in (e.message or "") for e in events)
+
+        assert wait_until(typo_event_posted, 20), [e.message for e in stack.events(NS)]
         assert controller.alive

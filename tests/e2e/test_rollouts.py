@@ -331,5 +331,9 @@ def test_status_explain_and_metrics_show_the_numbers_behind_the_decisions(
         'kserve_canary_decisions_total{action="rollback",inference_service="regress",namespace="e2e"} 1.0'
         in metrics
     )
-    events = [event for event in stack.events(NS) if event.involved_object.name == "regress"]
-    assert any(event.reason == "CanaryRolledBack" and event.type == "Warning" for event in events)
+
+    def rolled_back_event() -> bool:  # Events go out through the notification outbox, just after the write
+        events = [event for event in stack.events(NS) if event.involved_object.name == "regress"]
+        return any(event.reason == "CanaryRolledBack" and event.type == "Warning" for event in events)
+
+    assert wait_until(rolled_back_event, 20)
