@@ -52,6 +52,7 @@ from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
+from canary.rollout.past import PastRollouts, record_after
 from canary.rollout.persistence import (
     DEFAULT_EXPLAIN_EVERY_INTERVALS,
     explain_due,
@@ -265,6 +266,7 @@ class Reconciler:
                 owner_uid=state.inference_service_uid or stored.owner_uid,
                 explain=_readable_explain(stored),
                 command_result=stored.readable_command_result(),
+                rollouts=stored.rollouts_json,
             )
             self.forget(policy.key)
             log.warning(
@@ -388,6 +390,8 @@ class Reconciler:
                     owner_uid=decision.new_state.inference_service_uid,
                     explain=explain or (None if stale else _readable_explain(stored)),
                     command_result=answer or stored.readable_command_result(),
+                    # In the same write: the record of past rollouts, with the one this decision ends.
+                    rollouts=_rollouts_text(prepared, decision, bound),
                 )
                 outcome.wrote_state = True
                 outcome.store_reason = reason
@@ -538,6 +542,7 @@ class Reconciler:
         owner_uid: str | None,
         explain: ExplainDocument | None,
         command_result: CommandOutcome | None = None,
+        rollouts: str | None = None,
     ) -> str | None:
         """Write the state; the new resourceVersion."""
         if self._dry_run:
@@ -547,6 +552,7 @@ class Reconciler:
                 state.to_json(),
                 "dry-run",
                 explain_json=explain.to_json() if explain else None,
+                rollouts_json=rollouts,
             )
             return "dry-run"
         self._fence(key)
@@ -558,6 +564,7 @@ class Reconciler:
             owner_uid=owner_uid,
             explain=explain,
             command_result=command_result,
+            rollouts=rollouts,
         )
 
     def _patch(self, key: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -660,3 +667,23 @@ def _readable_explain(stored: StoredState) -> ExplainDocument | None:
         return stored.explain()
     except StateFormatError:
         return None
+
+
+def _rollouts_text(prepared: Prepared, decision: Decision, bound: FilteringBoundLogger) -> str | None:
+    """The record of past rollouts to store with ``decision``'s state: with the rollout the decision
+    ends added (canary.rollout.past), else the stored text as it is. A record that cannot be read is
+    kept as it is, never overwritten: the rollout it would have received is not recorded (logged)."""
+    stored = prepared.stored
+    try:
+        record = stored.past_rollouts()
+    except StateFormatError as error:
+        if record_after(prepared.state, decision, PastRollouts(), prepared.now) is not None:
+            bound.warning(
+                "record of past rollouts unreadable: kept as it is, this rollout is not recorded in it",
+                error=str(error),
+            )
+        return stored.rollouts_json
+    recorded = record_after(
+        prepared.state, decision, record, prepared.now, latest_evaluation=_readable_explain(stored)
+    )
+    return recorded.to_json() if recorded is not None else stored.rollouts_json

@@ -18,6 +18,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from canary.kserve.client import GROUP, MERGE_PATCH, VERSION, ConflictError, WatchEvent, is_not_found
+from canary.rollout.past import PastRollouts
 from canary.rollout.records import CommandFormatError, CommandOutcome, CommandRequest, ExplainDocument
 from canary.rollout.state import RolloutState
 
@@ -28,6 +29,7 @@ __all__ = [
     "EXPLAIN_KEY",
     "MANAGED_BY",
     "MAX_STATE_BYTES",
+    "ROLLOUTS_KEY",
     "STATE_KEY",
     "ConfigMapStateStore",
     "StateTooLarge",
@@ -52,6 +54,8 @@ COMMAND_RESULT_KEY = "command-result.json"
 # The latest evaluation in full (each check's value, limit, stable value and PromQL), for
 # ``kserve-canary explain``. Kept beside the state so the core's state stays small.
 EXPLAIN_KEY = "explain.json"
+# The record of past rollouts (canary.rollout.past): the last 10, written with the decision that ends one.
+ROLLOUTS_KEY = "rollouts.json"
 MANAGED_BY = "kserve-canary"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_INFERENCE_SERVICE = "kserve-canary.dev/inference-service"
@@ -85,6 +89,7 @@ class StoredState:
     command_issuer: str | None = None  # who wrote command.json (checked at admission, when installed)
     command_result_json: str | None = None  # the controller's answer to the last command
     owner_uid: str | None = None  # the uid of the InferenceService in the owner references, if any
+    rollouts_json: str | None = None  # the record of past rollouts, as stored
 
     @property
     def key(self) -> str:
@@ -101,6 +106,12 @@ class StoredState:
     def explain(self) -> ExplainDocument | None:
         """The latest evaluation. Raises :class:`ExplainFormatError`."""
         return ExplainDocument.from_json(self.explain_json) if self.explain_json else None
+
+    def past_rollouts(self) -> PastRollouts:
+        """The record of past rollouts (empty when none is stored).
+
+        Raises :class:`~canary.rollout.past.PastRolloutsFormatError`."""
+        return PastRollouts.from_json(self.rollouts_json) if self.rollouts_json else PastRollouts()
 
     def command_result(self) -> CommandOutcome | None:
         """The controller's answer to the last command. Raises :class:`CommandFormatError`."""
@@ -154,9 +165,10 @@ class ConfigMapStateStore:
         owner_uid: str | None,
         explain: ExplainDocument | None = None,
         command_result: CommandOutcome | None = None,
+        rollouts: str | None = None,
     ) -> str:
-        """Write the state (and the latest evaluation, and the answer to the last command); returns the
-        new resourceVersion.
+        """Write the state (and the latest evaluation, the answer to the last command, and the record of
+        past rollouts as the text to store); returns the new resourceVersion.
 
         Raises :class:`ConflictError` on 409 and :class:`StateTooLarge` beyond :data:`MAX_STATE_BYTES`.
         Whatever else the ConfigMap held is replaced: a pending command is consumed.
@@ -168,6 +180,7 @@ class ConfigMapStateStore:
                 STATE_KEY: state.to_json(),
                 **({EXPLAIN_KEY: explain.to_json()} if explain else {}),
                 **({COMMAND_RESULT_KEY: command_result.to_json()} if command_result else {}),
+                **({ROLLOUTS_KEY: rollouts} if rollouts else {}),
             },
             resource_version=resource_version,
             owner_uid=owner_uid,
@@ -389,6 +402,7 @@ def stored_from_dict(
         data.get(COMMAND_ISSUER_KEY),
         data.get(COMMAND_RESULT_KEY),
         owner_uid=owner_uid_of(meta),
+        rollouts_json=data.get(ROLLOUTS_KEY),
     )
 
 
@@ -425,4 +439,5 @@ def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_servic
         owner_uid=next(
             (ref.uid for ref in meta.owner_references or () if ref.kind == "InferenceService"), None
         ),
+        rollouts_json=data.get(ROLLOUTS_KEY),
     )
