@@ -137,6 +137,8 @@ DIVERGENCES: tuple[Divergence, ...] = (
     _duration("spec.progressDeadline"),
     _duration("spec.bake"),
     _duration("spec.onNoData.after"),
+    _duration("spec.gates[].deadline"),
+    _duration("spec.gates[].webhook.timeout"),
     Divergence(
         "spec.steps[]",
         DivergenceKind.ANY_VALUE,
@@ -234,6 +236,8 @@ CEL_RULES: tuple[CelRule, ...] = (
     CelRule("spec.notify[].discord.webhookUrlFrom", *_ONE_SECRET),
     CelRule("spec.notify[].webhook.urlFrom", *_ONE_SECRET),
     CelRule("spec.notify[].webhook.secretFrom", *_ONE_SECRET),
+    CelRule("spec.gates[].webhook.urlFrom", *_ONE_SECRET),
+    CelRule("spec.gates[].webhook.secretFrom", *_ONE_SECRET),
 )
 
 # Lists whose items are identified by a key: the API server refuses duplicate keys (the models'

@@ -376,6 +376,11 @@ def _secret_refs(policy: PromotionPolicy) -> Iterator[tuple[tuple[str | int, ...
             yield (*base, "webhook", "urlFrom"), target.webhook.url_from
             if target.webhook.secret_from is not None:
                 yield (*base, "webhook", "secretFrom"), target.webhook.secret_from
+    for index, gate in enumerate(policy.spec.gates):
+        where: tuple[str | int, ...] = ("spec", "gates", index, "webhook")
+        yield (*where, "urlFrom"), gate.webhook.url_from
+        if gate.webhook.secret_from is not None:
+            yield (*where, "secretFrom"), gate.webhook.secret_from
 
 
 def _scope_errors(

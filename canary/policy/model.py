@@ -32,6 +32,10 @@ __all__ = [
     "KIND",
     "TEMPLATE_VARIABLES",
     "Check",
+    "Gate",
+    "GateFailurePolicy",
+    "GateStage",
+    "GateWebhook",
     "GpuLabelStyle",
     "MetricKind",
     "MetricsSpec",
@@ -557,6 +561,80 @@ class NotifyTarget(_Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# Gates: webhooks a rollout waits for (docs/design.md, "Gates")
+
+
+class GateStage(StrEnum):
+    """Where a gate stands in the rollout."""
+
+    PRE_ROLLOUT = "pre-rollout"  # once the canary is Ready, before its first step gets traffic
+    STEP = "step"  # at every held step, once the step's window and checks passed
+    PRE_PROMOTION = "pre-promotion"  # before the final write that promotes
+
+
+class GateFailurePolicy(StrEnum):
+    """What a gate's ``deadline`` passing without a pass does."""
+
+    HOLD = "hold"  # keep holding the step and calling the gate (a warning is told)
+    ROLLBACK = "rollback"  # roll the canary back
+
+
+MAX_GATE_TIMEOUT = 300.0  # seconds: a gate call is bounded, whatever the policy says
+
+
+class GateWebhook(_SecretsByReference):
+    url_from: SecretRef = Field(description="The gate's URL (it may carry a token: it is a secret).")
+    secret_from: SecretRef | None = Field(
+        default=None,
+        description="HMAC-SHA256 key: the body is signed in the X-Kserve-Canary-Signature header.",
+    )
+    timeout: Duration = Field(
+        default=30.0, description="How long one call may take (at most 5m); a timeout is a failed attempt."
+    )
+
+    @field_validator("timeout")
+    @classmethod
+    def _bounded(cls, timeout: float) -> float:
+        if not 0 < timeout <= MAX_GATE_TIMEOUT:
+            raise ValueError(f"must be longer than 0s and at most {format_duration(MAX_GATE_TIMEOUT)}")
+        return timeout
+
+
+class Gate(_Model):
+    """An HTTP call the rollout waits for: 2xx passes; anything else is retried and holds the step."""
+
+    name: str | None = Field(
+        default=None, description="Shown in decisions and notifications; default '<at>-<position>'."
+    )
+    at: GateStage = Field(description="pre-rollout, step (every held step) or pre-promotion.")
+    webhook: GateWebhook
+    deadline: Duration = Field(
+        default=900.0,
+        description="How long the gate may hold the rollout without passing before failurePolicy applies.",
+    )
+    failure_policy: GateFailurePolicy = Field(
+        default=GateFailurePolicy.HOLD,
+        description="After the deadline: hold (keep holding and calling, with a warning) or rollback.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, name: str | None) -> str | None:
+        if name is not None and (not _CHECK_NAME.match(name) or len(name) > 63):
+            raise ValueError(
+                "must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"
+            )
+        return name
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, deadline: float) -> float:
+        if deadline <= 0:
+            raise ValueError("must be longer than 0s")
+        return deadline
+
+
+# ---------------------------------------------------------------------------------------------
 # The policy
 
 
@@ -637,6 +715,11 @@ class PolicySpec(_Model):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     checks: list[Check] = Field(min_length=1, description="At least one check.")
     notify: list[NotifyTarget] = Field(default_factory=list)
+    gates: list[Gate] = Field(
+        default_factory=list,
+        description="Webhooks the rollout waits for before its first step, at each step, or before "
+        "the promotion.",
+    )
 
     @field_validator("confidence", mode="before")
     @classmethod
@@ -689,6 +772,12 @@ class PolicySpec(_Model):
             if check.name in seen:
                 raise ValueError(f"check name {check.name!r} is used twice; check names must be unique")
             seen.add(check.name)
+        names: set[str] = set()
+        for index in range(len(self.gates)):
+            name = self.gate_name(index)
+            if name in names:
+                raise ValueError(f"gate name {name!r} is used twice; gate names must be unique")
+            names.add(name)
         return self
 
     # -- derived views used by the core -------------------------------------------------------
@@ -703,6 +792,11 @@ class PolicySpec(_Model):
 
     def step_min_requests(self, step: Step) -> int:
         return step.min_requests if step.min_requests is not None else self.min_requests
+
+    def gate_name(self, index: int) -> str:
+        """The name of ``gates[index]``: its own, or ``<at>-<position>`` (``pre-rollout-1``)."""
+        gate = self.gates[index]
+        return gate.name or f"{gate.at.value}-{index + 1}"
 
 
 class PromotionPolicy(_Model):

@@ -22,15 +22,20 @@ The rules, in the order they are applied (docs/design.md §2 and §4):
    our own write is recognised; anyone else's pauses the rollout.
 5. Then the phase: Pending waits for Ready (deadline), Progressing holds steps and judges evidence,
    Promoting waits for KServe to record the promotion, Baking watches absolute limits.
+6. Gates (canary/rollout/gates.py): a pre-rollout gate pins a new revision at 0 and holds its first
+   step until it passes; step gates hold a passed step; pre-promotion gates hold the promotion. Their
+   results are inputs (``gates``), like evidence; the calls the decision waits for are
+   ``Decision.gate_calls``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from canary.evidence import Evidence, EvidenceRequest
-from canary.policy.model import Check, NoDataAction, PromotionPolicy, Step
+from canary.policy.model import Check, Gate, GateFailurePolicy, GateStage, NoDataAction, PromotionPolicy, Step
 from canary.policy.units import format_duration
 from canary.rollout.bookkeeping import (
     EvaluationMode,
@@ -41,6 +46,7 @@ from canary.rollout.bookkeeping import (
     step_passed,
 )
 from canary.rollout.decision import Decision
+from canary.rollout.gates import GateCall, GateResult, gate_body, gate_key, record_gate_result
 from canary.rollout.intent import (
     controller_weights,
     found_in_spec,
@@ -60,6 +66,7 @@ from canary.rollout.state import (
     MAX_ROLLED_BACK,
     CommandKind,
     EvaluationVerdict,
+    GateProgress,
     HistoryEntry,
     Pause,
     PauseKind,
@@ -83,6 +90,7 @@ def decide(
     now: datetime,
     *,
     ledger: RollbackLedger | None = None,
+    gates: Sequence[GateResult] = (),
 ) -> Decision:
     """Decide what to do with one InferenceService now. Pure: same inputs, same decision.
 
@@ -90,9 +98,11 @@ def decide(
     another window, or an evaluation that is not due is ignored, never judged. ``now`` must be
     timezone-aware. ``ledger`` is the rollback ledger (kept apart from the state, so losing the
     state cannot undo a rollback): a revision in it is never started, advanced or promoted again;
-    a ledger of another InferenceService object (uid) is ignored.
+    a ledger of another InferenceService object (uid) is ignored. ``gates`` are the finished
+    attempts of gate calls (:mod:`canary.rollout.gates`); results of another revision, of a call
+    point not reached, or already recorded in the state change nothing.
     """
-    return _Tick(policy, observed, state, evidence, now, probing=False, ledger=ledger).run()
+    return _Tick(policy, observed, state, evidence, now, probing=False, ledger=ledger, gates=gates).run()
 
 
 def evidence_request(
@@ -102,13 +112,14 @@ def evidence_request(
     now: datetime,
     *,
     ledger: RollbackLedger | None = None,
+    gates: Sequence[GateResult] = (),
 ) -> EvidenceRequest | None:
     """What :func:`decide` would judge now: revisions, window ``[start, now]`` and checks — or None.
 
     It runs the same rules as :func:`decide` (so a step whose start is observed in this very tick
     is accounted for) and reports the evaluation that is due, if any.
     """
-    tick = _Tick(policy, observed, state, None, now, probing=True, ledger=ledger)
+    tick = _Tick(policy, observed, state, None, now, probing=True, ledger=ledger, gates=gates)
     tick.run()
     return tick.requested
 
@@ -172,6 +183,7 @@ class _Tick:
         *,
         probing: bool,
         ledger: RollbackLedger | None = None,
+        gates: Sequence[GateResult] = (),
     ) -> None:
         if now.tzinfo is None or now.utcoffset() is None:
             raise ValueError("decide() needs a timezone-aware 'now'")
@@ -186,6 +198,8 @@ class _Tick:
         self.now = now
         self.probing = probing
         self.ledger = (ledger or RollbackLedger()).for_inference_service(observed.uid)
+        self.gate_results = tuple(gates)
+        self.gate_calls: list[GateCall] = []
         self.requested: EvidenceRequest | None = None
         self.reasons: list[str] = []
         self.severity = Severity.INFO
@@ -420,6 +434,10 @@ class _Tick:
         spec_weight = self.observed.canary_traffic_percent
         ours = controller_weights(previous)
         self.begin_rollout(canary, previous)
+        if self.gated(GateStage.PRE_ROLLOUT) and spec_weight != 0:
+            leftover = spec_weight is not None and spec_weight in ours
+            if spec_weight == first or leftover or (spec_weight is None and self.spec.auto_start):
+                return self.start_pinned(canary, first, spec_weight)
         if spec_weight == first:
             return self.start_at_first_step(canary, first, ours)
         if spec_weight == 0:
@@ -507,8 +525,33 @@ class _Tick:
             EventReason.CANARY_STARTED,
         )
 
+    def start_pinned(self, canary: str, first: int, spec_weight: int | None) -> Decision:
+        """A pre-rollout gate: 0 is written at once (KServe would send a revision without a
+        percentage everything once Ready), the first step only after the gate passed."""
+        names = ", ".join(self.gate_names(GateStage.PRE_ROLLOUT))
+        self.state = replace(self.state, phase=Phase.PENDING)
+        if self.observed.canary_ready and self.observed.weight_of(canary) > 0:
+            self.severity = Severity.WARNING
+            self.reasons.append(
+                f"{canary} was already Ready with {self.observed.weight_of(canary)}% before the controller "
+                f"acted; 0% pins all traffic back to {self.state.stable_revision or 'the previous revision'}."
+            )
+        return self.write(
+            Action.START,
+            0,
+            f"Starting the rollout of {canary}: writing 0% (spec had {_weight_text(spec_weight)}) so that it "
+            f"gets no traffic before its pre-rollout gate {names} passes; the first step {first}% follows.",
+            EventReason.CANARY_STARTED,
+            phase=Phase.PENDING,
+        )
+
     def start_dark_launch(self, canary: str, first: int) -> Decision:
         """``canaryTrafficPercent: 0``: the first step once the canary is Ready."""
+        if self.observed.canary_ready and self.gated(GateStage.PRE_ROLLOUT):
+            self.state = replace(self.state, phase=Phase.PENDING)
+            held = self.gates_hold(frozenset({GateStage.PRE_ROLLOUT}), None)
+            if held is not None:
+                return held
         if self.observed.canary_ready:
             return self.end_dark_launch(
                 first,
@@ -643,7 +686,11 @@ class _Tick:
             state = replace(
                 state, spec_weight=self.observed_weight_record(), step=StepProgress(0, self.steps[0].weight)
             )
-            state = self.with_intent(state, self.steps[0].weight)
+            if self.gated(GateStage.PRE_ROLLOUT):
+                # Pinned at 0 until the pre-rollout gate passes, as a fresh start would be.
+                state = self.with_intent(replace(state, phase=Phase.PENDING), 0)
+            else:
+                state = self.with_intent(state, self.steps[0].weight)
         elif pause.kind is PauseKind.POLICY_CHANGED and state.step is not None:
             index = _step_at_or_below(self.steps, state.step.weight)
             state = replace(state, step=StepProgress(index, self.steps[index].weight))
@@ -711,6 +758,10 @@ class _Tick:
         intent = state.intent
         assert intent is not None
         action, event = reissued_action(intent, state.step)
+        if intent.weight == 0 and state.phase is Phase.PENDING:
+            # The 0 of a pre-rollout gate (start_pinned): a start, never a rollback (the ledger
+            # would otherwise remember a revision that was never rolled back).
+            action, event = Action.START, EventReason.CANARY_STARTED
         severity = Severity.WARNING if action is Action.ROLLBACK else Severity.INFO
         return self.finish(
             action,
@@ -738,6 +789,9 @@ class _Tick:
                 f"{state.revision} became Ready {_duration(waited)} after its rollout started."
             )
             if state.spec_weight is not None and state.spec_weight.weight == 0:
+                held = self.gates_hold(frozenset({GateStage.PRE_ROLLOUT}), None)
+                if held is not None:
+                    return held
                 return self.end_dark_launch(
                     state.step.weight,
                     f"Dark-launched revision {state.revision} is Ready: moving it to the first step "
@@ -814,6 +868,11 @@ class _Tick:
             return self.wait(
                 self.step_progress_text(step), self.evaluation_event(), awaiting=awaiting_approval
             )
+        final = step.index + 1 >= len(self.steps)
+        stages = {GateStage.STEP, GateStage.PRE_PROMOTION} if final else {GateStage.STEP}
+        held = self.gates_hold(frozenset(stages), step.weight, awaiting=awaiting_approval)
+        if held is not None:
+            return held
         policy_step = self.steps[step.index]
         if policy_step.approval == "manual" and step.weight not in self.state.approvals:
             text = (
@@ -990,6 +1049,158 @@ class _Tick:
             f"Paused; `kserve-canary resume` continues from "
             f"{self.steps[_step_at_or_below(self.steps, step.weight)].weight}%.",
             resume_phase=state.phase if state.phase is not Phase.PAUSED else Phase.PROGRESSING,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Gates (canary/rollout/gates.py)
+
+    def gated(self, stage: GateStage) -> bool:
+        return any(gate.at is stage for gate in self.spec.gates)
+
+    def gate_names(self, stage: GateStage) -> list[str]:
+        return [self.spec.gate_name(index) for index, gate in enumerate(self.spec.gates) if gate.at is stage]
+
+    def gates_hold(
+        self, stages: frozenset[GateStage], weight: int | None, *, awaiting: bool = False
+    ) -> Decision | None:
+        """None when every gate of ``stages`` at this point has passed; else the decision that holds
+        the rollout (and asks for the gates' calls) or, past a deadline with failurePolicy rollback,
+        rolls it back. ``weight``: the step's (None before the first step)."""
+        applicable = [(index, gate) for index, gate in enumerate(self.spec.gates) if gate.at in stages]
+        if not applicable:
+            return None
+        waiting: list[tuple[int, Gate, GateProgress]] = []
+        for index, gate in applicable:
+            progress = self.gate_progress(index, gate, weight)
+            if progress.passed_at is None:
+                waiting.append((index, gate, progress))
+        if not waiting:
+            return None
+        revision = self.state.revision
+        expired: list[tuple[Gate, GateProgress]] = []
+        texts: list[str] = []
+        for _, gate, progress in waiting:
+            deadline = _seconds(gate.deadline)
+            held = self.now - progress.since
+            if held >= deadline:
+                expired.append((gate, progress))
+            attempts = f"{progress.attempts} failed attempt{'s' if progress.attempts != 1 else ''}"
+            then = gate.failure_policy.value
+            texts.append(
+                f"{progress.name} ({gate.at.value}): {attempts}, latest {progress.describe_last()}; waiting "
+                f"{_duration(held)} of deadline {format_duration(gate.deadline)} (then {then})"
+            )
+        for gate, progress in expired:
+            if gate.failure_policy is GateFailurePolicy.ROLLBACK:
+                return self.rollback(
+                    f"gate {progress.name} ({gate.at.value}) did not pass within its deadline "
+                    f"{format_duration(gate.deadline)} (first called {describe_time(progress.since)}): "
+                    f"{progress.attempts} failed attempts, latest {progress.describe_last()}; failurePolicy "
+                    "rollback."
+                )
+        for index, gate, progress in waiting:
+            self.gate_calls.append(self.gate_call(index, gate, progress))
+        where = (
+            f"at 0% before its first step {self.steps[0].weight}%"
+            if weight is None
+            else f"at {weight}%: the step passed"
+        )
+        headline = f"Holding {revision} {where}; waiting for gate {'; '.join(texts)}."
+        event = EventReason.GATE_WAITING
+        severity = Severity.INFO
+        if expired:
+            for _, progress in expired:
+                if progress.deadline_passed_at is None:
+                    self.put_gate(replace(progress, deadline_passed_at=self.now))
+            names = ", ".join(progress.name for _, progress in expired)
+            headline = (
+                f"Gate {names} did not pass within its deadline; failurePolicy hold: {revision} keeps "
+                f"holding and the gate is called again (`kserve-canary promote` or `abort` decide instead). "
+                f"{headline}"
+            )
+            event, severity = EventReason.GATE_FAILED, Severity.WARNING
+        if awaiting:
+            headline = f"{headline} Awaiting approval too."
+        return self.wait(headline, event, severity)
+
+    def gate_progress(self, index: int, gate: Gate, weight: int | None) -> GateProgress:
+        """The state's progress of ``gate`` at this point (created now when first reached), with the
+        results supplied to this decision taken in."""
+        key = gate_key(gate.at, index, weight if gate.at is GateStage.STEP else None)
+        found = next((progress for progress in self.state.gates if progress.key == key), None)
+        progress = found or GateProgress(
+            key=key,
+            name=self.spec.gate_name(index),
+            stage=gate.at,
+            since=self.now,
+            weight=weight if gate.at is GateStage.STEP else None,
+        )
+        for result in sorted(self.gate_results, key=lambda result: result.at):
+            if result.revision == self.state.revision and result.at <= self.now:
+                progress = record_gate_result(progress, result)
+        passed = progress.passed_at
+        if passed is not None and (found is None or found.passed_at is None):
+            self.reasons.append(
+                f"Gate {progress.name} ({gate.at.value}) passed: answered {progress.last_status} at "
+                f"{describe_time(passed)}, {_duration(passed - progress.since)} after it was first called "
+                f"({progress.attempts} failed attempts before)."
+            )
+        if progress != found:
+            self.put_gate(progress)
+        return progress
+
+    def put_gate(self, progress: GateProgress) -> None:
+        kept = tuple(entry for entry in self.state.gates if entry.key != progress.key)
+        self.state = replace(self.state, gates=(*kept, progress))
+
+    def gate_call(self, index: int, gate: Gate, progress: GateProgress) -> GateCall:
+        state, observed = self.state, self.observed
+        assert state.revision is not None
+        record = state.evaluation
+        evidence = (
+            {
+                "at": describe_time(record.at),
+                "verdict": str(record.verdict) if record.verdict else None,
+                "requests": round(record.requests) if record.requests is not None else None,
+                "failedChecks": list(record.failed_checks),
+            }
+            if record.at is not None
+            else None
+        )
+        step = state.step
+        step_document = (
+            {"index": step.index, "weight": step.weight, "of": len(self.steps)}
+            if step is not None and progress.stage is not GateStage.PRE_ROLLOUT
+            else None
+        )
+        deadline = _seconds(gate.deadline)
+        return GateCall(
+            policy_key=self.plan.key,
+            revision=state.revision,
+            key=progress.key,
+            index=index,
+            name=progress.name,
+            stage=gate.at,
+            timeout=gate.webhook.timeout,
+            since=progress.since,
+            deadline=deadline,
+            body=gate_body(
+                policy_key=self.plan.key,
+                policy_name=self.policy.metadata.name,
+                namespace=self.policy.metadata.namespace,
+                inference_service=self.spec.target.inference_service,
+                uid=observed.uid,
+                revision=state.revision,
+                stable=state.stable_revision,
+                key=progress.key,
+                index=index,
+                name=progress.name,
+                stage=gate.at,
+                step=step_document,
+                since=progress.since,
+                deadline=deadline,
+                evidence=evidence,
+            ),
         )
 
     # ------------------------------------------------------------------------------------------
@@ -1349,6 +1560,7 @@ class _Tick:
             requests=evaluation.requests if evaluation else None,
             evaluated_at=self.evaluated_at,
             resource_version=self.observed.resource_version,
+            gate_calls=tuple(self.gate_calls) if action is Action.WAIT else (),
         )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from canary.rollout.gates import GateCall
 from canary.rollout.judge import Judgement
 from canary.rollout.state import EvaluationVerdict, Phase, RolloutState
 from canary.rollout.vocabulary import Action, EventReason, Severity
@@ -37,6 +38,9 @@ class Decision:
     evaluated_at: datetime | None = None
     # The InferenceService's resourceVersion the decision was made on: the patch's precondition.
     resource_version: str | None = None
+    # The gates this decision waits for (canary.rollout.gates): the shell calls them beside the
+    # tick and hands their results to the next decision. Their progress is ``new_state.gates``.
+    gate_calls: tuple[GateCall, ...] = ()
 
     @property
     def phase(self) -> Phase:

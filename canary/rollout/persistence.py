@@ -12,7 +12,7 @@ for safety or for the next decision after a restart, and why. Stored, always:
 * the step (index, weight, started_at, passed_at), the rollout's start, the un-Ready, spec-change
   and bake clocks;
 * the write-ahead intent and the weight known to be in the spec, the unguarded flag;
-* pauses, approvals, pending commands, the rolled-back list, the decision history;
+* pauses, approvals, gates (each attempt), pending commands, the rolled-back list, the decision history;
 * the failure streak (any change of it: a failure counts towards ``failureLimit``, a pass resets it);
 * a change of the latest verdict or of whether Prometheus answered (what ``kserve-canary status``
   shows people) — not a verdict that repeats.
@@ -70,6 +70,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("spec_weight", "weights"),
     ("unguarded", "unguarded"),
     ("approvals", "approvals"),
+    ("gates", "gates"),
     ("rolled_back", "rolled-back"),
     ("history", "history"),
 )

@@ -23,6 +23,8 @@ from typing import Any
 from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
+from canary.policy.model import GateStage
+
 __all__ = [
     "JSON_CONFIG",
     "MAX_HISTORY",
@@ -32,6 +34,7 @@ __all__ = [
     "CommandKind",
     "EvaluationRecord",
     "EvaluationVerdict",
+    "GateProgress",
     "HistoryEntry",
     "Pause",
     "PauseKind",
@@ -190,6 +193,34 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class GateProgress:
+    """What the state remembers of one gate at one call point (:mod:`canary.rollout.gates`): a
+    passed gate is never called again, and its deadline counts from ``since`` across restarts."""
+
+    __pydantic_config__ = JSON_CONFIG
+
+    key: str  # canary.rollout.gates.gate_key
+    name: str
+    stage: GateStage
+    since: AwareDatetime  # first asked
+    weight: int | None = None  # the step's weight (step gates)
+    passed_at: AwareDatetime | None = None
+    attempts: int = 0  # failed attempts recorded
+    last_at: AwareDatetime | None = None  # the latest attempt recorded, passed or not
+    last_status: int | None = None  # its HTTP status (None: no answer)
+    last_detail: str = ""  # why, in a few words, never a secret
+    deadline_passed_at: AwareDatetime | None = None  # failurePolicy hold took over then
+
+    def describe_last(self) -> str:
+        """The latest attempt in words: ``answered 503 at 2026-03-01T12:00:00Z (Service Unavailable)``."""
+        if self.last_at is None:
+            return "no answer yet"
+        answer = f"answered {self.last_status}" if self.last_status is not None else "no answer"
+        detail = f" ({self.last_detail})" if self.last_detail else ""
+        return f"{answer} at {describe_time(self.last_at)}{detail}"
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutState:
     """Everything the core remembers about one InferenceService's rollouts."""
 
@@ -226,6 +257,8 @@ class RolloutState:
     spec_weight: WeightRecord | None = None
     unguarded: bool = False  # the canary got more than the first step before the controller acted
     approvals: tuple[int, ...] = ()  # step weights approved for this revision
+    # The gates of this rollout reached so far (canary.rollout.gates), one per call point.
+    gates: tuple[GateProgress, ...] = ()
     rolled_back: tuple[RolledBackRevision, ...] = ()
     history: tuple[HistoryEntry, ...] = ()
 

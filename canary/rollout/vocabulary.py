@@ -106,6 +106,8 @@ class EventReason(StrEnum):
     CANARY_IDLE = "CanaryIdle"
     STATE_UNREADABLE = "StateUnreadable"  # the controller cannot read the state ConfigMap
     NOTIFICATION_FAILED = "NotificationFailed"  # a Slack/webhook delivery failed for good
+    GATE_WAITING = "CanaryGateWaiting"  # a gate has not passed yet: the rollout holds
+    GATE_FAILED = "CanaryGateFailed"  # a gate's deadline passed (failurePolicy hold): still holding
 
 
 class NotificationAction(StrEnum):
@@ -125,6 +127,8 @@ class NotificationAction(StrEnum):
     UNGUARDED_ROLLOUT = "unguarded-rollout"  # the new revision was already serving 100% when seen
     PROMETHEUS_UNAVAILABLE = "prometheus-unavailable"  # evidence could not be collected
     NOTIFICATION_FAILED = "notification-failed"  # a Slack/webhook delivery failed for good
+    GATE_WAITING = "gate-waiting"  # a gate has not passed yet: the rollout holds its step
+    GATE_FAILED = "gate-failed"  # a gate's deadline passed without a pass (failurePolicy hold)
 
 
 # What happened, from a decision: a write or a pause is named by its action; a wait by its reason.
@@ -151,6 +155,8 @@ _HAPPENED: dict[Action | EventReason, NotificationAction] = {
     EventReason.UNGUARDED_ROLLOUT: NotificationAction.UNGUARDED_ROLLOUT,
     EventReason.PROMETHEUS_UNAVAILABLE: NotificationAction.PROMETHEUS_UNAVAILABLE,
     EventReason.NOTIFICATION_FAILED: NotificationAction.NOTIFICATION_FAILED,
+    EventReason.GATE_WAITING: NotificationAction.GATE_WAITING,
+    EventReason.GATE_FAILED: NotificationAction.GATE_FAILED,
 }
 
 
@@ -175,6 +181,8 @@ DEFAULT_REASONS: dict[NotificationAction, EventReason] = {
     NotificationAction.UNGUARDED_ROLLOUT: EventReason.UNGUARDED_ROLLOUT,
     NotificationAction.PROMETHEUS_UNAVAILABLE: EventReason.PROMETHEUS_UNAVAILABLE,
     NotificationAction.NOTIFICATION_FAILED: EventReason.NOTIFICATION_FAILED,
+    NotificationAction.GATE_WAITING: EventReason.GATE_WAITING,
+    NotificationAction.GATE_FAILED: EventReason.GATE_FAILED,
 }
 
 
