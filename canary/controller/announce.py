@@ -47,6 +47,8 @@ _ANNOUNCED_ON_TRANSITION = frozenset(
         EventReason.CANARY_AWAITING_APPROVAL,
         EventReason.CANARY_RESUMED,
         EventReason.CANARY_PAUSED,
+        EventReason.GATE_WAITING,
+        EventReason.GATE_FAILED,
     }
 )
 

@@ -38,6 +38,7 @@ from canary.controller.announce import (
     unreadable_state_notification,
 )
 from canary.controller.caches import DirectReads, Reads
+from canary.controller.gates import GateRunner
 from canary.controller.leader import NotLeader
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceRequest, EvidenceSource, EvidenceStatus
@@ -131,6 +132,7 @@ class Reconciler:
         ledgers: ConfigMapLedgerStore | None = None,
         reads: Reads | None = None,
         explain_every_intervals: float = DEFAULT_EXPLAIN_EVERY_INTERVALS,
+        gates: GateRunner | None = None,
     ):
         self._isvcs = inference_services
         self._store = store
@@ -145,6 +147,7 @@ class Reconciler:
         self._fence = fence
         self._dry_run = dry_run
         self._explain_every = explain_every_intervals
+        self._gates = gates  # calls the gates a decision waits for, beside the tick
         # Dry-run keeps state in memory only; live runs read the ConfigMap (or its watch cache).
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
@@ -245,6 +248,8 @@ class Reconciler:
         with self._lock:
             self._unstored.pop(key, None)
             self._explained_at.pop(key, None)
+        if self._gates is not None:
+            self._gates.forget(key)
 
     def _pause_removed_once(self, policy: PromotionPolicy) -> None:
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
@@ -360,7 +365,8 @@ class Reconciler:
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         observed, stored, state = prepared.observed, prepared.stored, prepared.state
         ledger, stale, answer = prepared.ledger, prepared.stale, prepared.answer
-        decision = decide(policy, observed, state, evidence, now, ledger=ledger)
+        gate_results = self._gates.results(key) if self._gates is not None else ()
+        decision = decide(policy, observed, state, evidence, now, ledger=ledger, gates=gate_results)
         outcome = ReconcileOutcome(key, decision=decision, evaluated=prepared.request is not None)
 
         # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo.
@@ -378,7 +384,11 @@ class Reconciler:
         # consumed by saving the state without it, even if nothing else changed. An
         # InferenceService that does not exist gets no state: a ConfigMap written for it would have
         # no owner, outlive it, and wait for the next object of that name.
-        explain = ExplainDocument.of(decision, evidence, now) if decision.judgements else None
+        explain = (
+            ExplainDocument.of(decision, evidence, now)
+            if decision.judgements or decision.new_state.gates
+            else None
+        )
         reason = self._store_reason(prepared, decision.new_state, explain)
         if observed.exists and reason:
             try:
@@ -421,6 +431,9 @@ class Reconciler:
                 self._reads.refresh_inference_service(namespace, name)
                 outcome.retry_soon = True
 
+        if self._gates is not None and decision.gate_calls and not self._dry_run:
+            # After the state (with each gate's first-call time) is stored: a restart keeps the deadline.
+            self._gates.submit(policy, decision.gate_calls)
         self._log(policy, decision, bound)
         self._export(policy, decision)
         self._announce(policy, decision, prepared.destinations, observed.uid, outcome, now)

@@ -46,6 +46,7 @@ from canary.controller.crsource import (
     PolicyObjects,
     PromotionPolicyClient,
 )
+from canary.controller.gates import GateRunner
 from canary.controller.leader import LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
 from canary.controller.policies import PolicyRegistry
@@ -341,6 +342,8 @@ class Controller:
             self.metrics.leader.set(1)
         self.ownership: Ownership = self._sharded or SingleLeaseOwnership(self._elector)
         store = ConfigMapStateStore(api_client, request_timeout=timeout, on_written=self.configmap_cache.put)
+        # Gate calls run on their own small pool; a finished one asks the tick for its rollout.
+        self.gates = GateRunner(resolver_for=self._policy_resolver, on_done=self._gate_done, clock=clock)
         self.reconciler = Reconciler(
             inference_services=self._isvcs,
             store=store,
@@ -355,6 +358,7 @@ class Controller:
             fence=self.ownership.fence,
             dry_run=settings.dry_run,
             explain_every_intervals=settings.explain_every_intervals,
+            gates=self.gates,
         )
         self._timer = TickScheduler(self._tick_once, period=settings.tick)
         self.ticks = TickRunner(
@@ -435,6 +439,7 @@ class Controller:
         log.info("shutting down: finishing evaluations in flight")
         self._timer.shutdown(wait=True)
         self.ticks.close(wait=True)
+        self.gates.close()
         drained = self._dispatcher.close(timeout=5.0)
         for thread in self._threads:
             thread.join(timeout=self.settings.retry_period + self.settings.request_timeout)
@@ -532,19 +537,28 @@ class Controller:
         cached = self._destinations.get(policy.key)
         if cached is not None and cached[0] == policy and cached[2]:
             return cached[2]
+        loaded = self._registry.get(policy.key)
+        from_object = loaded is not None and loaded.object is not None
+        resolver = self._policy_resolver(policy)
+        built = destinations_for(policy.spec.notify, resolver=resolver, context=self._message_context)
+        self._destinations[policy.key] = (policy, from_object, built)
+        return built
+
+    def _gate_done(self, key: str) -> None:
+        self.ticks.trigger(key)  # its next decision records the gate's answer
+
+    def _policy_resolver(self, policy: PromotionPolicy) -> SecretResolver:
+        """Where a policy's secret references are read (notifications and gates alike)."""
         namespace = policy.metadata.namespace
         loaded = self._registry.get(policy.key)
         from_object = loaded is not None and loaded.object is not None
         # Scoped to the policy's namespace: a file's references reach only what is opened to its
         # namespace; an object's only keys of its namespace's Secret, never our environment or files.
-        resolver = (
-            self._resolver.from_namespace_secret(namespace, self._read_secret, self.settings.crd_secret_name)
-            if from_object
-            else self._resolver.scoped(namespace)
-        )
-        built = destinations_for(policy.spec.notify, resolver=resolver, context=self._message_context)
-        self._destinations[policy.key] = (policy, from_object, built)
-        return built
+        if from_object:
+            return self._resolver.from_namespace_secret(
+                namespace, self._read_secret, self.settings.crd_secret_name
+            )
+        return self._resolver.scoped(namespace)
 
     def _read_secret(self, namespace: str, name: str) -> dict[str, str] | None:
         """A Secret's data, decoded (None: there is none). Read at send time: a rotation applies."""

@@ -30,6 +30,7 @@ __all__ = [
     "ExplainCheck",
     "ExplainDocument",
     "ExplainFormatError",
+    "ExplainGate",
     "ExplainWindow",
 ]
 
@@ -157,6 +158,24 @@ class ExplainCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class ExplainGate:
+    """One gate of the rollout at one call point (canary/rollout/gates.py), as the state records it."""
+
+    __pydantic_config__ = JSON_CONFIG
+
+    name: str
+    at: str  # pre-rollout, step, pre-promotion
+    since: _Time  # first called: the deadline counts from here
+    weight: int | None = None  # the step's (step gates)
+    passed_at: _Time | None = None
+    attempts: int = 0  # failed attempts
+    last_at: _Time | None = None
+    last_status: int | None = None
+    last_detail: str = ""
+    deadline_passed_at: _Time | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ExplainDocument:
     """The latest evaluation in full (``explain.json``), for ``kserve-canary explain`` and the demo."""
 
@@ -174,6 +193,7 @@ class ExplainDocument:
     profiles: dict[str, str] = field(default_factory=dict)
     queries: int = 0
     checks: tuple[ExplainCheck, ...] = ()
+    gates: tuple[ExplainGate, ...] = ()
 
     @classmethod
     def of(cls, decision: Decision, evidence: Evidence | None, now: datetime) -> ExplainDocument:
@@ -208,6 +228,21 @@ class ExplainDocument:
                     query=judgement.query,
                 )
                 for judgement in decision.judgements
+            ),
+            gates=tuple(
+                ExplainGate(
+                    name=gate.name,
+                    at=gate.stage.value,
+                    since=gate.since,
+                    weight=gate.weight,
+                    passed_at=gate.passed_at,
+                    attempts=gate.attempts,
+                    last_at=gate.last_at,
+                    last_status=gate.last_status,
+                    last_detail=gate.last_detail,
+                    deadline_passed_at=gate.deadline_passed_at,
+                )
+                for gate in decision.new_state.gates
             ),
         )
 
