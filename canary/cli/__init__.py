@@ -416,6 +416,55 @@ def explain(
     print_explain(target, kubeconfig, context, output.value, prometheus_external_url)
 
 
+@app.command()
+def report(
+    target: TargetArgument,
+    rollout: Annotated[
+        str | None,
+        typer.Option(
+            "--rollout",
+            metavar="N|REVISION",
+            help="A past rollout: 1 the latest finished, 2 the one before, or its revision. "
+            "Default: the one under way, else the latest.",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Default: NAMESPACE-NAME-REVISION.html here."),
+    ] = None,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(envvar="PROMETHEUS_URL", metavar="URL", help="Prometheus, for the checks' charts."),
+    ] = None,
+    no_charts: Annotated[
+        bool, typer.Option("--no-charts", help="Do not ask Prometheus: steps, decisions and traffic only.")
+    ] = False,
+    policy: Annotated[
+        list[Path],
+        typer.Option(
+            "--policy",
+            metavar="PATH",
+            help="The policy's file or directory (default: the PromotionPolicy object in the cluster).",
+        ),
+    ] = [],  # noqa: B006 - typer reads the default, never mutates it
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """A self-contained HTML report of a rollout, current or past: steps, decisions, check charts."""
+    from canary.cli.report import write_report  # noqa: PLC0415 - lazy: start-up time
+
+    write_report(
+        target,
+        selector=rollout,
+        output=output,
+        prometheus_url=prometheus_url,
+        no_charts=no_charts,
+        policy_paths=policy,
+        kubeconfig=kubeconfig,
+        context=context,
+    )
+
+
 ReasonOption = Annotated[str | None, typer.Option(metavar="TEXT", help="Why, for the record.")]
 WaitOption = Annotated[
     float,

@@ -6,8 +6,10 @@ payloads (the webhook's versioned shape, ``docs/notification-payload.schema.json
 Prometheus' range API (:class:`PrometheusRange`). Nothing is fetched when the page is opened: no
 script, no stylesheet, no font — the file opens anywhere, offline.
 
-The demo's report (``canary_sandbox.demo.report``) is built from these parts. They live in the
-product, not the sandbox, because a report of a real rollout (planned) will draw the same charts.
+The demo's report (``canary_sandbox.demo.report``) and the report of a real rollout
+(:mod:`canary.report.rollout`, ``kserve-canary report``) are built from these parts. A gap in a series
+(no sample for longer than its ``gap``) is drawn as a gap, a lone sample as a dot, and a chart without
+any sample says so: missing data is never drawn as zero.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Series:
     points: Sequence[tuple[float, float]]  # (seconds since the origin, value)
     step: bool = False  # a step function (traffic), not a sampled curve
     dashed: bool = False  # a limit that moves with the data (e.g. 1.5 x stable)
+    gap: float = 3.0  # seconds without a sample that make a gap (missing data, not a line across it)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Chart:
     series: Sequence[Series]
     limits: Sequence[tuple[str, float]] = ()  # dashed horizontal lines: (label, value)
     y_max: float | None = None  # a fixed top (100 for percentages of traffic)
+    empty_text: str = "no data"  # written across a chart that has no sample at all
 
 
 class PrometheusRange:
@@ -186,11 +190,14 @@ def svg_chart(
             f'<text x="{left - 6}" y="{y(value) + 4:.1f}" class="tick" text-anchor="end">'
             f"{_format_tick(value)}</text>"
         )
-    tick_step = _nice_ceiling(span / 8)
+    # Seconds on a short chart (the demo's minute), minutes or hours on a real rollout's.
+    divisor, suffix = (1.0, "s") if span <= 900 else (60.0, "m") if span <= 5 * 3600 else (3600.0, "h")
+    tick_step = _nice_ceiling(span / divisor / 8) * divisor
     tick = math.ceil(x0 / tick_step) * tick_step
     while tick <= x1:
         parts.append(
-            f'<text x="{x(tick):.1f}" y="{height - 6}" class="tick" text-anchor="middle">{tick:g}s</text>'
+            f'<text x="{x(tick):.1f}" y="{height - 6}" class="tick" text-anchor="middle">'
+            f"{tick / divisor:g}{suffix}</text>"
         )
         tick += tick_step
     for label, value in chart.limits:
@@ -201,13 +208,24 @@ def svg_chart(
             f'text-anchor="end" fill="{LIMIT_COLOUR}">{html.escape(label)}</text>'
         )
     for series in chart.series:
-        for run in _runs(series.points, step=series.step):
+        for run in _runs(series.points, step=series.step, gap=series.gap):
+            if len(run) == 1:  # a lone sample between gaps: a dot, not an invisible line
+                parts.append(
+                    f'<circle cx="{x(run[0][0]):.1f}" cy="{y(run[0][1]):.1f}" r="2.2" fill="{series.colour}" '
+                    f'class="sample"><title>{html.escape(series.label)}</title></circle>'
+                )
+                continue
             path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in run)
             css = "series moving-limit" if series.dashed else "series"
             parts.append(
                 f'<polyline points="{path}" fill="none" stroke="{series.colour}" class="{css}">'
                 f"<title>{html.escape(series.label)}</title></polyline>"
             )
+    if not any(series.points for series in chart.series):
+        parts.append(
+            f'<text x="{left + plot_w / 2:.1f}" y="{top + plot_h / 2:.1f}" class="empty" '
+            f'text-anchor="middle">{html.escape(chart.empty_text)}</text>'
+        )
     for index, marker in enumerate(markers):
         if not x0 <= marker.at <= x1:
             continue
@@ -238,12 +256,15 @@ def svg_chart(
     return "".join(parts)
 
 
-def _runs(points: Sequence[tuple[float, float]], *, step: bool) -> list[list[tuple[float, float]]]:
-    """Split a series where samples are missing (so a gap is drawn as a gap); steps get corners."""
+def _runs(
+    points: Sequence[tuple[float, float]], *, step: bool, gap: float = 3.0
+) -> list[list[tuple[float, float]]]:
+    """Split a series where samples are missing for more than ``gap`` seconds (so a gap is drawn as a
+    gap); steps get corners."""
     runs: list[list[tuple[float, float]]] = []
     previous: tuple[float, float] | None = None
     for t, v in points:
-        if previous is None or t - previous[0] > 3.0:
+        if previous is None or t - previous[0] > gap:
             runs.append([])
         elif step and v != previous[1]:
             runs[-1].append((t, previous[1]))
@@ -272,6 +293,7 @@ svg .grid { stroke: #eee; } svg .frame { fill: none; stroke: #bbb; }
 svg .series { stroke-width: 1.8; } svg .limit { stroke-dasharray: 6 4; stroke-width: 1.2; }
 svg .moving-limit { stroke-dasharray: 4 3; stroke-width: 1.2; }
 svg .marker line { stroke-dasharray: 2 3; stroke-width: 1.3; }
+svg .empty { font: italic 12px system-ui, sans-serif; fill: #999; }
 """
 
 
