@@ -686,3 +686,8 @@ def demo(
         console.print(f"[bold red]The demo failed:[/] {error}", highlight=False)
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+# Commands kept in modules of their own register themselves on `app` (Typer and the standard library
+# only at import time, like this module).
+from canary.cli import backtest as _backtest  # noqa: E402, F401

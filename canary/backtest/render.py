@@ -1,0 +1,378 @@
+"""A backtest for people (a Rich table, an HTML page) and for machines (JSON).
+
+Every number is rounded and carries its unit (``format_value``); every statement carries its numbers;
+and every output says what a replay cannot do (:data:`canary.backtest.runner.HONESTY`).
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any
+
+from canary.backtest.replay import CheckPoint, Replay, Tick
+from canary.backtest.runner import HONESTY, Backtest
+from canary.policy.units import format_value
+from canary.report.charts import (
+    CANARY_COLOUR,
+    LIMIT_COLOUR,
+    STABLE_COLOUR,
+    STYLE,
+    Chart,
+    Marker,
+    Series,
+    svg_chart,
+)
+
+__all__ = ["render_html", "render_table", "to_json"]
+
+_MARKS = {"pass": "✓", "fail": "✗"}
+_MARKER_ACTIONS = {
+    "start": "started",
+    "advance": "advanced",
+    "promote": "promoted",
+    "rollback": "rolled-back",
+    "pause": "paused",
+}
+POLICY_COLOUR = "#7f8c8d"
+
+
+def _time(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _offset(tick: Tick, replay: Replay) -> str:
+    seconds = round((tick.at - replay.period.start).total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    minutes, secs = divmod(abs(seconds), 60)
+    return f"{sign}{minutes}m{secs:02d}s"
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}%"
+
+
+def _actual(tick: Tick) -> str:
+    if tick.missing:
+        return "missing"
+    requests = "no requests" if tick.actual_share is None else f"{tick.actual_share:.1f}% of requests"
+    if tick.controller_weight is not None and tick.controller_weight >= 0:
+        return f"{tick.controller_weight:.0f}% ({requests})"
+    return requests
+
+
+def _policy(tick: Tick) -> str:
+    weight = "absent" if tick.weight is None else f"{tick.weight}%"
+    return (
+        f"{weight} step {tick.step}"
+        if tick.step and tick.phase == "Progressing"
+        else f"{weight} {tick.phase}"
+    )
+
+
+def _value(check: CheckPoint) -> str:
+    return "no value" if check.value is None else format_value(check.value, check.unit)
+
+
+def _bound(check: CheckPoint) -> str:
+    if check.max_allowed is not None:
+        return f"≤ {format_value(check.max_allowed, check.unit)}"
+    if check.min_allowed is not None:
+        return f"≥ {format_value(check.min_allowed, check.unit)}"
+    return check.limit
+
+
+def _check_cell(check: CheckPoint) -> str:
+    mark = _MARKS.get(check.verdict, "·")
+    text = f"{mark} {_value(check)} {_bound(check)}"
+    if check.stable_value is not None:
+        text += f" (stable {format_value(check.stable_value, check.unit)})"
+    if check.verdict not in ("pass", "fail"):
+        text += f" {check.verdict}"
+    return text
+
+
+def _decision(tick: Tick) -> str:
+    return tick.action if tick.action != "wait" else (tick.verdict or "wait")
+
+
+def _rows(replay: Replay) -> list[Tick]:
+    """Every evaluation and every write (the ticks a reader needs), in order."""
+    return [tick for tick in replay.ticks if tick.checks or tick.action != "wait" or tick is replay.ticks[0]]
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def to_json(backtest: Backtest) -> dict[str, Any]:
+    history = backtest.history
+    return {
+        "kind": "Backtest",
+        "policy": backtest.policy.metadata.name,
+        "inferenceService": f"{history.namespace}/{history.inference_service}",
+        "from": _time(history.start),
+        "to": _time(history.end),
+        "whatIf": list(backtest.what_if),
+        "note": HONESTY,
+        "notes": list(backtest.notes),
+        "history": {
+            "requestsProfile": history.profile,
+            "profileDetail": history.detail,
+            "stepSeconds": history.step,
+            "revisions": list(history.revisions),
+            "controllerWeight": history.has_controller_weight,
+            "missingPoints": sum(1 for point in history.points if point.missing),
+            "query": history.query,
+        },
+        "rollouts": [_replay_json(replay) for replay in backtest.replays],
+    }
+
+
+def _replay_json(replay: Replay) -> dict[str, Any]:
+    period = replay.period
+    return {
+        "id": period.id,
+        "canary": period.canary,
+        "stable": period.stable,
+        "servedFrom": _time(period.start),
+        "servedUntil": _time(period.end),
+        "actualOutcome": period.outcome,
+        "actual": replay.actual,
+        "missingPoints": period.missing_steps,
+        "policyOutcome": replay.outcome,
+        "policyDecidedAt": _time(replay.decided_at),
+        "summary": replay.summary,
+        "intervalSeconds": replay.interval,
+        "policyWrites": [{"at": _time(at), "weight": weight} for at, weight in replay.weights],
+        "evaluations": [
+            {
+                "at": _time(tick.at),
+                "action": tick.action,
+                "phase": tick.phase,
+                "step": tick.step or None,
+                "policyWeight": tick.weight,
+                "actualSharePercent": None if tick.actual_share is None else round(tick.actual_share, 2),
+                "controllerWeight": tick.controller_weight,
+                "missing": tick.missing,
+                "verdict": tick.verdict,
+                "canaryRequests": tick.requests,
+                "event": tick.event,
+                "reason": tick.reason,
+                "checks": [
+                    {
+                        "name": check.name,
+                        "verdict": check.verdict,
+                        "value": check.value,
+                        "unit": check.unit,
+                        "shown": _value(check),
+                        "limit": check.limit,
+                        "maxAllowed": check.max_allowed,
+                        "minAllowed": check.min_allowed,
+                        "stable": check.stable_value,
+                        "samples": check.samples,
+                        "counted": check.counted,
+                        "detail": check.detail,
+                    }
+                    for check in tick.checks
+                ],
+            }
+            for tick in _rows(replay)
+        ],
+    }
+
+
+# -- Table ---------------------------------------------------------------------------------------
+
+
+def render_table(backtest: Backtest, console: Any) -> None:
+    """Print the backtest with Rich (``console`` is a ``rich.console.Console``)."""
+    from rich.table import Table  # noqa: PLC0415 - Rich only when a table is printed
+    from rich.text import Text  # noqa: PLC0415
+
+    history = backtest.history
+    console.print(
+        Text(
+            f"Backtest of policy {backtest.policy.metadata.name} on {history.namespace}/"
+            f"{history.inference_service}, {_time(history.start)} to {_time(history.end)}",
+            style="bold",
+        )
+    )
+    if backtest.what_if:
+        console.print(Text(f"what if: {', '.join(backtest.what_if)}"))
+    missing = sum(1 for point in history.points if point.missing)
+    weight = "recorded" if history.has_controller_weight else "not recorded"
+    console.print(
+        Text(
+            f"requests from {history.profile} ({len(history.points)} points, every {history.step:g}s, "
+            f"{missing} missing); controller weight {weight}; "
+            f"{len(backtest.replays)} rollout(s) found",
+            style="dim",
+        )
+    )
+    console.print(Text(HONESTY, style="italic"))
+    for note in backtest.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+    if not backtest.replays:
+        console.print(
+            "No period in which two revisions served traffic was found in this range "
+            f"(revisions seen: {', '.join(history.revisions) or 'none'})."
+        )
+    for replay in backtest.replays:
+        console.print()
+        console.print(Text(f"Rollout {replay.period.id}", style="bold"))
+        console.print(Text(f"policy: {replay.summary}"))
+        console.print(Text(f"actual: {replay.actual}"))
+        names = [check.name for tick in replay.ticks for check in tick.checks]
+        checks = list(dict.fromkeys(names))
+        table = Table(show_edge=False, pad_edge=False, header_style="bold")
+        table.add_column("time", no_wrap=True)
+        table.add_column("policy", no_wrap=True)
+        table.add_column("actual", no_wrap=True)
+        table.add_column("decision", no_wrap=True)
+        for name in checks:
+            table.add_column(name)
+        for tick in _rows(replay):
+            cells = {check.name: _check_cell(check) for check in tick.checks}
+            table.add_row(
+                f"{_offset(tick, replay)} {tick.at.strftime('%H:%M:%S')}",
+                _policy(tick),
+                _actual(tick),
+                _decision(tick),
+                *(cells.get(name, "") for name in checks),
+            )
+        console.print(table)
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+
+
+def render_html(backtest: Backtest) -> str:
+    history = backtest.history
+    title = f"Backtest: {backtest.policy.metadata.name} on {history.namespace}/{history.inference_service}"
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{html.escape(_time(history.start) or '')} to {html.escape(_time(history.end) or '')}; "
+        f"requests from {html.escape(history.profile)}, every {history.step:g}s; "
+        f"{len(backtest.replays)} rollout(s) found.</p>",
+        f"<p><em>{html.escape(HONESTY)}</em></p>",
+    ]
+    if backtest.what_if:
+        parts.append(f"<p>What if: <code>{html.escape(', '.join(backtest.what_if))}</code></p>")
+    parts.extend(f"<p class='muted'>note: {html.escape(note)}</p>" for note in backtest.notes)
+    for replay in backtest.replays:
+        parts.append(_replay_html(replay))
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _replay_html(replay: Replay) -> str:
+    origin = replay.period.start.timestamp()
+    gap = replay.interval * 1.5
+
+    def x(tick: Tick) -> float:
+        return tick.at.timestamp() - origin
+
+    ticks = replay.ticks
+    markers = [
+        Marker(x(tick), _marker_label(tick), _MARKER_ACTIONS[tick.action], tick.reason)
+        for tick in ticks
+        if tick.action in _MARKER_ACTIONS
+    ]
+    span = (x(ticks[0]), max(x(ticks[-1]), x(ticks[0]) + 1))
+    traffic = Chart(
+        "traffic to the canary",
+        "%",
+        [
+            _series(
+                "policy's step",
+                POLICY_COLOUR,
+                [(x(t), float(t.weight or 0)) for t in ticks],
+                step=True,
+                gap=gap,
+            ),
+            _series(
+                "actual share of requests",
+                CANARY_COLOUR,
+                [(x(t), t.actual_share) for t in ticks if t.actual_share is not None],
+                gap=gap,
+            ),
+            _series(
+                "controller weight (recorded)",
+                STABLE_COLOUR,
+                [
+                    (x(t), t.controller_weight)
+                    for t in ticks
+                    if t.controller_weight is not None and t.controller_weight >= 0
+                ],
+                step=True,
+                gap=gap,
+            ),
+        ],
+        y_max=100,
+    )
+    charts = [svg_chart(traffic, markers, span)]
+    names = list(dict.fromkeys(check.name for tick in ticks for check in tick.checks))
+    for name in names:
+        found = [(tick, check) for tick in ticks for check in tick.checks if check.name == name]
+        unit = found[0][1].unit
+        scale = 100.0 if unit == "ratio" else 1000.0 if unit == "seconds" else 1.0
+        shown_unit = {"ratio": "%", "seconds": "ms"}.get(unit, unit)
+        series = [
+            _series(
+                "canary",
+                CANARY_COLOUR,
+                [(x(t), c.value * scale) for t, c in found if c.value is not None],
+                gap=gap,
+            ),
+            _series(
+                "stable",
+                STABLE_COLOUR,
+                [(x(t), c.stable_value * scale) for t, c in found if c.stable_value is not None],
+                gap=gap,
+            ),
+            _series(
+                "limit",
+                LIMIT_COLOUR,
+                [(x(t), c.max_allowed * scale) for t, c in found if c.max_allowed is not None],
+                dashed=True,
+                gap=gap,
+            ),
+        ]
+        charts.append(svg_chart(Chart(f"{name}: {found[0][1].limit}", shown_unit, series), markers, span))
+    rows = "".join(
+        f"<tr><td>{html.escape(_offset(tick, replay))}</td><td>{html.escape(_policy(tick))}</td>"
+        f"<td>{html.escape(_actual(tick))}</td><td>{html.escape(_decision(tick))}</td>"
+        f"<td>{'<br>'.join(html.escape(f'{c.name}: ' + _check_cell(c)) for c in tick.checks)}"
+        f"<br><span class='muted'>{html.escape(tick.reason)}</span></td></tr>"
+        for tick in _rows(replay)
+    )
+    return (
+        f"<h2>Rollout {html.escape(replay.period.id)}</h2>"
+        f"<p><b>Policy:</b> {html.escape(replay.summary)}</p>"
+        f"<p><b>Actual:</b> {html.escape(replay.actual)}</p>"
+        + "".join(charts)
+        + "<table><tr><th>time</th><th>policy</th><th>actual</th><th>decision</th><th>checks</th></tr>"
+        + rows
+        + "</table>"
+    )
+
+
+def _series(
+    label: str, colour: str, points: list[tuple[float, float]], *, gap: float, **options: Any
+) -> Series:
+    """A series whose line breaks only where samples are missing for longer than ``gap`` seconds."""
+    if "gap" in Series.__dataclass_fields__:
+        options["gap"] = gap
+    return Series(label, colour, points, **options)
+
+
+def _marker_label(tick: Tick) -> str:
+    return {
+        "start": f"start {tick.weight}%",
+        "advance": f"{tick.weight}%",
+        "promote": "promoted",
+        "rollback": "rolled back",
+        "pause": "paused",
+    }[tick.action]

@@ -1,0 +1,158 @@
+"""``kserve-canary backtest``: what a policy would have done over recorded history.
+
+This module is imported by :mod:`canary.cli` to register the command, so at import time it needs
+Typer and the standard library only; the backtest itself (Prometheus client, policy models, the
+core, Rich) is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from canary.cli import app
+from canary.cli.help import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, fail
+
+__all__ = ["backtest", "parse_time"]
+
+
+class BacktestFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    HTML = "html"
+
+
+_RELATIVE = re.compile(r"^now(?:-(\d+(?:\.\d+)?)(s|m|h|d))?$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(text: str, option: str, now: datetime) -> datetime:
+    """RFC 3339 (``2026-11-20T10:00:00Z``; without an offset: UTC), ``now`` or ``now-2h``."""
+    relative = _RELATIVE.match(text.strip())
+    if relative:
+        amount, unit = relative.groups()
+        return now - timedelta(seconds=float(amount) * _UNITS[unit]) if amount else now
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise fail(
+            f"{option} {text!r}: not a time; use RFC 3339 (2026-11-20T10:00:00Z), now, or now-2h",
+            EXIT_USAGE,
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+@app.command()
+def backtest(
+    policy: Annotated[
+        Path,
+        typer.Argument(metavar="POLICY", help="The policy file (a directory or file as validate reads it)."),
+    ],
+    isvc: Annotated[
+        str | None,
+        typer.Option(
+            "--isvc",
+            metavar="NAMESPACE/NAME",
+            help="The InferenceService (required when the file holds several policies).",
+        ),
+    ] = None,
+    start: Annotated[
+        str, typer.Option("--from", metavar="TIME", help="Start of the history: RFC 3339, or now-6h.")
+    ] = "now-6h",
+    end: Annotated[
+        str, typer.Option("--to", metavar="TIME", help="End of the history: RFC 3339, or now.")
+    ] = "now",
+    rollout: Annotated[
+        str | None,
+        typer.Option(
+            "--rollout",
+            metavar="ID",
+            help="Replay one rollout only: REVISION or REVISION@TIME, as the output names it.",
+        ),
+    ] = None,
+    what_if: Annotated[
+        list[str],
+        typer.Option(
+            "--what-if",
+            metavar="KEY=VALUE",
+            help="Change the policy for this backtest (repeatable): window=5m, checks.p99.max=600ms.",
+        ),
+    ] = [],  # noqa: B006 - typer reads the default, never mutates it
+    output_format: Annotated[
+        BacktestFormat, typer.Option("--format", "-o", metavar="table|json|html", help="What to print.")
+    ] = BacktestFormat.TABLE,
+    output: Annotated[
+        Path | None, typer.Option("--output", metavar="FILE", help="Write to FILE instead of stdout.")
+    ] = None,
+    prometheus_url: Annotated[
+        str, typer.Option(envvar="PROMETHEUS_URL", metavar="URL", help="The Prometheus holding the history.")
+    ] = "http://localhost:9090",
+    prometheus_header: Annotated[
+        list[str],
+        typer.Option(metavar="NAME=VALUE", help="Extra header, e.g. X-Scope-OrgID=tenant (repeatable)."),
+    ] = [],  # noqa: B006
+    prometheus_token_file: Annotated[
+        str | None,
+        typer.Option(envvar="PROMETHEUS_TOKEN_FILE", metavar="FILE", help="Bearer token file."),
+    ] = None,
+    prometheus_ca_file: Annotated[
+        str | None, typer.Option(envvar="PROMETHEUS_CA_FILE", metavar="FILE")
+    ] = None,
+    prometheus_timeout: Annotated[
+        float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
+    ] = 30.0,
+    scrape_interval: Annotated[
+        float,
+        typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
+    ] = 30.0,
+    min_samples: Annotated[
+        float,
+        typer.Option(envvar="MIN_SAMPLES", help="A latency or error rate from fewer requests is no data."),
+    ] = 20,
+) -> None:
+    """Replay a policy over recorded history: what it would have done and when, each check against
+    its limits over time, and how that differs from what happened.
+
+    The replay cannot move traffic: it judges the traffic shares that actually served. Exit 0 when
+    the backtest ran, 1 for an invalid policy or --what-if, 3 when Prometheus cannot answer.
+    """
+    now = datetime.now(UTC)
+    begin, finish = parse_time(start, "--from", now), parse_time(end, "--to", now)
+    if finish <= begin:
+        raise fail(f"--to ({finish.isoformat()}) must be after --from ({begin.isoformat()})", EXIT_USAGE)
+    from canary.backtest.command import BacktestRequest, execute  # noqa: PLC0415 - lazy: start-up time
+
+    request = BacktestRequest(
+        policy_path=policy,
+        isvc=isvc,
+        start=begin,
+        end=finish,
+        rollout=rollout,
+        what_if=tuple(what_if),
+        output_format=output_format.value,
+        output=output,
+        prometheus_url=prometheus_url,
+        prometheus_headers=tuple(prometheus_header),
+        prometheus_token_file=prometheus_token_file,
+        prometheus_ca_file=prometheus_ca_file,
+        prometheus_timeout=prometheus_timeout,
+        scrape_interval=scrape_interval,
+        min_samples=min_samples,
+    )
+    code, messages = execute(request, _console())
+    for message in messages:
+        typer.echo(message, err=True)
+    if code in (EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE):
+        raise typer.Exit(code)
+
+
+def _console() -> Any:
+    from rich.console import Console  # noqa: PLC0415 - lazy: start-up time
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)

@@ -1,0 +1,199 @@
+"""Recorded histories for the backtest tests, and what the policy should conclude from their counts.
+
+The expected answers are computed here from the generated requests themselves (the generator keeps
+every scrape's requests, errors and latencies) and the policy: the step rules of
+canary/rollout/SEMANTICS.md ("Steps and evaluations") applied to tallies built from the raw data,
+judged by the judge's own test (``judge_evidence``). The backtest gets the same data only through
+promtool's blocks, a real Prometheus, the evidence pipeline and ``decide()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from canary_sandbox.history import Behaviour, RolloutHistory
+from canary_sandbox.kserve_metrics import OTEL_BUCKETS
+
+from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally
+from canary.policy import PromotionPolicy
+from canary.rollout.judge import CountContext, judge_evidence
+from canary.rollout.sampled import ErrorBudget
+from canary.rollout.state import EvaluationVerdict
+
+MINUTE = 60.0
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC).timestamp()
+END = T0 + 40 * MINUTE
+SCRAPE = 15.0
+
+POLICY = """\
+apiVersion: kserve-canary.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  target: {{inferenceService: {name}}}
+  steps: [10, 30, 50, 100]
+  window: 4m
+  interval: 30s
+  minRequests: 100
+  checks:
+    - {{name: errors, metric: error-rate, max: 2%, maxIncrease: 100%, minStable: 0.1%}}
+    - {{name: p99, metric: latency, quantile: 0.99, max: 1s}}
+"""
+
+# A regression somebody pushed to 100% by hand: 5% errors against the stable revision's 0.4%.
+REGRESSION = RolloutHistory(
+    "payments",
+    "fraud",
+    T0,
+    END,
+    traffic=[(T0 + 5 * MINUTE, 10), (T0 + 9 * MINUTE, 30), (T0 + 13 * MINUTE, 50), (T0 + 17 * MINUTE, 100)],
+    scrape_interval=SCRAPE,
+    canary=Behaviour(error_ratio=0.05),
+    stable=Behaviour(error_ratio=0.004),
+    seed=3,
+)
+# A healthy release a controller drove 10 -> 30 -> 50 -> 100 (its weight gauge was scraped too).
+HEALTHY = RolloutHistory(
+    "ml",
+    "sentiment",
+    T0,
+    END,
+    traffic=[(T0 + 5 * MINUTE, 10), (T0 + 9 * MINUTE, 30), (T0 + 13 * MINUTE, 50), (T0 + 21 * MINUTE, 100)],
+    scrape_interval=SCRAPE,
+    canary=Behaviour(error_ratio=0.004),
+    stable=Behaviour(error_ratio=0.004),
+    controller_weight=True,
+    seed=5,
+)
+# Healthy too, but Prometheus recorded nothing for a minute in the middle of the first step.
+GAP = (T0 + 7 * MINUTE, T0 + 8 * MINUTE)
+WITH_GAP = RolloutHistory(
+    "ml",
+    "vision",
+    T0,
+    END,
+    traffic=[(T0 + 5 * MINUTE, 10), (T0 + 9 * MINUTE, 30), (T0 + 13 * MINUTE, 50), (T0 + 21 * MINUTE, 100)],
+    scrape_interval=SCRAPE,
+    gaps=[GAP],
+    seed=11,
+)
+HISTORIES = (REGRESSION, HEALTHY, WITH_GAP)
+
+
+def when(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def write_policy(directory: Path, history: RolloutHistory) -> Path:
+    path = directory / f"{history.inference_service}.yaml"
+    path.write_text(
+        POLICY.format(name=history.inference_service, namespace=history.namespace), encoding="utf-8"
+    )
+    return path
+
+
+def policy_for(history: RolloutHistory, **spec: object) -> PromotionPolicy:
+    document = yaml.safe_load(POLICY.format(name=history.inference_service, namespace=history.namespace))
+    document["spec"].update(spec)
+    return PromotionPolicy.model_validate(document)
+
+
+def first_served(history: RolloutHistory) -> float:
+    """The scrape at which the canary's first requests were counted: where its first step starts."""
+    return next(scrape.at for scrape in history.scrapes(history.canary_name) if scrape.requests > 0)
+
+
+def last_shared(history: RolloutHistory) -> float:
+    """The last scrape at which both revisions served: where the recorded period ends."""
+    both = {scrape.at for scrape in history.scrapes(history.canary_name) if scrape.requests > 0}
+    return max(
+        scrape.at
+        for scrape in history.scrapes(history.stable_name)
+        if scrape.requests > 0 and scrape.at in both
+    )
+
+
+def counts(history: RolloutHistory, revision: str, start: float, end: float, interval: float) -> CountSeries:
+    """The revision's tallies over (start, end] on the evaluation grid, straight from the raw scrapes."""
+    tallies = []
+    moment = start
+    while moment < end:
+        scrapes = history.counted(revision, moment, moment + interval)
+        latencies = [latency for scrape in scrapes for latency in scrape.latencies]
+        histogram = Histogram(
+            tuple(OTEL_BUCKETS),
+            tuple(sum(1 for latency in latencies if latency <= edge) for edge in OTEL_BUCKETS),
+            len(latencies),
+        )
+        tallies.append(
+            Tally(
+                when(moment),
+                when(moment + interval),
+                sum(scrape.requests for scrape in scrapes),
+                sum(scrape.errors for scrape in scrapes),
+                0,
+                {"latency": histogram},
+            )
+        )
+        moment += interval
+    return CountSeries(EvidenceStatus.OK, tuple(tallies))
+
+
+@dataclass(frozen=True)
+class Expected:
+    action: str  # advance | promote | rollback
+    at: float
+    weight: int | None  # what it writes (None: the promotion removes the field)
+
+
+def expected_story(history: RolloutHistory, policy: PromotionPolicy) -> list[Expected]:
+    """The decisions the policy must reach on the generated counts (see the module docstring)."""
+    spec = policy.spec
+    interval, steps = spec.interval, spec.canary_steps
+    budget = ErrorBudget.of(policy)
+    fair = [step.weight / sum(earlier.weight for earlier in steps[: i + 1]) for i, step in enumerate(steps)]
+    first, last = first_served(history), last_shared(history)
+    story: list[Expected] = []
+    index, step_start, moment = 0, first, first
+    while moment + interval <= last:
+        moment += interval
+        final = index == len(steps) - 1
+        evaluation = judge_evidence(
+            spec.checks,
+            {},
+            {},
+            compare_with_stable=True,
+            counts={
+                "canary": counts(history, history.canary_name, first, moment, interval),
+                "stable": counts(history, history.stable_name, first, moment, interval),
+            },
+            context=CountContext(
+                step_start=when(step_start),
+                budget=budget,
+                confidence=spec.confidence,
+                final_step=final,
+                share_needed=fair[index] if final else 0.0,
+            ),
+        )
+        if evaluation.verdict is EvaluationVerdict.FAIL:
+            story.append(Expected("rollback", moment, 0))
+            return story
+        step = steps[index]
+        window = step.window if step.window is not None else spec.window
+        minimum = step.min_requests if step.min_requests is not None else spec.min_requests
+        held = moment - step_start >= window and (evaluation.requests or 0) >= minimum
+        if held and final and evaluation.verdict is EvaluationVerdict.PASS:
+            story.append(Expected("promote", moment, None))
+            return story
+        if held and not final and evaluation.advance_ok:
+            index += 1
+            story.append(Expected("advance", moment, steps[index].weight))
+            step_start = moment
+    return story
+
+
+def offset(moment: datetime, seconds: float) -> datetime:
+    return moment + timedelta(seconds=seconds)

@@ -1,0 +1,235 @@
+"""kserve-canary backtest against a real Prometheus holding backfilled history (promtool blocks).
+
+Each expected answer is computed from the generated requests and the policy (tests/backtest/support.py),
+never copied from the backtest's output.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from canary_sandbox.prometheus import PrometheusServer, free_port
+
+from canary.backtest.runner import HONESTY, BacktestOptions, run_backtest
+from canary.metrics.client import PrometheusConfig
+from tests.backtest.support import (
+    END,
+    GAP,
+    HEALTHY,
+    REGRESSION,
+    SCRAPE,
+    T0,
+    WITH_GAP,
+    Expected,
+    expected_story,
+    first_served,
+    last_shared,
+    policy_for,
+    when,
+    write_policy,
+)
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+
+
+def backtest(prometheus: PrometheusServer, policy: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(BIN / "kserve-canary"),
+            "backtest",
+            str(policy),
+            "--from",
+            when(T0).isoformat(),
+            "--to",
+            when(END).isoformat(),
+            "--prometheus-url",
+            prometheus.url,
+            "--scrape-interval",
+            f"{SCRAPE:g}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def writes(rollout: dict[str, Any]) -> list[Expected]:
+    """The policy's writes after the first step, as the backtest reports them."""
+    story = []
+    for evaluation in rollout["evaluations"]:
+        if evaluation["action"] in ("advance", "promote", "rollback"):
+            moment = evaluation["at"].replace("Z", "+00:00")
+            story.append(Expected(evaluation["action"], _epoch(moment), evaluation["policyWeight"]))
+    return story
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_the_regression_is_rolled_back_at_the_first_evaluation_where_its_error_rate_is_significant(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    expected = expected_story(REGRESSION, policy_for(REGRESSION))
+    assert [e.action for e in expected] == ["rollback"]  # the data make the fail test reject in step 1
+    rollback = expected[0].at
+
+    document = as_json(backtest(prometheus, write_policy(tmp_path, REGRESSION), "--format", "json"))
+
+    assert document["note"] == HONESTY
+    [rollout] = document["rollouts"]
+    assert (rollout["canary"], rollout["stable"]) == (REGRESSION.canary_name, REGRESSION.stable_name)
+    assert rollout["servedFrom"] == when(first_served(REGRESSION)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert rollout["actualOutcome"] == "canary-took-over"  # what happened: it went to 100% anyway
+    assert rollout["policyOutcome"] == "rolled-back"
+    assert writes(rollout) == expected
+    assert rollout["policyDecidedAt"] == when(rollback).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # The evaluation that rolled back shows the errors check failing with its numbers, and the
+    # canary's share as it actually was then (about 10%), not the policy's 0%.
+    last = rollout["evaluations"][-1]
+    errors = next(check for check in last["checks"] if check["name"] == "errors")
+    assert errors["verdict"] == "fail"
+    assert errors["value"] > 0.02
+    assert 5 <= last["actualSharePercent"] <= 15
+    assert last["policyWeight"] == 0
+    # Every evaluation before it was not a failure.
+    earlier = [e for e in rollout["evaluations"] if e["verdict"] is not None][:-1]
+    assert earlier and all(e["verdict"] != "fail" for e in earlier)
+
+
+def test_a_healthy_rollout_advances_and_promotes_where_the_data_and_the_policy_say(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    policy = policy_for(HEALTHY)
+    expected = expected_story(HEALTHY, policy)
+    assert [e.action for e in expected] == ["advance", "advance", "promote"]
+    first = first_served(HEALTHY)
+    # Advance on exposure: each of the two lower steps is left one window after it started.
+    assert expected[0].at == first + policy.spec.window
+    assert expected[1].at == expected[0].at + policy.spec.window
+
+    document = as_json(backtest(prometheus, write_policy(tmp_path, HEALTHY), "--format", "json"))
+
+    [rollout] = document["rollouts"]
+    assert rollout["policyOutcome"] == "promoted"
+    assert writes(rollout) == expected
+    assert document["history"]["controllerWeight"] is True
+    # The actual split is the controller's recorded weight: the steps it really held.
+    assert "10% → 30% → 50%" in rollout["actual"]
+    assert rollout["actualOutcome"] == "canary-took-over"
+
+
+def test_what_if_a_shorter_window_changes_when_the_policy_would_have_moved(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    shorter = policy_for(HEALTHY, window="2m")
+    expected = expected_story(HEALTHY, shorter)
+    assert expected[0] == Expected("advance", first_served(HEALTHY) + 120, 30)
+
+    document = as_json(
+        backtest(prometheus, write_policy(tmp_path, HEALTHY), "--format", "json", "--what-if", "window=2m")
+    )
+
+    assert document["whatIf"] == ["window=2m"]
+    [rollout] = document["rollouts"]
+    assert writes(rollout) == expected
+    # It judged the shares that really served: 10% while the policy already held 30%.
+    after = [e for e in rollout["evaluations"] if e["policyWeight"] == 30 and e["verdict"] is not None]
+    assert after and after[0]["actualSharePercent"] < 20
+
+
+def test_a_bad_what_if_is_refused_with_the_override_the_field_and_the_reason(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    policy = write_policy(tmp_path, HEALTHY)
+
+    bad_value = backtest(prometheus, policy, "--what-if", "window=soon")
+    no_check = backtest(prometheus, policy, "--what-if", "checks.p95.max=1s")
+    unknown = backtest(prometheus, policy, "--what-if", "windw=5m")
+
+    assert bad_value.returncode == 1
+    assert bad_value.stdout == ""
+    assert bad_value.stderr.startswith("--what-if window=soon: spec.window: ")
+    assert no_check.returncode == 1
+    assert "the policy has no check 'p95' (it has errors, p99)" in no_check.stderr
+    assert unknown.returncode == 1
+    assert "--what-if windw=5m: spec.windw: " in unknown.stderr
+
+
+def test_missing_data_is_reported_as_missing_never_filled(prometheus: PrometheusServer) -> None:
+    result = run_backtest(
+        policy_for(WITH_GAP),
+        BacktestOptions(PrometheusConfig(url=prometheus.url), when(T0), when(END), scrape_interval=SCRAPE),
+    )
+
+    [replay] = result.replays
+    # A point is missing where the rate's window (two scrapes) holds fewer than two recorded samples.
+    window = 2 * SCRAPE
+    expected_missing = {
+        point.at
+        for point in result.history.points
+        if sum(
+            1
+            for s in WITH_GAP.ticks
+            if WITH_GAP.recorded(s) and point.at.timestamp() - window <= s <= point.at.timestamp()
+        )
+        < 2
+    }
+    assert {point.at for point in result.history.points if point.missing} == expected_missing
+    inside = {point.at for point in result.history.points if GAP[0] < point.at.timestamp() <= GAP[1]}
+    assert inside and inside <= expected_missing
+    assert replay.period.missing_steps == len(
+        expected_missing & {p.at for p in result.history.between(replay.period.start, replay.period.end)}
+    )
+    in_gap = [tick for tick in replay.ticks if GAP[0] < tick.at.timestamp() < GAP[1]]
+    assert in_gap and all(tick.missing and tick.actual_share is None for tick in in_gap)
+    assert f"{replay.period.missing_steps} step(s) without any sample (missing, not filled)" in replay.actual
+
+
+def test_the_table_and_the_html_report_say_what_the_replay_cannot_do(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    policy = write_policy(tmp_path, REGRESSION)
+    page = tmp_path / "backtest.html"
+
+    table = backtest(prometheus, policy)
+    html = backtest(prometheus, policy, "--format", "html", "--output", str(page))
+
+    assert table.returncode == 0, table.stderr
+    flat = " ".join(table.stdout.split())
+    assert " ".join(HONESTY.split()) in flat
+    assert f"policy: The policy would have rolled back {REGRESSION.canary_name}" in flat
+    assert "rollback" in flat and "✗" in flat
+    assert html.returncode == 0, html.stderr
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!doctype html>") and "<svg" in text
+    assert "would have rolled back" in text and "A replay cannot move traffic" in text
+    assert last_shared(REGRESSION) > first_served(REGRESSION)
+
+
+def test_prometheus_unreachable_exits_3_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(BIN / "kserve-canary"), "backtest", str(write_policy(tmp_path, HEALTHY)),
+         "--from", when(T0).isoformat(), "--to", when(END).isoformat(),
+         "--prometheus-url", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 3
+    assert result.stdout == ""
+    assert "Prometheus" in result.stderr and "Traceback" not in result.stderr
