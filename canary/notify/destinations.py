@@ -68,7 +68,12 @@ def destination_for(
     if webhook.secret_from is not None:
         key += f" signed with {describe_ref(webhook.secret_from)}"
     sender_ = WebhookSender(
-        webhook.url_from, resolver=resolver, secret_from=webhook.secret_from, timeout=timeout, clock=clock
+        webhook.url_from,
+        resolver=resolver,
+        secret_from=webhook.secret_from,
+        timeout=timeout,
+        clock=clock,
+        context=context,
     )
     return Destination(key, TargetKind.WEBHOOK, sender_, minimum, ref)
 

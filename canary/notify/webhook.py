@@ -59,7 +59,15 @@ field                       meaning
                             bytes, MiB, count, none) or null; ``canary``/``stable`` may be null
                             (unknown, or not finite: the text fields show ``+Inf``/``NaN``)
 ``controller``              ``{name: "kserve-canary", version}``
+``cluster``                 optional (revision 2): ``{name}``, the controller's ``--cluster-name``;
+                            absent when none is configured
+``links``                   optional (revision 2): ``{dashboard}``, the rollout's page on the
+                            dashboard (``--dashboard-url`` + ``/#/rollouts/<ns>/<name>``); absent
+                            when no dashboard URL is configured
 =========================== ====================================================================
+
+Schema revisions within ``v1alpha1`` only add optional fields: revision 1 had none of ``cluster`` and
+``links``; a revision-1 receiver that ignores unknown fields reads revision 2 unchanged.
 """
 
 from __future__ import annotations
@@ -73,7 +81,7 @@ from typing import Any
 
 from canary import __version__
 from canary.notify.delivery import DEFAULT_TIMEOUT, USER_AGENT, Clock, utc_now
-from canary.notify.message import NOTIFICATION_KIND, CheckLine, Notification
+from canary.notify.message import NO_CONTEXT, NOTIFICATION_KIND, CheckLine, MessageContext, Notification
 from canary.notify.posting import SecretUrlSender
 from canary.notify.secrets import SecretResolver
 from canary.policy.model import SecretRef
@@ -128,9 +136,10 @@ def _check(check: CheckLine) -> dict[str, Any]:
     }
 
 
-def webhook_payload(notification: Notification) -> dict[str, Any]:
-    """The documented, versioned JSON document (see the module docstring)."""
-    return {
+def webhook_payload(notification: Notification, context: MessageContext = NO_CONTEXT) -> dict[str, Any]:
+    """The documented, versioned JSON document (see the module docstring); ``context`` adds the
+    cluster's name and the dashboard link, when the controller is configured with them."""
+    payload: dict[str, Any] = {
         "apiVersion": notification.schema_version,
         "kind": NOTIFICATION_KIND,
         "id": notification.id,
@@ -152,11 +161,18 @@ def webhook_payload(notification: Notification) -> dict[str, Any]:
         "checks": [_check(check) for check in notification.checks],
         "controller": {"name": "kserve-canary", "version": __version__},
     }
+    if context.cluster:
+        payload["cluster"] = {"name": context.cluster}
+    link = context.link(notification)
+    if link:
+        payload["links"] = {"dashboard": link}
+    return payload
 
 
-def encode_payload(notification: Notification) -> bytes:
+def encode_payload(notification: Notification, context: MessageContext = NO_CONTEXT) -> bytes:
     """The exact bytes that are sent (and signed): compact UTF-8 JSON."""
-    return json.dumps(webhook_payload(notification), ensure_ascii=False, separators=(",", ":")).encode()
+    payload = webhook_payload(notification, context)
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _key(secret: str | bytes) -> bytes:
@@ -206,13 +222,15 @@ class WebhookSender(SecretUrlSender):
         secret_from: SecretRef | None = None,
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
         clock: Clock = utc_now,
+        context: MessageContext = NO_CONTEXT,
     ) -> None:
         super().__init__("webhook", url_from, resolver=resolver, timeout=timeout, clock=clock)
         self._secret_from = secret_from
+        self._context = context
 
     def send(self, notification: Notification) -> None:
         url = self._url()
-        body = encode_payload(notification)
+        body = encode_payload(notification, self._context)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,

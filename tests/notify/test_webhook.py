@@ -10,7 +10,8 @@ import pytest
 
 from canary import __version__
 from canary.notify.delivery import USER_AGENT
-from canary.notify.message import CheckLine, CheckVerdict, NotificationAction
+from canary.notify.destinations import destination_for
+from canary.notify.message import CheckLine, CheckVerdict, MessageContext, NotificationAction
 from canary.notify.secrets import Redactor, SecretResolver
 from canary.notify.webhook import (
     IDEMPOTENCY_HEADER,
@@ -22,7 +23,7 @@ from canary.notify.webhook import (
     verify_signature,
     webhook_payload,
 )
-from canary.policy.model import SecretRef
+from canary.policy.model import NotifyTarget, SecretRef
 from canary.policy.units import Unit
 from tests.notify.support import DECISION_TIME, Receiver, make_notification, rollback_notification
 
@@ -195,3 +196,50 @@ def test_every_payload_field_is_documented() -> None:
     docs = (DOCS / "notifications.md").read_text()
     undocumented = sorted(field for field in _schema_fields(SCHEMA) if f"`{field}`" not in docs)
     assert undocumented == []
+
+
+CONTEXT = MessageContext(cluster="prod-eu", dashboard_url="https://canary.example.com/")
+
+
+def test_the_cluster_name_and_the_dashboard_link_travel_in_the_payload_when_configured(
+    receiver: Receiver,
+) -> None:
+    # Built as the controller builds a policy's webhook destination, with its --cluster-name and
+    # --dashboard-url, and delivered over HTTP.
+    target = NotifyTarget.model_validate({"webhook": {"urlFrom": {"env": "DEPLOY_HOOK_URL"}}})
+    destination = destination_for(
+        target,
+        resolver=SecretResolver(Redactor(), {"DEPLOY_HOOK_URL": receiver.url + "/hooks/deploy"}),
+        context=CONTEXT,
+    )
+    notification = rollback_notification()
+    destination.sender.send(notification)
+    (request,) = receiver.wait_for(1)
+    payload = request.json()
+    _validate(payload)
+    assert payload["cluster"] == {"name": "prod-eu"}
+    assert payload["links"] == {"dashboard": "https://canary.example.com/#/rollouts/ml/llama-chat"}
+    # The same name and link as the chat messages carry.
+    assert payload["links"]["dashboard"] == CONTEXT.link(notification)
+
+
+def test_without_a_cluster_name_or_dashboard_the_payload_is_revision_1_unchanged() -> None:
+    payload = webhook_payload(make_notification())
+    assert "cluster" not in payload and "links" not in payload
+    _validate(payload)
+    only_cluster = webhook_payload(make_notification(), MessageContext(cluster="prod-eu"))
+    assert only_cluster["cluster"] == {"name": "prod-eu"} and "links" not in only_cluster
+    _validate(only_cluster)
+    # Revision 2 only adds optional fields: the revision-1 fields are exactly as before.
+    with_context = webhook_payload(make_notification(), CONTEXT)
+    assert {k: v for k, v in with_context.items() if k not in {"cluster", "links"}} == payload
+
+
+def test_a_revision_2_payload_with_a_wrong_cluster_or_link_is_refused_by_the_schema() -> None:
+    payload = webhook_payload(make_notification(), CONTEXT)
+    for broken in (
+        {**payload, "cluster": {"name": ""}},
+        {**payload, "links": {"dashboard": "canary.example"}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            _validate(broken)
