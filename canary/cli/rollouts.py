@@ -46,7 +46,7 @@ from canary.rollout.records import (
     ExplainCheck,
     ExplainDocument,
 )
-from canary.rollout.state import CommandKind, RolloutState, StateFormatError
+from canary.rollout.state import CommandKind, GateProgress, RolloutState, StateFormatError
 
 __all__ = ["CommandOptions", "issue_command", "print_explain", "print_status", "split_target"]
 
@@ -295,6 +295,24 @@ def _check_row(check: ExplainCheck) -> list[str]:
     ]
 
 
+def _gate_row(gate: GateProgress, now: datetime) -> list[str]:
+    if gate.passed_at is not None:
+        waited = human_duration((gate.passed_at - gate.since).total_seconds())
+        result = f"passed {timestamp(gate.passed_at)} ({waited} after the first call)"
+    elif gate.deadline_passed_at is not None:
+        result = f"deadline passed {timestamp(gate.deadline_passed_at)}: holding"
+    else:
+        result = f"waiting {since(gate.since, now)}"
+    return [
+        gate.name,
+        gate.stage.value,
+        NONE if gate.weight is None else f"{gate.weight}%",
+        result,
+        f"{gate.attempts:,}",
+        gate.describe_last(),
+    ]
+
+
 def print_explain(
     target: str, kubeconfig: str | None, context: str | None, output: str, prometheus_external_url: str | None
 ) -> None:
@@ -335,6 +353,10 @@ def print_explain(
     for check in document.checks:
         if check.detail:
             lines.append(f"{check.name}: {check.detail}")
+    if state.gates:
+        lines += ["", columns(["GATE", "AT", "STEP", "RESULT", "FAILED", "LATEST ATTEMPT"], [
+            _gate_row(gate, now) for gate in state.gates
+        ])]  # fmt: skip
     queried = [check for check in document.checks if check.query]
     if queried:
         lines += ["", "PromQL as the controller ran it:"]

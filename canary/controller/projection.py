@@ -28,6 +28,8 @@ from canary.policy.status import (
     ConditionType,
     DecisionAction,
     DecisionVerdict,
+    GateOutcome,
+    GateStatus,
     LastDecision,
     PolicyPhase,
     PromotionPolicyStatus,
@@ -151,6 +153,29 @@ def _checks(explain: ExplainDocument | None, state: RolloutState) -> list[CheckS
             )
         )
     return checks
+
+
+def _gates(state: RolloutState) -> list[GateStatus]:
+    gates = []
+    for gate in state.gates:
+        if gate.passed_at is not None:
+            outcome = GateOutcome.PASSED
+        elif gate.deadline_passed_at is not None:
+            outcome = GateOutcome.DEADLINE_PASSED
+        else:
+            outcome = GateOutcome.WAITING
+        gates.append(
+            GateStatus(
+                name=gate.name,
+                at=gate.stage.value,
+                step=None if gate.weight is None else f"{gate.weight}%",
+                result=outcome,
+                attempts=gate.attempts,
+                message=_clip(gate.describe_last()),
+                since=gate.since,
+            )
+        )
+    return gates
 
 
 def _conditions(
@@ -279,6 +304,7 @@ def project_status(
         step=_step(state, view.policy) if runs else None,
         last_decision=_last_decision(state),
         checks=_checks(view.explain, state),
+        gates=_gates(state),
         conditions=_conditions(view, state, previous.conditions if previous else (), now),
     )
 

@@ -95,6 +95,8 @@ __all__ = [
     "ConditionType",
     "DecisionAction",
     "DecisionVerdict",
+    "GateOutcome",
+    "GateStatus",
     "LastDecision",
     "PolicyPhase",
     "PromotionPolicyStatus",
@@ -272,6 +274,24 @@ class CheckStatus(_StatusModel):
     statement: str | None = Field(default=None, description="The judgement in one sentence.")
 
 
+class GateOutcome(StrEnum):
+    PASSED = "Passed"
+    WAITING = "Waiting"  # called (and retried) until it passes or its deadline passes
+    DEADLINE_PASSED = "DeadlinePassed"  # failurePolicy hold: still holding and calling
+
+
+class GateStatus(_StatusModel):
+    """One gate of the current rollout at one call point (spec.gates)."""
+
+    name: str
+    at: str = Field(description="pre-rollout, step or pre-promotion.")
+    step: str | None = Field(default=None, description='The step\'s weight for step gates ("30%").')
+    result: GateOutcome
+    attempts: int = Field(default=0, ge=0, description="Failed attempts so far.")
+    message: str = Field(description="The latest attempt in words (status, time, why), never a URL.")
+    since: Timestamp = Field(description="First called: the deadline counts from here.")
+
+
 class PromotionPolicyStatus(_StatusModel):
     """``status`` of a PromotionPolicy. Every field is optional: an empty status is a valid one."""
 
@@ -298,6 +318,9 @@ class PromotionPolicyStatus(_StatusModel):
     )
     last_decision: LastDecision | None = None
     checks: list[CheckStatus] = Field(default_factory=list, description="The latest evaluation, per check.")
+    gates: list[GateStatus] = Field(
+        default_factory=list, description="The current rollout's gates reached so far, per call point."
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
     def condition(self, type_: ConditionType | str) -> Condition | None:

@@ -15,7 +15,9 @@ import pytest
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
 from canary_sandbox.fleet.world import ModelTraffic
 from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
+from typer.testing import CliRunner
 
+from canary.cli import app
 from canary.controller.gates import GATE_HEADER
 from canary.notify.webhook import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
 from tests.e2e.test_rollouts import NS, V1, V2, notifications, phase, wait_for_phase, written_percentages
@@ -184,6 +186,12 @@ def test_a_slow_gate_holds_only_its_own_rollout_and_passes_once_it_answers_in_ti
     gates = state_gates(stack, "gate-slow")
     assert gates and gates[0]["attempts"] >= 2 and gates[0]["lastStatus"] is None
     assert "timed out" in gates[0]["lastDetail"]
+    explained = CliRunner().invoke(app, ["explain", f"{NS}/gate-slow", "--kubeconfig", str(stack.kubeconfig)])
+    assert explained.exit_code == 0, explained.output
+    assert "GATE    AT            STEP     RESULT" in explained.output
+    row = next(line for line in explained.output.splitlines() if line.startswith("smoke "))
+    assert "pre-rollout" in row and "waiting" in row and "no answer at" in row and "timed out" in row
+    assert receivers["slow"].url not in explained.output, "the URL is a secret"
     receivers["slow"].delay = 0.0
     assert wait_until(lambda: stack.canary_percent(NS, "gate-slow") == 10, 40), state_gates(
         stack, "gate-slow"
