@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,20 @@ from canary.backtest.runner import Backtest, BacktestOptions, run_backtest
 from canary.backtest.whatif import WhatIfError, apply_what_if, parse_override
 from canary.metrics.client import PrometheusConfig
 from canary.policy.loader import LoadedPolicy, load_paths
+from canary.rollout.past import PastRollout, PastRollouts
 
-__all__ = ["BacktestRequest", "execute", "select_rollout"]
+__all__ = [
+    "BacktestRequest",
+    "RecordReader",
+    "describe_recorded",
+    "execute",
+    "select_recorded",
+    "select_rollout",
+]
+
+# Reads the record of past rollouts (rollouts.json in the state ConfigMap) of NAMESPACE, NAME; raises
+# what the cluster client raises (the CLI turns it into one line and an exit code).
+RecordReader = Callable[[str, str], PastRollouts]
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREACHABLE = 0, 1, 3
 
@@ -30,8 +43,8 @@ EXIT_OK, EXIT_INVALID, EXIT_UNREACHABLE = 0, 1, 3
 class BacktestRequest:
     policy_path: Path
     isvc: str | None
-    start: datetime
-    end: datetime
+    start: datetime | None  # None: from the recorded rollout (--rollout), else the last 6 hours
+    end: datetime | None
     rollout: str | None
     what_if: tuple[str, ...]
     output_format: str
@@ -43,13 +56,28 @@ class BacktestRequest:
     prometheus_timeout: float = 30.0
     scrape_interval: float = 30.0
     min_samples: float = 20.0
+    now: datetime | None = None  # for the default range
 
 
-def execute(request: BacktestRequest, console: Any) -> tuple[int, list[str]]:
+def execute(
+    request: BacktestRequest, console: Any, read_record: RecordReader | None = None
+) -> tuple[int, list[str]]:
     _quiet_logs()
     loaded, problem = _policy(request)
     if loaded is None:
         return EXIT_INVALID, problem
+    namespace, name = loaded.policy.metadata.namespace, loaded.policy.spec.target.inference_service
+    past: PastRollout | None = None
+    if request.rollout is not None and read_record is not None:
+        record = read_record(namespace, name)
+        past = record.select(request.rollout)
+        if past is None:
+            known = ", ".join(entry.id for entry in reversed(record.rollouts)) or "none recorded"
+            return EXIT_INVALID, [
+                f"--rollout {request.rollout!r}: the controller's record of {namespace}/{name} has no such "
+                f"rollout (recorded, latest first: {known})"
+            ]
+    start, end = _range(request, past, loaded.policy.spec.interval)
     try:
         overrides = [parse_override(text) for text in request.what_if]
         policy = apply_what_if(loaded, _document(loaded), overrides)
@@ -73,8 +101,8 @@ def execute(request: BacktestRequest, console: Any) -> tuple[int, list[str]]:
         return EXIT_INVALID, [f"--prometheus-url: {error}"]
     options = BacktestOptions(
         config,
-        request.start,
-        request.end,
+        start,
+        end,
         scrape_interval=request.scrape_interval,
         min_samples=request.min_samples,
     )
@@ -82,7 +110,12 @@ def execute(request: BacktestRequest, console: Any) -> tuple[int, list[str]]:
         result = run_backtest(policy, options, what_if=request.what_if)
     except HistoryError as error:
         return (EXIT_UNREACHABLE if error.unreachable else EXIT_INVALID), [str(error)]
-    if request.rollout is not None:
+    if past is not None:
+        chosen = select_recorded(result, past)
+        if isinstance(chosen, str):
+            return EXIT_INVALID, [chosen]
+        result = chosen
+    elif request.rollout is not None:
         chosen = select_rollout(result, request.rollout)
         if isinstance(chosen, str):
             return EXIT_INVALID, [chosen]
@@ -92,13 +125,57 @@ def execute(request: BacktestRequest, console: Any) -> tuple[int, list[str]]:
 
 
 def _quiet_logs() -> None:
-    """The evidence layer logs as it does in the controller; here only its warnings, on stderr, so
+    """The evidence layer logs as it does in the controller; here only its errors, on stderr, so
     that stdout holds the table, the JSON or the page alone."""
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
+    )
+
+
+def _range(request: BacktestRequest, past: PastRollout | None, interval: float) -> tuple[datetime, datetime]:
+    """--from/--to as given; else the recorded rollout with a margin; else the last six hours."""
+    now = request.now or datetime.now(UTC)
+    if past is not None:
+        began = past.started_at or past.ended_at
+        margin = timedelta(seconds=max(5 * 60.0, 4 * interval, 0.1 * (past.ended_at - began).total_seconds()))
+        start = request.start or began - margin
+        end = request.end or min(past.ended_at + margin, now)
+        return start, end
+    return request.start or now - timedelta(hours=6), request.end or now
+
+
+def select_recorded(result: Backtest, past: PastRollout) -> Backtest | str:
+    """The period of the recorded rollout: its canary (and stable revision), overlapping its time."""
+    began = past.started_at or past.ended_at
+    slack = timedelta(minutes=5)
+    replays = tuple(
+        replace(replay, recorded=describe_recorded(past))
+        for replay in result.replays
+        if replay.period.canary == past.revision
+        and (past.stable_revision is None or replay.period.stable == past.stable_revision)
+        and replay.period.start <= past.ended_at + slack
+        and replay.period.end >= began - slack
+    )
+    if not replays:
+        found = ", ".join(replay.period.id for replay in result.replays) or "none"
+        return (
+            f"--rollout {past.id}: Prometheus shows no period in which {past.revision} served beside "
+            f"{past.stable_revision or 'another revision'} around {began.isoformat()} .. "
+            f"{past.ended_at.isoformat()} (periods found: {found})"
+        )
+    return Backtest(result.policy, result.history, replays, result.what_if, result.notes)
+
+
+def describe_recorded(past: PastRollout) -> str:
+    """The controller's own account of the rollout (its record), with the steps it wrote."""
+    steps = ", ".join(f"{step.weight}% at {step.at.strftime('%H:%M:%SZ')}" for step in past.steps)
+    reason = f": {past.reason}" if past.reason else ""
+    return (
+        f"recorded by the controller: {past.outcome.value} at {past.ended_at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        f"{reason}" + (f"; steps written: {steps}" if steps else "")
     )
 
 

@@ -138,6 +138,7 @@ def _replay_json(replay: Replay) -> dict[str, Any]:
         "servedUntil": _time(period.end),
         "actualOutcome": period.outcome,
         "actual": replay.actual,
+        "recorded": replay.recorded,
         "missingPoints": period.missing_steps,
         "policyOutcome": replay.outcome,
         "policyDecidedAt": _time(replay.decided_at),
@@ -222,6 +223,8 @@ def render_table(backtest: Backtest, console: Any) -> None:
         console.print(Text(f"Rollout {replay.period.id}", style="bold"))
         console.print(Text(f"policy: {replay.summary}"))
         console.print(Text(f"actual: {replay.actual}"))
+        if replay.recorded:
+            console.print(Text(f"{replay.recorded}", style="dim"))
         names = [check.name for tick in replay.ticks for check in tick.checks]
         checks = list(dict.fromkeys(names))
         table = Table(show_edge=False, pad_edge=False, header_style="bold")
@@ -352,6 +355,7 @@ def _replay_html(replay: Replay) -> str:
         f"<h2>Rollout {html.escape(replay.period.id)}</h2>"
         f"<p><b>Policy:</b> {html.escape(replay.summary)}</p>"
         f"<p><b>Actual:</b> {html.escape(replay.actual)}</p>"
+        + (f"<p class='muted'>{html.escape(replay.recorded)}</p>" if replay.recorded else "")
         + "".join(charts)
         + "<table><tr><th>time</th><th>policy</th><th>actual</th><th>decision</th><th>checks</th></tr>"
         + rows

@@ -156,6 +156,7 @@ class Replay:
     actual: str  # what the recorded traffic did, in words
     notes: tuple[str, ...] = ()
     weights: tuple[tuple[datetime, int | None], ...] = field(default=())  # every write: (at, weight)
+    recorded: str | None = None  # what the controller's record of past rollouts says happened
 
     @property
     def decisions(self) -> tuple[Tick, ...]:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from canary.cli import app
+from canary.cli import ContextOption, KubeconfigOption, app
 from canary.cli.help import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, fail
 
 __all__ = ["backtest", "parse_time"]
@@ -63,19 +63,32 @@ def backtest(
         ),
     ] = None,
     start: Annotated[
-        str, typer.Option("--from", metavar="TIME", help="Start of the history: RFC 3339, or now-6h.")
-    ] = "now-6h",
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="TIME",
+            help="Start of the history: RFC 3339, or now-6h. Default: the --rollout's start, else now-6h.",
+        ),
+    ] = None,
     end: Annotated[
-        str, typer.Option("--to", metavar="TIME", help="End of the history: RFC 3339, or now.")
-    ] = "now",
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="TIME",
+            help="End of the history: RFC 3339, or now. Default: the --rollout's end, else now.",
+        ),
+    ] = None,
     rollout: Annotated[
         str | None,
         typer.Option(
             "--rollout",
             metavar="ID",
-            help="Replay one rollout only: REVISION or REVISION@TIME, as the output names it.",
+            help="One past rollout from the controller's record (rollouts.json in its state ConfigMap): "
+            "1 the latest, 2 the one before, a revision, or REVISION@STARTED as the record names it.",
         ),
     ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     what_if: Annotated[
         list[str],
         typer.Option(
@@ -123,8 +136,9 @@ def backtest(
     the backtest ran, 1 for an invalid policy or --what-if, 3 when Prometheus cannot answer.
     """
     now = datetime.now(UTC)
-    begin, finish = parse_time(start, "--from", now), parse_time(end, "--to", now)
-    if finish <= begin:
+    begin = parse_time(start, "--from", now) if start is not None else None
+    finish = parse_time(end, "--to", now) if end is not None else None
+    if begin is not None and finish is not None and finish <= begin:
         raise fail(f"--to ({finish.isoformat()}) must be after --from ({begin.isoformat()})", EXIT_USAGE)
     from canary.backtest.command import BacktestRequest, execute  # noqa: PLC0415 - lazy: start-up time
 
@@ -144,12 +158,26 @@ def backtest(
         prometheus_timeout=prometheus_timeout,
         scrape_interval=scrape_interval,
         min_samples=min_samples,
+        now=now,
     )
-    code, messages = execute(request, _console())
+    reader = _record_reader(kubeconfig, context) if rollout is not None else None
+    code, messages = execute(request, _console(), reader)
     for message in messages:
         typer.echo(message, err=True)
     if code in (EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE):
         raise typer.Exit(code)
+
+
+def _record_reader(kubeconfig: str | None, context: str | None) -> Any:
+    """Reads the record of past rollouts through the person's kubeconfig (imported only for --rollout)."""
+
+    def read(namespace: str, name: str) -> Any:
+        from canary.cli.cluster import api_client  # noqa: PLC0415 - lazy: the Kubernetes client
+        from canary.cli.rollouts import _load  # noqa: PLC0415
+
+        return _load(api_client(kubeconfig, context), namespace, name).past_rollouts()
+
+    return read
 
 
 def _console() -> Any:

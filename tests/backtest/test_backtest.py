@@ -14,10 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.prometheus import PrometheusServer, free_port
+from kubernetes import config
 
 from canary.backtest.runner import HONESTY, BacktestOptions, run_backtest
+from canary.kserve.store import ROLLOUTS_KEY, ConfigMapStateStore
 from canary.metrics.client import PrometheusConfig
+from canary.rollout.past import PastRollout, PastRollouts, RolloutOutcome, StepRecord, rollout_id
 from tests.backtest.support import (
     END,
     GAP,
@@ -233,3 +237,86 @@ def test_prometheus_unreachable_exits_3_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 3
     assert result.stdout == ""
     assert "Prometheus" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_rollout_reads_the_controllers_record_and_replays_that_rollout(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    first = first_served(HEALTHY)
+    policy = policy_for(HEALTHY)
+    recorded = PastRollout(
+        id=rollout_id(HEALTHY.canary_name, when(first - 30)),
+        revision=HEALTHY.canary_name,
+        stable_revision=HEALTHY.stable_name,
+        outcome=RolloutOutcome.PROMOTED,
+        started_at=when(first - 30),
+        ended_at=when(T0 + 21 * 60),
+        reason="Promoting: its last step 50% passed",
+        steps=(
+            StepRecord(0, 10, when(first - 30), when(T0 + 9 * 60)),
+            StepRecord(1, 30, when(T0 + 9 * 60), when(T0 + 13 * 60)),
+            StepRecord(2, 50, when(T0 + 13 * 60), when(T0 + 21 * 60)),
+        ),
+    )
+    other = PastRollout(
+        id=rollout_id(f"{HEALTHY.inference_service}-predictor-00009", when(T0 - 3600)),
+        revision=f"{HEALTHY.inference_service}-predictor-00009",
+        outcome=RolloutOutcome.ROLLED_BACK,
+        started_at=when(T0 - 3600),
+        ended_at=when(T0 - 3000),
+    )
+    ghost = PastRollout(  # recorded, but Prometheus has no requests of that revision then
+        id=rollout_id(f"{HEALTHY.inference_service}-predictor-00007", when(T0 + 60)),
+        revision=f"{HEALTHY.inference_service}-predictor-00007",
+        outcome=RolloutOutcome.ABORTED,
+        started_at=when(T0 + 60),
+        ended_at=when(T0 + 240),
+    )
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0))
+    with EmulatorServer(emulator) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        emulator.create_namespace(HEALTHY.namespace)
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        ConfigMapStateStore(api).save_files(
+            HEALTHY.namespace,
+            HEALTHY.inference_service,
+            {ROLLOUTS_KEY: PastRollouts((other, ghost, recorded)).to_json()},
+            resource_version=None,
+            owner_uid=None,
+        )
+        path = write_policy(tmp_path, HEALTHY)
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(BIN / "kserve-canary"), "backtest", str(path), "--kubeconfig", str(kubeconfig),
+                 "--prometheus-url", prometheus.url, "--scrape-interval", f"{SCRAPE:g}", *args],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+
+        latest = run("--rollout", "1", "--format", "json")
+        by_id = run("--rollout", recorded.id, "--format", "json")
+        missing = run("--rollout", "4")
+        no_period = run("--rollout", "2")
+        not_in_prometheus = run("--rollout", "3")
+
+    for result in (latest, by_id):
+        document = as_json(result)
+        # No --from/--to: the range is the recorded rollout's, with a margin.
+        assert _epoch(document["from"].replace("Z", "+00:00")) < first - 30 < T0 + 21 * 60
+        assert _epoch(document["to"].replace("Z", "+00:00")) > T0 + 21 * 60
+        [rollout] = document["rollouts"]
+        assert rollout["canary"] == recorded.revision
+        assert rollout["recorded"].startswith("recorded by the controller: promoted at ")
+        assert "10% at " in rollout["recorded"] and "50% at " in rollout["recorded"]
+        assert writes(rollout) == expected_story(HEALTHY, policy)
+    assert missing.returncode == 1
+    assert (
+        f"the controller's record of {HEALTHY.namespace}/{HEALTHY.inference_service} has no such rollout"
+        in (missing.stderr)
+    )
+    assert recorded.id in missing.stderr and other.id in missing.stderr
+    assert no_period.returncode == 1
+    assert f"Prometheus shows no period in which {ghost.revision} served" in no_period.stderr
+    # The older recorded rollout lies before anything Prometheus holds: nothing to replay, and it says so.
+    assert not_in_prometheus.returncode == 1
+    assert not_in_prometheus.stderr.startswith("no request metrics between --from and --to: ")
