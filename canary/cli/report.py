@@ -40,7 +40,7 @@ from canary.metrics.promql import TemplateError, format_duration_seconds, render
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.loader import load_object
 from canary.policy.model import Check, GpuLabelStyle, RequestsProfile
-from canary.report.charts import PrometheusRange
+from canary.report.charts import PrometheusRange, by_revision
 from canary.report.rollout import CheckSeries, ReportedRollout, choose_rollout, render_report
 from canary.rollout.state import StateFormatError
 
@@ -146,6 +146,13 @@ def _probe(url: str) -> None:
 
 
 def _reason(error: BaseException) -> str:
+    response = getattr(error, "response", None)
+    if isinstance(error, requests.HTTPError) and response is not None:
+        try:
+            said = str(response.json().get("error") or "")
+        except ValueError:
+            said = ""
+        return f"Prometheus answered {response.status_code}" + (f": {said[:200]}" if said else "")
     text = str(error)
     for marker in ("Connection refused", "Name or service not known", "timed out", "No route to host"):
         if marker in text:
@@ -208,13 +215,13 @@ def _series(
             try:
                 results = prometheus.query(promql)
             except requests.RequestException as error:
-                error_text = f"the range query failed: {_reason(error)} ({str(error)[:160]})"
+                error_text = f"the range query failed: {_reason(error)}"
                 continue
-            for labels, points in results:
-                if FIELD_LABEL in labels:  # a side series: requests, GPU totals
-                    continue
-                owner = revision or labels.get("revision", "")
-                grouped.setdefault(owner, []).extend(points)
+            if revision is None:  # the catalog's queries label each series with its revision
+                for owner, points in by_revision(results, "revision", skip_label=FIELD_LABEL).items():
+                    grouped.setdefault(owner, []).extend(points)
+            else:  # a custom query rendered for this one revision
+                grouped.setdefault(revision, []).extend(p for _, ps in results for p in ps)
         answer.append(
             CheckSeries(
                 check.name,

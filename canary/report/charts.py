@@ -34,6 +34,7 @@ __all__ = [
     "Marker",
     "PrometheusRange",
     "Series",
+    "by_revision",
     "decision_markers",
     "decision_rows",
     "since",
@@ -104,6 +105,25 @@ class PrometheusRange:
             points = [(float(t), float(v)) for t, v in item["values"]]
             results.append((dict(item["metric"]), [(t, v) for t, v in points if math.isfinite(v)]))
         return results
+
+
+def by_revision(
+    results: Sequence[tuple[Mapping[str, str], Sequence[tuple[float, float]]]],
+    label: str,
+    origin: float = 0.0,
+    *,
+    skip_label: str | None = None,
+) -> dict[str, list[tuple[float, float]]]:
+    """A range query's answer grouped by revision: ``label`` names it (DCGM series name the pod,
+    ``<revision>-deployment-<hash>``: the revision is what precedes ``-deployment-``); times become
+    seconds since ``origin``. Series carrying ``skip_label`` (side series: sample counts) are left out."""
+    grouped: dict[str, list[tuple[float, float]]] = {}
+    for metric, points in results:
+        if skip_label is not None and skip_label in metric:
+            continue
+        revision = metric.get(label, "").split("-deployment-")[0]
+        grouped.setdefault(revision, []).extend((t - origin, v) for t, v in points)
+    return {revision: sorted(points) for revision, points in grouped.items()}
 
 
 def since(moment: str, origin: float) -> float:

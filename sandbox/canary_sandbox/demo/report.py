@@ -11,7 +11,7 @@ as the demo observed it, and the decisions from the webhook notifications the lo
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from canary.policy import Check, MetricKind, PromotionPolicy
@@ -24,6 +24,7 @@ from canary.report.charts import (
     Marker,
     PrometheusRange,
     Series,
+    by_revision,
     decision_rows,
     svg_chart,
 )
@@ -50,17 +51,6 @@ class ModelReport:
 
 
 # -- data ----------------------------------------------------------------------------------------
-
-
-def _by_revision(
-    results: Iterable[tuple[dict[str, str], list[tuple[float, float]]]], label: str, origin: float
-) -> dict[str, list[tuple[float, float]]]:
-    grouped: dict[str, list[tuple[float, float]]] = {}
-    for metric, points in results:
-        # DCGM series name the pod (<revision>-deployment-<hash>); queue-proxy series the revision.
-        revision = metric.get(label, "").split("-deployment-")[0]
-        grouped.setdefault(revision, []).extend((t - origin, v) for t, v in points)
-    return {revision: sorted(points) for revision, points in grouped.items()}
 
 
 def _revision_series(
@@ -140,7 +130,7 @@ def collect_charts(
         step=True,
     )
     # Knative reports latency in milliseconds already.
-    latency_series = _revision_series(_by_revision(p99, "revision_name", origin), stable, canary)
+    latency_series = _revision_series(by_revision(p99, "revision_name", origin), stable, canary)
     if latency_check is not None and latency_check.max_increase is not None and latency_series:
         # The relative limit moves with the stable revision: draw it from stable's own curve.
         factor = 1 + latency_check.max_increase
@@ -154,13 +144,13 @@ def collect_charts(
         Chart(
             "5xx error rate",
             "%",
-            _revision_series(_by_revision(errors, "revision_name", origin), stable, canary, 100.0),
+            _revision_series(by_revision(errors, "revision_name", origin), stable, canary, 100.0),
             error_limits,
         ),
         Chart(
             "GPU memory used (DCGM framebuffer)",
             "GiB",
-            _revision_series(_by_revision(gpu, "pod", origin), stable, canary, 1 / _MIB_PER_GIB),
+            _revision_series(by_revision(gpu, "pod", origin), stable, canary, 1 / _MIB_PER_GIB),
             gpu_limits,
         ),
     ]
