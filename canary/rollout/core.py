@@ -870,7 +870,7 @@ class _Tick:
             )
         final = step.index + 1 >= len(self.steps)
         stages = {GateStage.STEP, GateStage.PRE_PROMOTION} if final else {GateStage.STEP}
-        held = self.gates_hold(frozenset(stages), step.weight, awaiting=awaiting_approval)
+        held = self.gates_hold(frozenset(stages), step.weight)
         if held is not None:
             return held
         policy_step = self.steps[step.index]
@@ -1060,9 +1060,7 @@ class _Tick:
     def gate_names(self, stage: GateStage) -> list[str]:
         return [self.spec.gate_name(index) for index, gate in enumerate(self.spec.gates) if gate.at is stage]
 
-    def gates_hold(
-        self, stages: frozenset[GateStage], weight: int | None, *, awaiting: bool = False
-    ) -> Decision | None:
+    def gates_hold(self, stages: frozenset[GateStage], weight: int | None) -> Decision | None:
         """None when every gate of ``stages`` at this point has passed; else the decision that holds
         the rollout (and asks for the gates' calls) or, past a deadline with failurePolicy rollback,
         rolls it back. ``weight``: the step's (None before the first step)."""
@@ -1119,8 +1117,6 @@ class _Tick:
                 f"{headline}"
             )
             event, severity = EventReason.GATE_FAILED, Severity.WARNING
-        if awaiting:
-            headline = f"{headline} Awaiting approval too."
         return self.wait(headline, event, severity)
 
     def gate_progress(self, index: int, gate: Gate, weight: int | None) -> GateProgress:

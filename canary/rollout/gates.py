@@ -118,10 +118,6 @@ class GateCall:
     def id(self) -> str:
         return decision_id("gate", self.policy_key, self.revision, self.key)
 
-    def payload(self) -> dict[str, Any]:
-        document: dict[str, Any] = json.loads(self.body)
-        return document
-
 
 def gate_body(
     *,

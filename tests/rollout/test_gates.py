@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -30,10 +31,11 @@ from canary.rollout import (
     decide,
     evidence_request,
 )
-from canary.rollout.gates import GATE_REQUEST_KIND, GateCall, GateResult, gate_key
+from canary.rollout.gates import GATE_REQUEST_KIND, GateCall, GateResult, gate_key, record_gate_result
 from canary.rollout.ledger import RollbackLedger, ledger_after
+from canary.rollout.state import GateProgress
 
-from .helpers import HEALTHY_EVIDENCE, Harness, make_policy
+from .helpers import HEALTHY_EVIDENCE, T0, Harness, make_policy
 
 # What a gate answers: True passes (200), an int is that status, None is no answer (a timeout).
 Answer = bool | int | None
@@ -388,3 +390,71 @@ def test_no_traffic_step_is_written_before_its_gate_passed(answers: list[Answer]
         # Deciding again with the stored state at the same moment changes nothing more.
         same = decide(policy, harness.sim.observe(), harness.state, None, harness.now)
         assert all(progress in same.new_state.gates for progress in harness.state.gates)
+
+
+def test_an_attempt_is_taken_in_once_and_never_from_before_its_call_point_was_reached() -> None:
+    since = T0 + timedelta(minutes=5)
+    progress = GateProgress(key="step@10%/0", name="step-1", stage=GateStage.STEP, since=since, weight=10)
+    early = GateResult("r2", "step@10%/0", True, since - timedelta(seconds=1), 200)
+    assert record_gate_result(progress, early) == progress, "an answer from before it was asked"
+    failed = GateResult("r2", "step@10%/0", False, since + timedelta(seconds=3), 500, "HTTP 500")
+    once = record_gate_result(progress, failed)
+    assert (once.attempts, once.last_status) == (1, 500)
+    assert record_gate_result(once, failed) == once, "the same attempt twice counts once"
+    passed = record_gate_result(once, GateResult("r2", "step@10%/0", True, since + timedelta(seconds=9), 204))
+    assert passed.passed_at == since + timedelta(seconds=9)
+    later = GateResult("r2", "step@10%/0", False, since + timedelta(seconds=20), 500)
+    assert record_gate_result(passed, later) == passed, "a passed gate stays passed"
+    assert record_gate_result(passed, replace(later, key="other")) == passed
+
+
+def test_a_revision_already_serving_everything_is_pinned_back_to_0_with_a_warning() -> None:
+    harness = GateHarness(PRE, KServeSim.serving(), always(True))
+    harness.tick()
+    harness.sim.change_model("s3://m/v2")
+    harness.sim.reconcile()
+    harness.sim.make_ready()
+    harness.sim.reconcile()  # KServe sent it 100% before the controller saw it
+    pinned = harness.tick(1)
+    assert (pinned.action, pinned.weight, pinned.severity) == (Action.START, 0, Severity.WARNING)
+    assert any("0% pins all traffic back to llama-predictor-00001" in reason for reason in pinned.reasons)
+
+
+def test_a_step_gate_and_a_manual_approval_both_hold_the_step() -> None:
+    from canary.rollout import apply_command
+
+    policy = make_policy(steps=[{"weight": 10, "approval": "manual"}, 50, 100], gates=[gate("step")])
+    gate_open = False
+    harness = started(policy, lambda call: gate_open)
+    harness.sim.make_ready()
+    harness.sim.reconcile()
+    harness.run(lambda d: bool(d.gate_calls))
+    gate_open = True
+    harness.tick(60)
+    paused = harness.tick(60)
+    assert paused.action is Action.PAUSE and paused.event_reason is EventReason.CANARY_AWAITING_APPROVAL
+    harness.state = apply_command(harness.state, "approve", harness.now, by="carol").state
+    assert harness.tick(5).weight == 50
+
+
+def test_resuming_an_unexpected_start_value_pins_0_until_the_pre_rollout_gate_passes() -> None:
+    from canary.rollout import apply_command
+
+    gate_open = False
+    harness = GateHarness(PRE, KServeSim.serving(), lambda call: gate_open)
+    harness.tick()
+    harness.sim.change_model("s3://m/v2", percent=40)
+    harness.sim.reconcile()
+    paused = harness.tick(1)
+    assert paused.action is Action.PAUSE
+    harness.state = apply_command(harness.state, "resume", harness.now, by="carol").state
+    resumed = harness.tick(5)
+    assert (resumed.action, resumed.weight) == (Action.START, 0), resumed.summary
+    harness.sim.make_ready()
+    harness.sim.reconcile()
+    assert harness.tick(5).gate_calls, "the gate is called once the canary is Ready"
+    assert harness.writes() == [0]
+    gate_open = True
+    harness.tick(5)
+    assert harness.tick(5).weight == 10
+    assert harness.writes() == [0, 10]
