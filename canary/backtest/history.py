@@ -111,6 +111,17 @@ class History:
     revisions: tuple[str, ...] = field(default=())
 
     @property
+    def recorded(self) -> tuple[TrafficPoint, ...]:
+        """The points from the first to the last one with any sample (before and after is not a gap)."""
+        present = [index for index, point in enumerate(self.points) if not point.missing]
+        return self.points[present[0] : present[-1] + 1] if present else ()
+
+    @property
+    def missing_points(self) -> int:
+        """Points without any sample between the first and the last recorded one: gaps in the data."""
+        return sum(1 for point in self.recorded if point.missing)
+
+    @property
     def has_controller_weight(self) -> bool:
         return any(point.controller_weight is not None for point in self.points)
 

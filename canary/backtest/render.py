@@ -7,9 +7,10 @@ and every output says what a replay cannot do (:data:`canary.backtest.runner.HON
 from __future__ import annotations
 
 import html
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from canary.backtest.history import History
 from canary.backtest.replay import CheckPoint, Replay, Tick
 from canary.backtest.runner import HONESTY, Backtest
 from canary.policy.units import format_value
@@ -87,7 +88,7 @@ def _check_cell(check: CheckPoint) -> str:
     text = f"{mark} {_value(check)} {_bound(check)}"
     if check.stable_value is not None:
         text += f" (stable {format_value(check.stable_value, check.unit)})"
-    if check.verdict not in ("pass", "fail"):
+    if check.verdict in ("no-data", "error"):
         text += f" {check.verdict}"
     return text
 
@@ -121,7 +122,9 @@ def to_json(backtest: Backtest) -> dict[str, Any]:
             "stepSeconds": history.step,
             "revisions": list(history.revisions),
             "controllerWeight": history.has_controller_weight,
-            "missingPoints": sum(1 for point in history.points if point.missing),
+            "recordedFrom": _time(history.recorded[0].at) if history.recorded else None,
+            "recordedUntil": _time(history.recorded[-1].at) if history.recorded else None,
+            "missingPoints": history.missing_points,
             "query": history.query,
         },
         "rollouts": [_replay_json(replay) for replay in backtest.replays],
@@ -200,12 +203,13 @@ def render_table(backtest: Backtest, console: Any) -> None:
     )
     if backtest.what_if:
         console.print(Text(f"what if: {', '.join(backtest.what_if)}"))
-    missing = sum(1 for point in history.points if point.missing)
     weight = "recorded" if history.has_controller_weight else "not recorded"
+    recorded = history.recorded
+    span = f"{_time(recorded[0].at)} to {_time(recorded[-1].at)}" if recorded else "nothing recorded"
     console.print(
         Text(
-            f"requests from {history.profile} ({len(history.points)} points, every {history.step:g}s, "
-            f"{missing} missing); controller weight {weight}; "
+            f"requests from {history.profile}, a point every {history.step:g}s: {span}, "
+            f"{history.missing_points} missing in between; controller weight {weight}; "
             f"{len(backtest.replays)} rollout(s) found",
             style="dim",
         )
@@ -244,6 +248,13 @@ def render_table(backtest: Backtest, console: Any) -> None:
                 *(cells.get(name, "") for name in checks),
             )
         console.print(table)
+        console.print(
+            Text(
+                "✓ met, ✗ broken (at the policy's confidence), · neither shown yet; ≤ the bound in force "
+                "(the tightest of max and maxIncrease × stable); policy: the step its own decisions set",
+                style="dim",
+            )
+        )
 
 
 # -- HTML ----------------------------------------------------------------------------------------
@@ -265,14 +276,14 @@ def render_html(backtest: Backtest) -> str:
         parts.append(f"<p>What if: <code>{html.escape(', '.join(backtest.what_if))}</code></p>")
     parts.extend(f"<p class='muted'>note: {html.escape(note)}</p>" for note in backtest.notes)
     for replay in backtest.replays:
-        parts.append(_replay_html(replay))
+        parts.append(_replay_html(replay, history))
     parts.append("</body></html>")
     return "".join(parts)
 
 
-def _replay_html(replay: Replay) -> str:
+def _replay_html(replay: Replay, history: History) -> str:
     origin = replay.period.start.timestamp()
-    gap = replay.interval * 1.5
+    gap = max(replay.interval, history.step) * 1.5
 
     def x(tick: Tick) -> float:
         return tick.at.timestamp() - origin
@@ -283,34 +294,30 @@ def _replay_html(replay: Replay) -> str:
         for tick in ticks
         if tick.action in _MARKER_ACTIONS
     ]
-    span = (x(ticks[0]), max(x(ticks[-1]), x(ticks[0]) + 1))
+    # What happened is drawn over the whole period, also after the policy would have decided.
+    until = max(ticks[-1].at, replay.period.end) + timedelta(seconds=replay.interval)
+    points = history.between(ticks[0].at, until)
+    span = (x(ticks[0]), max(until.timestamp() - origin, x(ticks[0]) + 1))
+    policy_line = [(x(t), float(t.weight or 0)) for t in ticks]
+    policy_line.append((span[1], policy_line[-1][1]))
+    shares = [
+        (point.at.timestamp() - origin, share)
+        for point in points
+        if (share := point.share(replay.period.canary, replay.period.stable)) is not None
+    ]
+    weights = [
+        (point.at.timestamp() - origin, point.controller_weight)
+        for point in points
+        if point.controller_weight is not None and point.controller_weight >= 0
+    ]
     traffic = Chart(
         "traffic to the canary",
         "%",
         [
+            _series("policy's step", POLICY_COLOUR, policy_line, step=True, gap=span[1] - span[0] + 1),
+            _series("actual share of requests", CANARY_COLOUR, shares, gap=history.step * 1.5),
             _series(
-                "policy's step",
-                POLICY_COLOUR,
-                [(x(t), float(t.weight or 0)) for t in ticks],
-                step=True,
-                gap=gap,
-            ),
-            _series(
-                "actual share of requests",
-                CANARY_COLOUR,
-                [(x(t), t.actual_share) for t in ticks if t.actual_share is not None],
-                gap=gap,
-            ),
-            _series(
-                "controller weight (recorded)",
-                STABLE_COLOUR,
-                [
-                    (x(t), t.controller_weight)
-                    for t in ticks
-                    if t.controller_weight is not None and t.controller_weight >= 0
-                ],
-                step=True,
-                gap=gap,
+                "controller weight (recorded)", STABLE_COLOUR, weights, step=True, gap=history.step * 1.5
             ),
         ],
         y_max=100,

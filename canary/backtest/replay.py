@@ -158,15 +158,6 @@ class Replay:
     weights: tuple[tuple[datetime, int | None], ...] = field(default=())  # every write: (at, weight)
     recorded: str | None = None  # what the controller's record of past rollouts says happened
 
-    @property
-    def decisions(self) -> tuple[Tick, ...]:
-        """The ticks that wrote something or changed the phase (the story, without the waits)."""
-        story: list[Tick] = []
-        for tick in self.ticks:
-            if tick.action != Action.WAIT.value or not story or story[-1].phase != tick.phase:
-                story.append(tick)
-        return tuple(story)
-
 
 def replay_period(
     policy: PromotionPolicy,
@@ -220,7 +211,9 @@ def replay_period(
                 break
             decision = run(now)
         phase = state.phase
-        if decided is None:
+        if decided is not None and decided[0] == "promoted" and phase is Phase.ROLLED_BACK:
+            decided = ("rolled-back", now)  # a failed bake: the promotion is undone
+        elif decided is None:
             if phase is Phase.ROLLED_BACK:
                 decided = ("rolled-back", now)
             elif phase is Phase.PAUSED:

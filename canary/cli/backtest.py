@@ -7,6 +7,7 @@ core, Rich) is imported when the command runs.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -183,4 +184,6 @@ def _record_reader(kubeconfig: str | None, context: str | None) -> Any:
 def _console() -> Any:
     from rich.console import Console  # noqa: PLC0415 - lazy: start-up time
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    # Piped or redirected: as wide as COLUMNS says, else 160 columns (a table must not wrap at 80).
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(highlight=False, width=width)

@@ -25,13 +25,27 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 from canary_sandbox.kserve_metrics import OPENCENSUS_BUCKETS_MS, OTEL_BUCKETS
 
-__all__ = ["Behaviour", "RolloutHistory", "Scrape", "combined_openmetrics"]
+__all__ = [
+    "EXAMPLE_POLICY",
+    "EXAMPLE_START",
+    "HEALTHY",
+    "REGRESSION",
+    "Behaviour",
+    "RolloutHistory",
+    "Scrape",
+    "combined_openmetrics",
+    "example_policy",
+    "serve_examples",
+]
 
 _Families = dict[str, tuple[str, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]]]
 
@@ -319,3 +333,91 @@ def _number(value: float) -> str:
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))
+
+
+# -- Examples: the README's backtest walkthrough and tests/backtest ----------------------------------
+
+EXAMPLE_START = 1_795_168_800.0  # 2026-11-20T10:00:00Z
+_MINUTE = 60.0
+
+EXAMPLE_POLICY = """\
+apiVersion: kserve-canary.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  target: {{inferenceService: {name}}}
+  steps: [10, 30, 50, 100]
+  window: 4m
+  interval: 30s
+  minRequests: 100
+  checks:
+    - {{name: errors, metric: error-rate, max: 2%, maxIncrease: 100%, minStable: 0.1%}}
+    - {{name: p99, metric: latency, quantile: 0.99, max: 1s}}
+"""
+
+
+def example_policy(history: RolloutHistory) -> str:
+    """The example policy file for ``history``'s InferenceService."""
+    return EXAMPLE_POLICY.format(name=history.inference_service, namespace=history.namespace)
+
+
+def _stepped(start: float, promoted_after: float) -> list[tuple[float, int]]:
+    return [
+        (start + 5 * _MINUTE, 10),
+        (start + 9 * _MINUTE, 30),
+        (start + 13 * _MINUTE, 50),
+        (start + promoted_after * _MINUTE, 100),
+    ]
+
+
+# A regression pushed to 100% by hand, step by step: 5% errors against the stable revision's 0.4%.
+REGRESSION = RolloutHistory(
+    "payments",
+    "fraud",
+    EXAMPLE_START,
+    EXAMPLE_START + 40 * _MINUTE,
+    traffic=_stepped(EXAMPLE_START, 17),
+    canary=Behaviour(error_ratio=0.05),
+    stable=Behaviour(error_ratio=0.004),
+    seed=3,
+)
+# A healthy release a controller drove 10 -> 30 -> 50 -> 100, its weight gauge scraped too.
+HEALTHY = RolloutHistory(
+    "ml",
+    "sentiment",
+    EXAMPLE_START,
+    EXAMPLE_START + 40 * _MINUTE,
+    traffic=_stepped(EXAMPLE_START, 21),
+    canary=Behaviour(error_ratio=0.004),
+    stable=Behaviour(error_ratio=0.004),
+    controller_weight=True,
+    seed=5,
+)
+
+
+def serve_examples(directory: str) -> None:  # pragma: no cover - an interactive helper
+    """Write the example policies into ``directory``, start a real Prometheus on the examples'
+    backfilled blocks and wait until SIGINT or SIGTERM: ``python -m canary_sandbox.history [DIR]``."""
+    from canary_sandbox.prometheus import PrometheusServer  # noqa: PLC0415 - not for the generator alone
+
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    for history in (REGRESSION, HEALTHY):
+        (root / f"{history.inference_service}.yaml").write_text(example_policy(history), encoding="utf-8")
+    with PrometheusServer(backfill=combined_openmetrics([REGRESSION, HEALTHY])) as prometheus:
+        print(f"Prometheus on the examples' history: {prometheus.url}", flush=True)
+        print(
+            f"policies: {root}/fraud.yaml (payments/fraud), {root}/sentiment.yaml (ml/sentiment)", flush=True
+        )
+        print(
+            f"try: kserve-canary backtest {root}/fraud.yaml --from 2026-11-20T10:00:00Z "
+            f"--to 2026-11-20T10:40:00Z --prometheus-url {prometheus.url} --scrape-interval 15",
+            flush=True,
+        )
+        signal.sigwait(stop)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    serve_examples(sys.argv[1] if len(sys.argv) > 1 else "backtest-examples")

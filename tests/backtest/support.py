@@ -14,7 +14,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
-from canary_sandbox.history import Behaviour, RolloutHistory
+from canary_sandbox.history import (
+    EXAMPLE_POLICY,
+    EXAMPLE_START,
+    HEALTHY,
+    REGRESSION,
+    RolloutHistory,
+)
 from canary_sandbox.kserve_metrics import OTEL_BUCKETS
 
 from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally
@@ -24,50 +30,13 @@ from canary.rollout.sampled import ErrorBudget
 from canary.rollout.state import EvaluationVerdict
 
 MINUTE = 60.0
-T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC).timestamp()
+T0 = EXAMPLE_START
 END = T0 + 40 * MINUTE
 SCRAPE = 15.0
 
-POLICY = """\
-apiVersion: kserve-canary.dev/v1alpha1
-kind: PromotionPolicy
-metadata: {{name: {name}, namespace: {namespace}}}
-spec:
-  target: {{inferenceService: {name}}}
-  steps: [10, 30, 50, 100]
-  window: 4m
-  interval: 30s
-  minRequests: 100
-  checks:
-    - {{name: errors, metric: error-rate, max: 2%, maxIncrease: 100%, minStable: 0.1%}}
-    - {{name: p99, metric: latency, quantile: 0.99, max: 1s}}
-"""
-
-# A regression somebody pushed to 100% by hand: 5% errors against the stable revision's 0.4%.
-REGRESSION = RolloutHistory(
-    "payments",
-    "fraud",
-    T0,
-    END,
-    traffic=[(T0 + 5 * MINUTE, 10), (T0 + 9 * MINUTE, 30), (T0 + 13 * MINUTE, 50), (T0 + 17 * MINUTE, 100)],
-    scrape_interval=SCRAPE,
-    canary=Behaviour(error_ratio=0.05),
-    stable=Behaviour(error_ratio=0.004),
-    seed=3,
-)
-# A healthy release a controller drove 10 -> 30 -> 50 -> 100 (its weight gauge was scraped too).
-HEALTHY = RolloutHistory(
-    "ml",
-    "sentiment",
-    T0,
-    END,
-    traffic=[(T0 + 5 * MINUTE, 10), (T0 + 9 * MINUTE, 30), (T0 + 13 * MINUTE, 50), (T0 + 21 * MINUTE, 100)],
-    scrape_interval=SCRAPE,
-    canary=Behaviour(error_ratio=0.004),
-    stable=Behaviour(error_ratio=0.004),
-    controller_weight=True,
-    seed=5,
-)
+POLICY = EXAMPLE_POLICY
+# REGRESSION: a 5%-error canary somebody pushed to 100% by hand, against a stable revision at 0.4%;
+# HEALTHY: a release a controller drove 10 -> 30 -> 50 -> 100 (its weight gauge scraped too).
 # Healthy too, but Prometheus recorded nothing for a minute in the middle of the first step.
 GAP = (T0 + 7 * MINUTE, T0 + 8 * MINUTE)
 WITH_GAP = RolloutHistory(
