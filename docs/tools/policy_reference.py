@@ -63,6 +63,15 @@ SECTIONS = [
         "A generic JSON webhook (see [notifications.md](notifications.md)).",
     ),
     (
+        "Gate",
+        "spec.gates[]",
+        "A webhook the rollout waits for (see [the README](../README.md#gates)): before the first step "
+        "(`pre-rollout`), at every held step once it passed (`step`), or before the promotion "
+        "(`pre-promotion`). 2xx passes; anything else is retried and holds, until `deadline`, then "
+        "`failurePolicy`.",
+    ),
+    ("GateWebhook", "spec.gates[].webhook", "Where a gate is called, how it is signed, how long one call may take."),
+    (
         "SecretRef",
         "SecretRef",
         "`webhookUrlFrom`, `urlFrom`, `secretFrom`: a secret by reference, exactly one of `env` or `file`. "
