@@ -122,7 +122,7 @@ def write_report(
         printable(
             f"{path}: {rollout.key} rollout of {rollout.revision} "
             f"({'finished: ' if rollout.finished else 'under way: '}{rollout.outcome}), "
-            f"{len(rollout.steps)} steps, {len(rollout.decisions)} decisions, {charts}"
+            f"{_count(len(rollout.steps), 'step')}, {_count(len(rollout.decisions), 'decision')}, {charts}"
         )
     )
 
@@ -305,3 +305,7 @@ def _queries(
         gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
     )
     return [(None, render_builtin(query, revisions))]
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
