@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import requests
 import typer
@@ -108,8 +108,9 @@ def write_report(
             series = _series(url, policy, rollout, start, end)
     else:
         note = "A report without check charts (--no-charts): Prometheus was not asked."
+    shown = _shown(url) if url is not None else None
     page = render_report(
-        rollout, series, start=start, end=end, generated_at=now, prometheus_url=url, note=note
+        rollout, series, start=start, end=end, generated_at=now, prometheus_url=shown, note=note
     )
     path = output or Path(f"{namespace}-{name}-{rollout.revision}.html")
     try:
@@ -133,16 +134,22 @@ def _probe(url: str) -> None:
         response = requests.get(f"{url}/api/v1/query", params={"query": "1"}, timeout=PROMETHEUS_TIMEOUT)
     except requests.RequestException as error:
         raise fail(
-            f"error: cannot reach Prometheus at {url}: {_reason(error)}",
+            f"error: cannot reach Prometheus at {_shown(url)}: {_reason(error)}",
             EXIT_UNREACHABLE,
             "Check --prometheus-url, or pass --no-charts for a report without check charts.",
         ) from None
     if response.status_code != 200:
         raise fail(
-            f"error: Prometheus at {url} answered {response.status_code} {response.reason}",
+            f"error: Prometheus at {_shown(url)} answered {response.status_code} {response.reason}",
             EXIT_UNREACHABLE,
             "Check --prometheus-url, or pass --no-charts for a report without check charts.",
         )
+
+
+def _shown(url: str) -> str:
+    """``url`` without credentials or a query, for the page and messages."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
 
 
 def _reason(error: BaseException) -> str:
