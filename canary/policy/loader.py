@@ -192,6 +192,50 @@ def _index_lines(node: yaml.Node) -> tuple[dict[_Path, int], list[tuple[_Path, i
     return lines, duplicates
 
 
+class _NotPlain(Exception):
+    """A document :func:`_construct_plain` leaves to PyYAML's constructor (an alias, a merge key, a
+    set, an omap, a collection as a key)."""
+
+
+_MAP, _SEQ, _STR = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+_PLAIN_SCALARS = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "timestamp", "binary")
+)
+
+
+def _construct_plain(loader: yaml.SafeLoader, root: yaml.Node) -> Any:
+    """The document as PyYAML's safe constructor would build it, for the documents policies are:
+    mappings, sequences and scalars, each node once. Several times faster than the constructor's
+    generic machinery (thousands of policies are parsed at startup); anything else raises
+    :class:`_NotPlain` and the constructor builds it."""
+    seen: set[int] = set()
+
+    def build(node: yaml.Node) -> Any:
+        if id(node) in seen:
+            raise _NotPlain  # an alias: shared (or recursive) objects are the constructor's job
+        seen.add(id(node))
+        tag = node.tag
+        if isinstance(node, yaml.ScalarNode):
+            if tag == _STR:
+                return _paired(node.value)
+            if tag in _PLAIN_SCALARS:
+                return loader.yaml_constructors[tag](loader, node)
+            raise _NotPlain
+        if isinstance(node, yaml.MappingNode) and tag == _MAP:
+            mapping: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
+                    raise _NotPlain
+                mapping[build(key_node)] = build(value_node)  # a duplicate key: the last one stays
+            return mapping
+        if isinstance(node, yaml.SequenceNode) and tag == _SEQ:
+            return [build(item) for item in node.value]
+        raise _NotPlain
+
+    return build(root)
+
+
 def _line_for(lines: dict[_Path, int], loc: Sequence[str | int], default: int) -> int:
     for end in range(len(loc), -1, -1):
         found = lines.get(tuple(loc[:end]))
@@ -324,6 +368,21 @@ if _LIBYAML:
         def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> str:
             return _paired(super().construct_scalar(node))
 
+        def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
+            # A plain scalar's tag depends on its text alone (the safe loader has no path
+            # resolvers); policies repeat the same keys and values thousands of times.
+            if kind is not yaml.ScalarNode or not isinstance(value, str) or len(value) > 64:
+                return cast(str, super().resolve(kind, value, implicit))  # type: ignore[no-untyped-call]
+            key = (value, implicit)
+            tag = _RESOLVED.get(key)
+            if tag is None:
+                tag = cast(str, super().resolve(kind, value, implicit))  # type: ignore[no-untyped-call]
+                if len(_RESOLVED) < 65_536:
+                    _RESOLVED[key] = tag
+            return tag
+
+    _RESOLVED: dict[tuple[str, tuple[bool, bool]], str] = {}
+
     def _too_deep(text: str) -> bool:
         """Whether a node is nested deeper than :data:`MAX_DEPTH` (counted as :class:`_Loader`
         counts: every node one level below its collection)."""
@@ -343,9 +402,20 @@ if _LIBYAML:
         return False
 
 
+def _may_be_too_deep(text: str) -> bool:
+    """False when ``text`` cannot hold a node under :data:`MAX_DEPTH` collections, without parsing.
+
+    Every collection starts at an indicator character of its own: ``[`` or ``{`` (flow), ``-``
+    (a block sequence's first entry), ``:`` or ``?`` (a mapping's first key). Fewer of them than
+    ``MAX_DEPTH`` in the whole text (counting those in scalars and comments too) is a bound on the
+    nesting: most policy files pass here, and only larger ones are walked event by event."""
+    indicators = sum(text.count(char) for char in "[{-:?")
+    return indicators >= MAX_DEPTH
+
+
 def _loader(text: str, fast: bool) -> yaml.SafeLoader:
     if fast:
-        if _too_deep(text):
+        if _may_be_too_deep(text) and _too_deep(text):
             raise _NotForLibyaml
         return cast(yaml.SafeLoader, _CLoader(text))
     return _Loader(text)
@@ -490,7 +560,10 @@ def _parse_documents(
                         path, line, format_loc((*parent, key)), "duplicate key: YAML keeps only the last"
                     )
                 )
-            data = loader.construct_document(node)
+            try:
+                data = _construct_plain(loader, node)
+            except _NotPlain:
+                data = loader.construct_document(node)
             if data is None:
                 continue
             if not isinstance(data, dict):
@@ -712,14 +785,28 @@ def _origin(
     return _Origin(namespace, root_shown), None
 
 
-def _escapes(path: Path, directory: Path, shown: str) -> PolicyError | None:
+def _realpath(directory: str, resolved: dict[str, str]) -> str:
+    """``os.path.realpath`` of a directory, once per :func:`load_paths` call (``resolved``): a
+    directory swapped for a symlink between two loads, as git-sync does, is resolved afresh."""
+    found = resolved.get(directory)
+    if found is None:
+        found = resolved[directory] = os.path.realpath(directory)
+    return found
+
+
+def _escapes(path: Path, directory: Path, shown: str, resolved: dict[str, str]) -> PolicyError | None:
     """A symlink out of the file's namespace directory (or the root): not read.
 
     A team committing ``x.yaml -> /var/run/secrets/...`` to a synced repository would otherwise have
     the controller parse a file it may read, and quote parts of it in errors.
     """
-    inside = os.path.realpath(directory)
-    target = os.path.realpath(path)
+    inside = _realpath(os.fspath(directory), resolved)
+    if path.is_symlink():
+        target = os.path.realpath(path)
+    else:
+        # Not a link itself: it resolves where its directory does (one realpath per directory,
+        # not one per file: 10,000 policies in a directory would otherwise resolve it 20,000 times).
+        target = os.path.join(_realpath(os.fspath(path.parent), resolved), path.name)
     if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
         return None
     return PolicyError(
@@ -740,6 +827,7 @@ def load_paths(
     references against these rules (None: not checked).
     """
     result = LoadResult()
+    resolved: dict[str, str] = {}  # directory -> its realpath, for this call
     for given in paths:
         root = Path(given)
         shown = os.fspath(given)
@@ -761,7 +849,7 @@ def load_paths(
             if directory:
                 origin, misplaced = _origin(parts, shown, path_shown, namespaces)
                 if misplaced is None:
-                    misplaced = _escapes(path, root / parts[0] if parts else root, path_shown)
+                    misplaced = _escapes(path, root / parts[0] if parts else root, path_shown, resolved)
                 if misplaced is not None:
                     result.errors.append(misplaced)
                     continue
