@@ -320,3 +320,16 @@ def test_rollout_reads_the_controllers_record_and_replays_that_rollout(
     # The older recorded rollout lies before anything Prometheus holds: nothing to replay, and it says so.
     assert not_in_prometheus.returncode == 1
     assert not_in_prometheus.stderr.startswith("no request metrics between --from and --to: ")
+
+
+def test_gates_are_not_replayed_and_the_output_says_so(prometheus: PrometheusServer) -> None:
+    gate = {"at": "pre-rollout", "webhook": {"urlFrom": {"env": "SMOKE_URL"}}, "deadline": "5m"}
+    options = BacktestOptions(PrometheusConfig(url=prometheus.url), when(T0), when(END), scrape_interval=SCRAPE)
+
+    gated = run_backtest(policy_for(REGRESSION, gates=[gate]), options)
+
+    assert gated.notes == ("1 gate(s) of the policy are not replayed: the replay calls no webhook.",)
+    [replay] = gated.replays
+    # Without its gate the policy decides as the ungated one does, on the same recorded counts.
+    [expected] = expected_story(REGRESSION, policy_for(REGRESSION))
+    assert (replay.outcome, replay.decided_at) == ("rolled-back", when(expected.at))
