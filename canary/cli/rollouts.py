@@ -347,9 +347,10 @@ def print_explain(
             f"({human_duration(span)})"
         )
     lines += [f"  {reason}" for reason in document.reasons]
-    lines += ["", columns(["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES"], [
-        _check_row(check) for check in document.checks
-    ])]  # fmt: skip
+    if document.checks or not state.gates:
+        lines += ["", columns(["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES"], [
+            _check_row(check) for check in document.checks
+        ])]  # fmt: skip
     for check in document.checks:
         if check.detail:
             lines.append(f"{check.name}: {check.detail}")

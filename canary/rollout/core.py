@@ -539,8 +539,14 @@ class _Tick:
         return self.write(
             Action.START,
             0,
-            f"Starting the rollout of {canary}: writing 0% (spec had {_weight_text(spec_weight)}) so that it "
-            f"gets no traffic before its pre-rollout gate {names} passes; the first step {first}% follows.",
+            f"Starting the rollout of {canary}: writing 0% ("
+            + (
+                "the spec had no canaryTrafficPercent"
+                if spec_weight is None
+                else f"the spec had {spec_weight}%"
+            )
+            + f") so that it gets no traffic before its pre-rollout gate {names} passes; the first step "
+            f"{first}% follows.",
             EventReason.CANARY_STARTED,
             phase=Phase.PENDING,
         )
@@ -552,6 +558,7 @@ class _Tick:
             held = self.gates_hold(frozenset({GateStage.PRE_ROLLOUT}), None)
             if held is not None:
                 return held
+            return self.end_dark_launch(first, self.gates_passed_headline(canary, first))
         if self.observed.canary_ready:
             return self.end_dark_launch(
                 first,
@@ -792,6 +799,10 @@ class _Tick:
                 held = self.gates_hold(frozenset({GateStage.PRE_ROLLOUT}), None)
                 if held is not None:
                     return held
+                if self.gated(GateStage.PRE_ROLLOUT):
+                    return self.end_dark_launch(
+                        state.step.weight, self.gates_passed_headline(state.revision, state.step.weight)
+                    )
                 return self.end_dark_launch(
                     state.step.weight,
                     f"Dark-launched revision {state.revision} is Ready: moving it to the first step "
@@ -1056,6 +1067,10 @@ class _Tick:
 
     def gated(self, stage: GateStage) -> bool:
         return any(gate.at is stage for gate in self.spec.gates)
+
+    def gates_passed_headline(self, canary: str | None, first: int) -> str:
+        names = ", ".join(self.gate_names(GateStage.PRE_ROLLOUT))
+        return f"Pre-rollout gate {names} passed: moving {canary} from 0% to the first step {first}%."
 
     def gate_names(self, stage: GateStage) -> list[str]:
         return [self.spec.gate_name(index) for index, gate in enumerate(self.spec.gates) if gate.at is stage]

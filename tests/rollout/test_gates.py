@@ -149,6 +149,10 @@ def test_a_pre_rollout_gate_pins_0_at_once_and_the_first_step_waits_for_its_pass
     assert "2 failed attempts, latest no answer" in timed_out.summary
     passed = harness.tick(10)
     assert (passed.action, passed.weight) == (Action.START, 10), passed.reasons
+    assert (
+        passed.summary
+        == "Pre-rollout gate smoke passed: moving llama-predictor-00002 from 0% to the first step 10%."
+    )
     assert any("Gate smoke (pre-rollout) passed: answered 200" in reason for reason in passed.reasons)
     assert harness.writes() == [0, 10]
     assert len(harness.calls) == 3
