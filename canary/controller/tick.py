@@ -12,7 +12,8 @@ Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
    evidence request (:meth:`Reconciler.prepare`), all with the same evaluation time ``at``.
 3. **Evidence, once.** ``collect_many([(policy, request), ...])`` once for every rollout that needs
    evidence (any other :class:`EvidenceSource`: ``collect`` per rollout). Rollouts that need none —
-   an auto-start, a first step, an idle model — are decided without waiting for Prometheus.
+   an auto-start, a first step, an idle model — are handed to the workers as soon as they are read,
+   without waiting for the other reads or for Prometheus.
 4. **Decide and write** on a bounded worker pool (:meth:`Reconciler.finish`, which keeps its order:
    ledger → state → patch, each fenced with ``fence(key)`` and conditional on the resourceVersion
    read in 2).
@@ -199,21 +200,22 @@ class TickRunner:
             self._carried = []
             for key in due:
                 self._waiting_since.setdefault(key, now)
-        # 2. read, ask the core what to measure
-        prepared: list[Prepared] = []
+        # 2. read, ask the core what to measure; 4a. what needs no evidence is decided at once, while
+        # the others are still read (after a restart with 10,000 idle models, the first is decided
+        # as soon as it is read, not after the last one)
+        futures: dict[str, Future[ReconcileOutcome]] = {}
+        needing: list[Prepared] = []
         for index, key in enumerate(due):
             if self._monotonic() >= deadline:
                 outcome.carried.extend(due[index:])
                 break
             item = self._prepare_one(key, now, outcome)
-            if item is not None:
-                prepared.append(item)
-        # 4a. what needs no evidence is decided at once
-        futures: dict[str, Future[ReconcileOutcome]] = {}
-        needing = [item for item in prepared if item.request is not None]
-        for item in prepared:
+            if item is None:
+                continue
             if item.request is None:
                 futures[item.key] = self._submit(item, None)
+            else:
+                needing.append(item)
         # 3. one collect for all
         if needing:
             outcome.evidence_requests = len(needing)

@@ -323,3 +323,23 @@ def test_a_broken_rollout_does_not_stop_the_others(world: World) -> None:
     outcome = runner.run_tick()
     assert outcome.failed == [f"{NS}/m0"]
     assert sorted(outcome.decided) == sorted(set(world.policies) - {f"{NS}/m0"})
+
+
+def test_a_rollout_needing_no_evidence_is_decided_while_the_others_are_still_read(world: World) -> None:
+    # After a restart with thousands of idle models, the first decision must not wait for the last read.
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    first, last = f"{NS}/{MODELS[0]}", f"{NS}/{MODELS[-1]}"
+    seen_before_last_read: list[bool] = []
+
+    def before_reconcile(loaded: LoadedPolicy) -> None:
+        if loaded.policy.key != last:
+            return
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and world.reconciler.reads.state(NS, MODELS[0]).state_json is None:
+            time.sleep(0.02)
+        seen_before_last_read.append(world.reconciler.reads.state(NS, MODELS[0]).state_json is not None)
+
+    runner = world.runner(before_reconcile=before_reconcile, period=60.0)
+    outcome = runner.run_tick()
+    assert runner.due(world.clock()) == [] and first in outcome.decided and last in outcome.decided
+    assert seen_before_last_read == [True], "the first idle model's state was written only after every read"
