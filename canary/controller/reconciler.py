@@ -53,7 +53,7 @@ from canary.rollout.core import decide, evidence_request
 from canary.rollout.decision import Decision
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
-from canary.rollout.past import PastRollouts, record_after
+from canary.rollout.past import ends_rollout, record_after
 from canary.rollout.persistence import (
     DEFAULT_EXPLAIN_EVERY_INTERVALS,
     explain_due,
@@ -684,17 +684,19 @@ def _readable_explain(stored: StoredState) -> ExplainDocument | None:
 
 def _rollouts_text(prepared: Prepared, decision: Decision, bound: FilteringBoundLogger) -> str | None:
     """The record of past rollouts to store with ``decision``'s state: with the rollout the decision
-    ends added (canary.rollout.past), else the stored text as it is. A record that cannot be read is
-    kept as it is, never overwritten: the rollout it would have received is not recorded (logged)."""
+    ends added (canary.rollout.past), else the stored text as it is — read and parsed only when a
+    rollout ends. A record that cannot be read is kept as it is, never overwritten: the rollout it would
+    have received is not recorded (logged)."""
     stored = prepared.stored
+    if not ends_rollout(prepared.state, decision):
+        return stored.rollouts_json
     try:
         record = stored.past_rollouts()
     except StateFormatError as error:
-        if record_after(prepared.state, decision, PastRollouts(), prepared.now) is not None:
-            bound.warning(
-                "record of past rollouts unreadable: kept as it is, this rollout is not recorded in it",
-                error=str(error),
-            )
+        bound.warning(
+            "record of past rollouts unreadable: kept as it is, this rollout is not recorded in it",
+            error=str(error),
+        )
         return stored.rollouts_json
     recorded = record_after(
         prepared.state, decision, record, prepared.now, latest_evaluation=_readable_explain(stored)

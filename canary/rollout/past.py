@@ -84,6 +84,7 @@ __all__ = [
     "RolloutOutcome",
     "StepRecord",
     "ended_rollout",
+    "ends_rollout",
     "record_after",
     "rollout_id",
 ]
@@ -217,6 +218,15 @@ def rollout_id(revision: str, started_at: datetime | None) -> str:
     return f"{revision}@{started_at.isoformat()}" if started_at is not None else revision
 
 
+def ends_rollout(before: RolloutState, decision: Decision) -> bool:
+    """Whether ``decision`` (made on ``before``) ends a rollout: cheap, so the shell reads the stored
+    record only when there is something to add to it."""
+    after = decision.new_state
+    if before.revision is None or not before.rollout_active:
+        return False
+    return after.revision != before.revision or not after.rollout_active
+
+
 def ended_rollout(
     before: RolloutState,
     decision: Decision,
@@ -231,13 +241,11 @@ def ended_rollout(
     """
     after = decision.new_state
     revision = before.revision
-    if revision is None or not before.rollout_active:
+    if revision is None or not ends_rollout(before, decision):
         return None
     if after.revision != revision:
         outcome = RolloutOutcome.SUPERSEDED
         history = before.history
-    elif after.rollout_active:
-        return None
     elif after.underlying_phase is Phase.SUCCEEDED:
         outcome, history = RolloutOutcome.PROMOTED, after.history
     elif after.underlying_phase is Phase.ROLLED_BACK:

@@ -20,6 +20,7 @@ from canary.rollout.past import (
     PastRollouts,
     PastRolloutsFormatError,
     RolloutOutcome,
+    ends_rollout,
     record_after,
     rollout_id,
 )
@@ -52,6 +53,7 @@ class Recording:
         recorded = record_after(
             before, decision, self.record, self.harness.now, latest_evaluation=self.explain
         )
+        assert ends_rollout(before, decision) == (recorded is not None)
         if recorded is not None:
             self.text = recorded.to_json()
             self.ends.append(decision)
