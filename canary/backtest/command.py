@@ -32,9 +32,10 @@ __all__ = [
     "select_rollout",
 ]
 
-# Reads the record of past rollouts (rollouts.json in the state ConfigMap) of NAMESPACE, NAME; raises
-# what the cluster client raises (the CLI turns it into one line and an exit code).
-RecordReader = Callable[[str, str], PastRollouts]
+# Reads the record of past rollouts (rollouts.json in the state ConfigMap) of NAMESPACE, NAME; None
+# when there is no cluster to read it from (no kubeconfig); raises what the cluster client raises
+# otherwise (the CLI turns it into one line and an exit code).
+RecordReader = Callable[[str, str], PastRollouts | None]
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREACHABLE = 0, 1, 3
 
@@ -68,8 +69,20 @@ def execute(
         return EXIT_INVALID, problem
     namespace, name = loaded.policy.metadata.namespace, loaded.policy.spec.target.inference_service
     past: PastRollout | None = None
-    if request.rollout is not None and read_record is not None:
-        record = read_record(namespace, name)
+    notes: list[str] = []
+    record = read_record(namespace, name) if request.rollout is not None and read_record is not None else None
+    if request.rollout is not None and record is None:
+        if request.start is None or request.end is None:
+            return EXIT_UNREACHABLE, [
+                f"--rollout {request.rollout!r}: no kubeconfig to read the controller's record of past "
+                "rollouts with; give --kubeconfig, or --from and --to to choose among the periods "
+                "Prometheus shows"
+            ]
+        notes.append(
+            "No kubeconfig: the rollout was chosen among the periods Prometheus shows, by the id this output "
+            "prints (REVISION or REVISION@TIME), not from the controller's record."
+        )
+    if request.rollout is not None and record is not None:
         past = record.select(request.rollout)
         if past is None:
             known = ", ".join(entry.id for entry in reversed(record.rollouts)) or "none recorded"
@@ -110,6 +123,8 @@ def execute(
         result = run_backtest(policy, options, what_if=request.what_if)
     except HistoryError as error:
         return (EXIT_UNREACHABLE if error.unreachable else EXIT_INVALID), [str(error)]
+    if notes:
+        result = replace(result, notes=(*result.notes, *notes))
     if past is not None:
         chosen = select_recorded(result, past)
         if isinstance(chosen, str):

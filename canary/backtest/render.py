@@ -141,6 +141,7 @@ def _replay_json(replay: Replay) -> dict[str, Any]:
         "servedUntil": _time(period.end),
         "actualOutcome": period.outcome,
         "actual": replay.actual,
+        "comparison": replay.comparison,
         "recorded": replay.recorded,
         "missingPoints": period.missing_steps,
         "policyOutcome": replay.outcome,
@@ -227,6 +228,7 @@ def render_table(backtest: Backtest, console: Any) -> None:
         console.print(Text(f"Rollout {replay.period.id}", style="bold"))
         console.print(Text(f"policy: {replay.summary}"))
         console.print(Text(f"actual: {replay.actual}"))
+        console.print(Text(f"difference: {replay.comparison}"))
         if replay.recorded:
             console.print(Text(f"{replay.recorded}", style="dim"))
         names = [check.name for tick in replay.ticks for check in tick.checks]
@@ -362,6 +364,7 @@ def _replay_html(replay: Replay, history: History) -> str:
         f"<h2>Rollout {html.escape(replay.period.id)}</h2>"
         f"<p><b>Policy:</b> {html.escape(replay.summary)}</p>"
         f"<p><b>Actual:</b> {html.escape(replay.actual)}</p>"
+        f"<p><b>Difference:</b> {html.escape(replay.comparison)}</p>"
         + (f"<p class='muted'>{html.escape(replay.recorded)}</p>" if replay.recorded else "")
         + "".join(charts)
         + "<table><tr><th>time</th><th>policy</th><th>actual</th><th>decision</th><th>checks</th></tr>"

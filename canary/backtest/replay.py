@@ -39,7 +39,16 @@ from canary.rollout import (
     ledger_after,
 )
 
-__all__ = ["CheckPoint", "Replay", "ReplayWorld", "Tick", "describe_actual", "point_at", "replay_period"]
+__all__ = [
+    "CheckPoint",
+    "Replay",
+    "ReplayWorld",
+    "Tick",
+    "compare",
+    "describe_actual",
+    "point_at",
+    "replay_period",
+]
 
 UID = "backtest"
 
@@ -157,6 +166,7 @@ class Replay:
     notes: tuple[str, ...] = ()
     weights: tuple[tuple[datetime, int | None], ...] = field(default=())  # every write: (at, weight)
     recorded: str | None = None  # what the controller's record of past rollouts says happened
+    comparison: str = ""  # how the policy's outcome differs from what happened, in one sentence
 
 
 def replay_period(
@@ -309,7 +319,8 @@ def _summarise(
         )
     else:
         outcome, at = decided
-        decision = next(tick for tick in ticks if tick.at == at and tick.action != Action.WAIT.value)
+        at_then = [tick for tick in ticks if tick.at == at]
+        decision = next((tick for tick in at_then if tick.action != Action.WAIT.value), at_then[-1])
         verb = {"rolled-back": "rolled back", "promoted": "promoted", "paused": "paused"}[outcome]
         summary = (
             f"The policy would have {verb} {period.canary} at {_when(at)} "
@@ -326,7 +337,31 @@ def _summarise(
         actual=describe_actual(history, period),
         notes=notes,
         weights=tuple(weights),
+        comparison=compare(period, outcome, at),
     )
+
+
+def compare(period: Period, outcome: str, at: datetime | None) -> str:
+    """How the policy's outcome differs from what happened, in one sentence with its times."""
+    canary, end = period.canary, _when(period.end)
+    served = _duration((period.end - period.start).total_seconds())
+    actually = {
+        "canary-took-over": f"in fact {canary} went on to serve alone after {end} ({served} beside stable)",
+        "stable-kept": f"in fact {canary} stopped serving after {end} ({served}): rolled back",
+        "open": f"in fact both still served at {end}, where the range ends",
+    }[period.outcome]
+    if at is None:
+        return f"The policy had not decided when the period ended; {actually}."
+    delta = (period.end - at).total_seconds()
+    when = f"{_duration(abs(delta))} {'before' if delta >= 0 else 'after'} that"
+    verb = {"rolled-back": "rollback", "promoted": "promotion", "paused": "pause"}[outcome]
+    lead = {
+        ("rolled-back", "stable-kept"): "Both roll back",
+        ("promoted", "canary-took-over"): "Both promote",
+        ("rolled-back", "canary-took-over"): "The policy would have rolled back a release that was promoted",
+        ("promoted", "stable-kept"): "The policy would have promoted a release that was rolled back",
+    }.get((outcome, period.outcome), f"The policy would have {outcome.replace('-', ' ')}")
+    return f"{lead}: {actually}; the policy's {verb} comes {when}."
 
 
 def describe_actual(history: History, period: Period) -> str:

@@ -174,9 +174,16 @@ def _record_reader(kubeconfig: str | None, context: str | None) -> Any:
 
     def read(namespace: str, name: str) -> Any:
         from canary.cli.cluster import api_client  # noqa: PLC0415 - lazy: the Kubernetes client
+        from canary.cli.failures import NoKubeconfig  # noqa: PLC0415
         from canary.cli.rollouts import _load  # noqa: PLC0415
 
-        return _load(api_client(kubeconfig, context), namespace, name).past_rollouts()
+        try:
+            api = api_client(kubeconfig, context)
+        except NoKubeconfig:
+            if kubeconfig:  # named, but not there: say so rather than ignore it
+                raise
+            return None
+        return _load(api, namespace, name).past_rollouts()
 
     return read
 

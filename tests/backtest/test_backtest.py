@@ -104,6 +104,12 @@ def test_the_regression_is_rolled_back_at_the_first_evaluation_where_its_error_r
     assert rollout["policyOutcome"] == "rolled-back"
     assert writes(rollout) == expected
     assert rollout["policyDecidedAt"] == when(rollback).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # The period's end is read from rates over two scrape intervals: at most one scrape after the last
+    # scrape in which both revisions counted requests.
+    ended = rollout["servedUntil"]
+    assert 0 <= _epoch(ended.replace("Z", "+00:00")) - last_shared(REGRESSION) <= SCRAPE
+    assert rollout["comparison"].startswith("The policy would have rolled back a release that was promoted: ")
+    assert f"went on to serve alone after {ended}" in rollout["comparison"]
     # The evaluation that rolled back shows the errors check failing with its numbers, and the
     # canary's share as it actually was then (about 10%), not the policy's 0%.
     last = rollout["evaluations"][-1]
@@ -324,7 +330,9 @@ def test_rollout_reads_the_controllers_record_and_replays_that_rollout(
 
 def test_gates_are_not_replayed_and_the_output_says_so(prometheus: PrometheusServer) -> None:
     gate = {"at": "pre-rollout", "webhook": {"urlFrom": {"env": "SMOKE_URL"}}, "deadline": "5m"}
-    options = BacktestOptions(PrometheusConfig(url=prometheus.url), when(T0), when(END), scrape_interval=SCRAPE)
+    options = BacktestOptions(
+        PrometheusConfig(url=prometheus.url), when(T0), when(END), scrape_interval=SCRAPE
+    )
 
     gated = run_backtest(policy_for(REGRESSION, gates=[gate]), options)
 
@@ -333,3 +341,31 @@ def test_gates_are_not_replayed_and_the_output_says_so(prometheus: PrometheusSer
     # Without its gate the policy decides as the ungated one does, on the same recorded counts.
     [expected] = expected_story(REGRESSION, policy_for(REGRESSION))
     assert (replay.outcome, replay.decided_at) == ("rolled-back", when(expected.at))
+
+
+def test_rollout_without_a_cluster_chooses_among_the_periods_prometheus_shows(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"  # no ~/.kube/config there, and no KUBECONFIG
+    home.mkdir()
+    environment = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    path = write_policy(tmp_path, HEALTHY)
+    arguments = [str(BIN / "kserve-canary"), "backtest", str(path), "--prometheus-url", prometheus.url,
+                 "--scrape-interval", f"{SCRAPE:g}", "--rollout", HEALTHY.canary_name]  # fmt: skip
+
+    ranged = subprocess.run(
+        [*arguments, "--from", when(T0).isoformat(), "--to", when(END).isoformat(), "--format", "json"],
+        capture_output=True, text=True, timeout=60, check=False, env=environment,
+    )  # fmt: skip
+    unranged = subprocess.run(
+        arguments, capture_output=True, text=True, timeout=60, check=False, env=environment
+    )
+
+    document = as_json(ranged)
+    assert [rollout["canary"] for rollout in document["rollouts"]] == [HEALTHY.canary_name]
+    assert any(
+        note.startswith("No kubeconfig: the rollout was chosen among the periods")
+        for note in document["notes"]
+    )
+    assert unranged.returncode == 3
+    assert "no kubeconfig to read the controller's record of past rollouts with" in unranged.stderr
