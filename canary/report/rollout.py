@@ -231,6 +231,10 @@ def limit_values(limit: str, unit: Unit | str, stable: float | None) -> list[tup
 # -- the charts ------------------------------------------------------------------------------------
 
 
+# A limit more than this many times the highest sample is named in the chart's title, not drawn.
+OFF_SCALE_FACTOR = 4.0
+
+
 @dataclass(frozen=True)
 class CheckSeries:
     """One check over the rollout, as Prometheus answered a range query (canonical units).
@@ -300,7 +304,13 @@ def _check_chart(series: CheckSeries, rollout: ReportedRollout, origin: float) -
         else []
     )
     empty = series.error or "Prometheus has no samples of this check for either revision over the rollout"
-    return Chart(series.title, unit, drawn, limits, empty_text=empty)
+    # A limit far above every sample (2 s over a 140 ms curve) would flatten the curves to the floor:
+    # it is named in the title instead of drawn.
+    highest = max((v for item in drawn for _, v in item.points), default=0.0)
+    off_scale = [label for label, value in limits if highest > 0 and value > OFF_SCALE_FACTOR * highest]
+    title = series.title + (f" — {', '.join(off_scale)} far above the curves" if off_scale else "")
+    kept = [(label, value) for label, value in limits if label not in off_scale]
+    return Chart(title, unit, drawn, kept, empty_text=empty)
 
 
 def _held(step: StepRecord) -> str:

@@ -164,3 +164,28 @@ def test_traffic_is_a_step_function_of_the_written_weights_ending_at_the_outcome
     assert points[0] == (start - 10, 0.0)
     assert (start, 10.0) in points
     assert points[-1] == (start + 3600, 10.0)
+
+
+def test_a_limit_far_above_the_curves_is_named_instead_of_flattening_them() -> None:
+    rollout = ReportedRollout(
+        **{
+            **ReportedRollout.of_record("ml", "m", RECORD.rollouts[0], 2).__dict__,
+            "checks": (
+                ExplainCheck("p99", "pass", 0.14, Unit.SECONDS, "≤ 2.00s and ≤ +50% vs stable", 0.13),
+            ),
+        }
+    )
+    start = rollout.started_at.timestamp()  # type: ignore[union-attr]
+    samples = [(start + t, 0.14) for t in range(0, 600, 10)]
+    page = render_report(
+        rollout,
+        [CheckSeries("p99", Unit.SECONDS, "p99", {rollout.revision: samples}, step=10)],
+        start=start,
+        end=start + 600,
+        generated_at=T0 + timedelta(days=1),
+        prometheus_url=None,
+    )
+    svg = page.split('aria-label="p99')[1]
+    assert "p99 — ≤ 2.00s far above the curves" in page
+    assert "1.5 × stable 130ms" in svg  # 195ms: close to the curve, drawn
+    assert 'class="limit-label" text-anchor="end" fill="#c0392b">≤ 2.00s' not in svg
