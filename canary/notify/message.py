@@ -66,6 +66,8 @@ ACTION_TITLES: dict[NotificationAction, str] = {
     NotificationAction.UNGUARDED_ROLLOUT: "unguarded rollout",
     NotificationAction.PROMETHEUS_UNAVAILABLE: "Prometheus unavailable",
     NotificationAction.NOTIFICATION_FAILED: "notification failed",
+    NotificationAction.GATE_WAITING: "waiting for a gate",
+    NotificationAction.GATE_FAILED: "gate past its deadline",
 }
 
 

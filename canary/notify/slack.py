@@ -52,6 +52,8 @@ ACTION_EMOJI: dict[NotificationAction, str] = {
     NotificationAction.UNGUARDED_ROLLOUT: "⚠️",
     NotificationAction.PROMETHEUS_UNAVAILABLE: "📉",
     NotificationAction.NOTIFICATION_FAILED: "📭",
+    NotificationAction.GATE_WAITING: "🚧",
+    NotificationAction.GATE_FAILED: "⛔",
 }
 
 VERDICT_EMOJI: dict[CheckVerdict, str] = {
