@@ -315,13 +315,15 @@ def _replay_html(replay: Replay, history: History) -> str:
     traffic = Chart(
         "traffic to the canary",
         "%",
-        [
-            _series("policy's step", POLICY_COLOUR, policy_line, step=True, gap=span[1] - span[0] + 1),
-            _series("actual share of requests", CANARY_COLOUR, shares, gap=history.step * 1.5),
-            _series(
-                "controller weight (recorded)", STABLE_COLOUR, weights, step=True, gap=history.step * 1.5
-            ),
-        ],
+        _drawn(
+            [
+                _series("policy's step", POLICY_COLOUR, policy_line, step=True, gap=span[1] - span[0] + 1),
+                _series("actual share of requests", CANARY_COLOUR, shares, gap=history.step * 1.5),
+                _series(
+                    "controller weight (recorded)", STABLE_COLOUR, weights, step=True, gap=history.step * 1.5
+                ),
+            ]
+        ),
         y_max=100,
     )
     charts = [svg_chart(traffic, markers, span)]
@@ -352,7 +354,9 @@ def _replay_html(replay: Replay, history: History) -> str:
                 gap=gap,
             ),
         ]
-        charts.append(svg_chart(Chart(f"{name}: {found[0][1].limit}", shown_unit, series), markers, span))
+        charts.append(
+            svg_chart(Chart(f"{name}: {found[0][1].limit}", shown_unit, _drawn(series)), markers, span)
+        )
     rows = "".join(
         f"<tr><td>{html.escape(_offset(tick, replay))}</td><td>{html.escape(_policy(tick))}</td>"
         f"<td>{html.escape(_actual(tick))}</td><td>{html.escape(_decision(tick))}</td>"
@@ -371,6 +375,11 @@ def _replay_html(replay: Replay, history: History) -> str:
         + rows
         + "</table>"
     )
+
+
+def _drawn(series: list[Series]) -> list[Series]:
+    """The series that have points (a legend entry for a curve that is not there would mislead)."""
+    return [one for one in series if one.points]
 
 
 def _series(
