@@ -33,7 +33,7 @@ from canary.report.charts import (
 )
 from canary.rollout.past import PastRollout, PastRollouts, StepRecord
 from canary.rollout.records import ExplainCheck, ExplainDocument
-from canary.rollout.state import HistoryEntry, RolloutState, describe_time
+from canary.rollout.state import GateProgress, HistoryEntry, RolloutState, describe_time
 
 __all__ = [
     "CheckSeries",
@@ -64,6 +64,7 @@ class ReportedRollout:
     source: str  # where it was read from, for the page
     number: int | None = None  # 1 = the latest finished rollout
     decisions_dropped: int = 0
+    gates: tuple[GateProgress, ...] = ()  # spec.gates reached (from the state; the record keeps none)
 
     @property
     def key(self) -> str:
@@ -117,6 +118,7 @@ class ReportedRollout:
             decisions,
             checks,
             "the rollout state (state.json, explain.json)",
+            gates=state.gates,
         )
 
 
@@ -415,6 +417,13 @@ def render_report(
         if decision_rows
         else "<p class='muted'>No decision is recorded.</p>"
     )
+    gate_rows = "".join(_gate_row(gate) for gate in rollout.gates)
+    gates = (
+        "<h2>Gates</h2><table><tr><th>gate</th><th>at</th><th>step</th><th>first called</th><th>result</th>"
+        f"<th>failed attempts</th><th>latest attempt</th></tr>{gate_rows}</table>"
+        if gate_rows
+        else ""
+    )
     queries = "".join(
         f"<details><summary><code>{html.escape(s.name)}</code></summary><pre>{html.escape(s.query)}</pre>"
         "</details>"
@@ -437,9 +446,24 @@ def render_report(
         + (f"<p class='muted'>{html.escape(note)}</p>" if note else "")
         + f"<p class='muted'>{explanation}</p>"
         + "".join(charts)
-        + f"<h2>Steps</h2>{steps}<h2>Last evaluation</h2>{checks}<h2>Decisions</h2>{decisions}"
+        + f"<h2>Steps</h2>{steps}{gates}<h2>Last evaluation</h2>{checks}<h2>Decisions</h2>{decisions}"
         + (f"<h2>Queries</h2>{queries}" if queries else "")
         + "</body></html>\n"
+    )
+
+
+def _gate_row(gate: GateProgress) -> str:
+    if gate.passed_at is not None:
+        result, css = f"passed {describe_time(gate.passed_at)}", "ok"
+    elif gate.deadline_passed_at is not None:
+        result, css = f"deadline passed {describe_time(gate.deadline_passed_at)}, holding", "bad"
+    else:
+        result, css = "waiting", "muted"
+    step = "—" if gate.weight is None else f"{gate.weight}%"
+    return (
+        f"<tr><td>{html.escape(gate.name)}</td><td>{html.escape(gate.stage.value)}</td><td>{step}</td>"
+        f"<td>{html.escape(describe_time(gate.since))}</td><td class='{css}'>{html.escape(result)}</td>"
+        f"<td>{gate.attempts:,}</td><td>{html.escape(gate.describe_last())}</td></tr>"
     )
 
 

@@ -69,3 +69,24 @@ def test_explain_json_carries_the_gates_of_the_state() -> None:
         ("acceptance", "step", 30, 4, 503),
     ]
     assert document.gates[0].passed_at == SMOKE.passed_at
+
+
+def test_the_rollout_report_has_a_gates_table_from_the_state() -> None:
+    from canary.report.rollout import ReportedRollout, render_report
+
+    state = replace(progressing(), started_at=T0 - timedelta(minutes=10), gates=(SMOKE, ACCEPTANCE))
+    rollout = ReportedRollout.of_state("ml", "llama", state, None)
+    assert rollout is not None and rollout.gates == (SMOKE, ACCEPTANCE)
+    page = render_report(
+        rollout, None, start=T0.timestamp() - 600, end=T0.timestamp(), generated_at=T0, prometheus_url=None
+    )
+    assert "<h2>Gates</h2>" in page
+    assert "<td>smoke</td><td>pre-rollout</td><td>—</td>" in page
+    assert "passed 2026-12-01T11:52:00Z" in page
+    assert "<td>acceptance</td><td>step</td><td>30%</td>" in page and "<td>4</td>" in page
+    assert "answered 503 at 2026-12-01T11:59:40Z" in page
+    no_gates = ReportedRollout.of_state("ml", "llama", replace(state, gates=()), None)
+    assert no_gates is not None
+    assert "<h2>Gates</h2>" not in render_report(
+        no_gates, None, start=T0.timestamp() - 600, end=T0.timestamp(), generated_at=T0, prometheus_url=None
+    )
