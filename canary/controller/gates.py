@@ -33,19 +33,22 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import requests
 import structlog
 
+from canary.evidence import Evidence
 from canary.notify.delivery import USER_AGENT, DeliveryError, HttpPoster, utc_now
 from canary.notify.secrets import SecretResolver, SecretUnavailable, describe_ref
 from canary.notify.webhook import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from canary.policy import PromotionPolicy
+from canary.rollout.decision import Decision
 from canary.rollout.gates import GateCall, GateResult
+from canary.rollout.records import ExplainDocument
 
-__all__ = ["GATE_HEADER", "GateRunner"]
+__all__ = ["GATE_HEADER", "GateRunner", "explain_with_gates"]
 
 log = structlog.get_logger("kserve_canary.gates")
 
@@ -64,6 +67,22 @@ class _Attempts:
     failures: int = 0
     next_at: float = 0.0  # monotonic: not before
     last: GateResult | None = None
+
+
+def explain_with_gates(
+    stored: ExplainDocument | None, decision: Decision, evidence: Evidence | None, now: datetime
+) -> ExplainDocument | None:
+    """``explain.json`` after ``decision``: its own evaluation when it judged one; else, when the
+    rollout has gates, the stored latest evaluation of the same revision with the gates as they are
+    now (a tick that only records a gate attempt must not erase the checks); else None (kept as is)."""
+    if decision.judgements:
+        return ExplainDocument.of(decision, evidence, now)
+    if not decision.new_state.gates:
+        return None
+    current = ExplainDocument.of(decision, None, now)
+    if stored is not None and stored.revision == decision.revision:
+        return replace(stored, gates=current.gates)
+    return current
 
 
 class GateRunner:

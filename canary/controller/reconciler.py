@@ -38,7 +38,7 @@ from canary.controller.announce import (
     unreadable_state_notification,
 )
 from canary.controller.caches import DirectReads, Reads
-from canary.controller.gates import GateRunner
+from canary.controller.gates import GateRunner, explain_with_gates
 from canary.controller.leader import NotLeader
 from canary.controller.observability import ControllerMetrics
 from canary.evidence import Evidence, EvidenceRequest, EvidenceSource, EvidenceStatus
@@ -384,11 +384,7 @@ class Reconciler:
         # consumed by saving the state without it, even if nothing else changed. An
         # InferenceService that does not exist gets no state: a ConfigMap written for it would have
         # no owner, outlive it, and wait for the next object of that name.
-        explain = (
-            ExplainDocument.of(decision, evidence, now)
-            if decision.judgements or decision.new_state.gates
-            else None
-        )
+        explain = explain_with_gates(None if stale else _readable_explain(stored), decision, evidence, now)
         reason = self._store_reason(prepared, decision.new_state, explain)
         if observed.exists and reason:
             try:

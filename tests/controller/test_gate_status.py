@@ -90,3 +90,29 @@ def test_the_rollout_report_has_a_gates_table_from_the_state() -> None:
     assert "<h2>Gates</h2>" not in render_report(
         no_gates, None, start=T0.timestamp() - 600, end=T0.timestamp(), generated_at=T0, prometheus_url=None
     )
+
+
+def test_a_tick_that_only_records_a_gate_keeps_the_latest_evaluations_checks() -> None:
+    from canary.controller.gates import explain_with_gates
+    from canary.policy.units import Unit
+    from canary.rollout.records import ExplainCheck
+
+    stored = ExplainDocument(
+        at=T0 - timedelta(minutes=1),
+        decision_id="d-0",
+        revision="llama-predictor-00002",
+        verdict="pass",
+        checks=(ExplainCheck("p99", "pass", 0.4, Unit.SECONDS, "≤ 800ms"),),
+    )
+    state = replace(progressing(), gates=(SMOKE, ACCEPTANCE))
+    waiting = Decision(
+        Action.WAIT, None, state, ("Holding",), EventReason.GATE_WAITING, Severity.INFO, "d-1",
+        revision="llama-predictor-00002",
+    )  # fmt: skip
+    kept = explain_with_gates(stored, waiting, None, T0)
+    assert kept is not None
+    assert kept.checks == stored.checks and kept.at == stored.at
+    assert [gate.name for gate in kept.gates] == ["smoke", "acceptance"]
+    other = explain_with_gates(replace(stored, revision="llama-predictor-00001"), waiting, None, T0)
+    assert other is not None and other.checks == () and other.at == T0
+    assert explain_with_gates(stored, replace(waiting, new_state=replace(state, gates=())), None, T0) is None
