@@ -531,6 +531,10 @@ class Controller:
         period = min(self.settings.tick, smallest) if smallest else self.settings.tick
         self.ticks.period = period
         self._timer.set_period(period)
+        if report.added:
+            # New policies are due at once: their first evaluation should not wait for the next
+            # tick (at startup the timer's first tick may have run before the policies were loaded).
+            self._timer.wake()
         self._loaded_once = True
 
     def _policy_destinations(self, policy: PromotionPolicy) -> list[Destination]:

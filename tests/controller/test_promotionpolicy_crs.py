@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 from canary.cli import app
 from canary.controller.runtime import Controller, ControllerConfig, PolicySource
-from canary.kserve.store import ConfigMapStateStore
+from canary.kserve.store import ConfigMapStateStore, state_configmap_name
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.rollout.state import Phase
@@ -513,3 +513,22 @@ def test_without_the_crd_files_still_govern_and_readyz_says_so(stack: Stack) -> 
     stack.apply_policy(policy_object("other", "llama"))
     assert wait_until(lambda: readyz(port)[0] == 200, timeout=20), readyz(port)
     assert wait_until(lambda: stack.condition("other", "PolicyValid") is not None)
+
+
+# -- a policy that appears is evaluated at once, not at the next tick ------------------------------
+# With a long tick period, the timer's first tick may have run before the policies were loaded (at
+# startup), or a file lands between two ticks (a git-sync).
+
+
+def stored(world: Stack, model: str) -> bool:
+    names = [cm.metadata.name for cm in client.CoreV1Api(world.api).list_namespaced_config_map("ml").items]
+    return state_configmap_name(model) in names
+
+
+def test_a_policy_file_written_between_two_ticks_is_evaluated_before_the_next_tick(stack: Stack) -> None:
+    stack.model("llama")
+    controller = stack.start(policy_sources=frozenset({PolicySource.FILES}), tick=60.0)
+    assert wait_until(lambda: controller.ticks.last is not None, 10), "the first tick ran"
+    (stack.policies / "ml" / "llama.yaml").write_text(valid_policy("llama", "llama"))
+    # Its first evaluation stores the model's state: within seconds, not the 60 s tick period.
+    assert wait_until(lambda: stored(stack, "llama"), 10), "evaluated only at the next tick"
