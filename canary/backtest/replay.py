@@ -18,6 +18,7 @@ recorded its promotion (after ``bake``), at a pause, or where the recorded perio
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -289,14 +290,11 @@ def _tick(
 
 def point_at(history: History, moment: datetime) -> TrafficPoint | None:
     """The recorded point at ``moment``: the latest at or before it, within one step."""
-    best: TrafficPoint | None = None
-    for point in history.points:
-        if point.at > moment:
-            break
-        best = point
-    if best is None or (moment - best.at).total_seconds() > history.step:
+    index = bisect.bisect_right([point.at for point in history.points], moment) - 1
+    if index < 0:
         return None
-    return best
+    best = history.points[index]
+    return best if (moment - best.at).total_seconds() <= history.step else None
 
 
 def _summarise(

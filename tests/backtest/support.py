@@ -9,9 +9,11 @@ promtool's blocks, a real Prometheus, the evidence pipeline and ``decide()``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import yaml
 from canary_sandbox.history import (
@@ -21,7 +23,7 @@ from canary_sandbox.history import (
     REGRESSION,
     RolloutHistory,
 )
-from canary_sandbox.kserve_metrics import OTEL_BUCKETS
+from canary_sandbox.kserve_metrics import OPENCENSUS_BUCKETS_MS, OTEL_BUCKETS
 
 from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally
 from canary.policy import PromotionPolicy
@@ -49,23 +51,36 @@ WITH_GAP = RolloutHistory(
     gaps=[GAP],
     seed=11,
 )
-HISTORIES = (REGRESSION, HEALTHY, WITH_GAP)
+# The regression again, as Knative <= 1.18 exports it (OpenCensus names, milliseconds, revision_name).
+LEGACY = dataclasses.replace(
+    REGRESSION, namespace="legacy", inference_service="scorer", profile="knative-opencensus"
+)
+HISTORIES = (REGRESSION, HEALTHY, WITH_GAP, LEGACY)
 
 
 def when(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+def _document(history: RolloutHistory) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(
+        POLICY.format(name=history.inference_service, namespace=history.namespace)
+    )
+    if history.profile == "knative-opencensus":
+        # One Prometheus holds both generations here (as one serving several clusters would), and
+        # detection picks the newest: the policy names its own, as the live controller needs it to.
+        document["spec"]["metrics"] = {"requests": history.profile}
+    return document
+
+
 def write_policy(directory: Path, history: RolloutHistory) -> Path:
     path = directory / f"{history.inference_service}.yaml"
-    path.write_text(
-        POLICY.format(name=history.inference_service, namespace=history.namespace), encoding="utf-8"
-    )
+    path.write_text(yaml.safe_dump(_document(history), sort_keys=False), encoding="utf-8")
     return path
 
 
 def policy_for(history: RolloutHistory, **spec: object) -> PromotionPolicy:
-    document = yaml.safe_load(POLICY.format(name=history.inference_service, namespace=history.namespace))
+    document = _document(history)
     document["spec"].update(spec)
     return PromotionPolicy.model_validate(document)
 
@@ -87,15 +102,18 @@ def last_shared(history: RolloutHistory) -> float:
 
 def counts(history: RolloutHistory, revision: str, start: float, end: float, interval: float) -> CountSeries:
     """The revision's tallies over (start, end] on the evaluation grid, straight from the raw scrapes."""
+    edges = (
+        tuple(bound / 1000.0 for bound in OPENCENSUS_BUCKETS_MS)
+        if history.profile == "knative-opencensus"
+        else tuple(OTEL_BUCKETS)
+    )
     tallies = []
     moment = start
     while moment < end:
         scrapes = history.counted(revision, moment, moment + interval)
         latencies = [latency for scrape in scrapes for latency in scrape.latencies]
         histogram = Histogram(
-            tuple(OTEL_BUCKETS),
-            tuple(sum(1 for latency in latencies if latency <= edge) for edge in OTEL_BUCKETS),
-            len(latencies),
+            edges, tuple(sum(1 for latency in latencies if latency <= edge) for edge in edges), len(latencies)
         )
         tallies.append(
             Tally(

@@ -26,6 +26,7 @@ from tests.backtest.support import (
     END,
     GAP,
     HEALTHY,
+    LEGACY,
     REGRESSION,
     SCRAPE,
     T0,
@@ -121,6 +122,19 @@ def test_the_regression_is_rolled_back_at_the_first_evaluation_where_its_error_r
     # Every evaluation before it was not a failure.
     earlier = [e for e in rollout["evaluations"] if e["verdict"] is not None][:-1]
     assert earlier and all(e["verdict"] != "fail" for e in earlier)
+
+
+def test_the_same_regression_in_knative_opencensus_metrics_gets_the_same_answer(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    expected = expected_story(LEGACY, policy_for(LEGACY))
+
+    document = as_json(backtest(prometheus, write_policy(tmp_path, LEGACY), "--format", "json"))
+
+    assert document["history"]["requestsProfile"] == "knative-opencensus"
+    [rollout] = document["rollouts"]
+    assert (rollout["canary"], rollout["stable"]) == (LEGACY.canary_name, LEGACY.stable_name)
+    assert writes(rollout) == expected == [Expected("rollback", expected[0].at, 0)]
 
 
 def test_a_healthy_rollout_advances_and_promotes_where_the_data_and_the_policy_say(
