@@ -207,10 +207,14 @@ def replay_period(
         return decision
 
     # Before the canary: the steady InferenceService is adopted; then the new revision appears, and
-    # the first step is written before it is Ready (auto-start), one interval before it first served.
+    # the first step is written before it is Ready (auto-start; or Git carries it), one interval
+    # before it first served.
     first = period.start
     run(first - 2 * interval)
     world.create_canary()
+    if not spec.auto_start:
+        # Without auto-start the first step comes with the spec from Git (docs/design.md §2.2).
+        world.percent = spec.canary_steps[0].weight
     run(first - interval)
     world.make_ready()
     now = first

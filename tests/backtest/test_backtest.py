@@ -383,3 +383,19 @@ def test_rollout_without_a_cluster_chooses_among_the_periods_prometheus_shows(
     )
     assert unranged.returncode == 3
     assert "no kubeconfig to read the controller's record of past rollouts with" in unranged.stderr
+
+
+def test_without_auto_start_the_first_step_comes_with_the_spec_and_the_story_is_the_same(
+    prometheus: PrometheusServer,
+) -> None:
+    options = BacktestOptions(
+        PrometheusConfig(url=prometheus.url), when(T0), when(END), scrape_interval=SCRAPE
+    )
+
+    result = run_backtest(policy_for(HEALTHY, autoStart=False), options)
+
+    [replay] = result.replays
+    assert replay.outcome == "promoted"
+    # No start is written (Git carried 10%); every later write is where the data and the policy say.
+    expected = expected_story(HEALTHY, policy_for(HEALTHY))
+    assert [(when(e.at), e.weight) for e in expected] == list(replay.weights)
