@@ -328,6 +328,14 @@ def _summarise(
             f"The policy would have {verb} {period.canary} at {_when(at)} "
             f"({_duration((at - served).total_seconds())} after it first served): {decision.reason}"
         )
+    failed = sum(1 for tick in ticks if any(check.verdict == "error" for check in tick.checks))
+    if failed:
+        # An outage then (or now) is never a verdict: those evaluations held, as the controller would.
+        evaluated = sum(1 for tick in ticks if tick.checks)
+        summary += (
+            f" ({failed} of {evaluated} evaluations had a check Prometheus could not answer: they held, "
+            "neither passing nor failing)"
+        )
     return Replay(
         period=period,
         policy_name=policy.metadata.name,

@@ -8,9 +8,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from canary.backtest.history import TrafficPoint, find_periods
-from canary.backtest.whatif import WhatIfError, parse_override
+from canary.backtest.whatif import WhatIfError, apply_what_if, parse_override
+from canary.policy import load_paths
+from tests.backtest.support import HEALTHY, write_policy
 
 BIN = Path(sys.executable).parent
 T = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -35,6 +38,28 @@ def test_an_override_is_key_equals_a_yaml_value() -> None:
     ):
         with pytest.raises(WhatIfError, match=reason):
             parse_override(bad)
+
+
+def test_what_if_validates_as_the_file_and_names_the_override(tmp_path: Path) -> None:
+    [loaded] = load_paths([write_policy(tmp_path, HEALTHY)]).policies
+    document = yaml.safe_load(Path(loaded.path).read_text(encoding="utf-8"))
+
+    changed = apply_what_if(
+        loaded, document, [parse_override("window=5m"), parse_override("checks.p99.max=600ms")]
+    )
+
+    assert (changed.spec.window, changed.spec.checks[1].max) == (300.0, 0.6)
+    assert loaded.policy.spec.window == 240.0  # the file's policy is untouched
+    for override, message in (
+        ("windw=5m", "--what-if windw=5m: spec.windw: "),
+        ("checks.p95.max=1s", "the policy has no check 'p95' (it has errors, p99)"),
+        ("checks.p99.max=fast", "--what-if checks.p99.max=fast: spec.checks[1].max: "),
+        ("steps=[10, 200]", "--what-if steps=[10, 200]: spec.steps"),
+        ("interval.every=1m", "spec.interval is not a mapping"),
+    ):
+        with pytest.raises(WhatIfError) as refused:
+            apply_what_if(loaded, document, [parse_override(override)])
+        assert message in str(refused.value), str(refused.value)
 
 
 def test_a_period_is_two_revisions_serving_and_a_missing_point_neither_ends_nor_fills_it() -> None:
