@@ -63,12 +63,13 @@ def _actual(tick: Tick) -> str:
 
 
 def _policy(tick: Tick) -> str:
-    weight = "absent" if tick.weight is None else f"{tick.weight}%"
-    return (
-        f"{weight} step {tick.step}"
-        if tick.step and tick.phase == "Progressing"
-        else f"{weight} {tick.phase}"
-    )
+    """The percentage the policy's own decisions set, and where it stands."""
+    if tick.weight is None:
+        promoted = tick.phase in ("Promoting", "Baking", "Succeeded")
+        return f"100% {tick.phase}" if promoted else f"— {tick.phase}"
+    if tick.step and tick.phase == "Progressing":
+        return f"{tick.weight}% step {tick.step}"
+    return f"{tick.weight}% {tick.phase}"
 
 
 def _value(check: CheckPoint) -> str:
