@@ -292,7 +292,7 @@ def rollouts(size: int, interval: float, console: Console) -> Result:
         time.sleep(interval + TICK)
         window = 2 * interval
         text0, prom0, cpu0, t0 = (
-            controller.metrics(),
+            controller.metrics(timeout=60),
             prometheus_queries(stack.prometheus.url),
             None,
             time.time(),
@@ -302,7 +302,7 @@ def rollouts(size: int, interval: float, console: Console) -> Result:
         t1 = time.time()
         cpu1 = cpu_seconds(controller.process.pid)
         prom1 = prometheus_queries(stack.prometheus.url)  # type: ignore[union-attr]
-        text1 = controller.metrics()
+        text1 = controller.metrics(timeout=60)  # 1,000 rollouts' gauges, on a busy machine
         ticks = window / TICK
         result.prometheus_per_tick = (prom1 - prom0) / ticks
         reads, writes, state_writes = api_counts(stack, t0, t1)

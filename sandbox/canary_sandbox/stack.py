@@ -100,8 +100,9 @@ class ControllerProcess:
         except OSError:
             return False
 
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as response:
+    def metrics(self, timeout: float = 2.0) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return str(response.read().decode())
 
     def kill(self) -> None:
