@@ -32,6 +32,7 @@ from canary.policy.units import Unit
 __all__ = [
     "FRACTION_SUFFIX",
     "REQUESTS",
+    "CanaryQuery",
     "CountSeries",
     "ErrorClass",
     "Evidence",
@@ -282,6 +283,19 @@ class CountSeries:
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryQuery:
+    """For people (``kserve-canary explain``): an instant query that returns the canary revision's
+    value of one check alone, over the evaluated window, evaluated at ``request.at``.
+
+    ``note`` says why Prometheus' answer can differ a little from the judged value (``""``: it
+    should not). Built by :mod:`canary.metrics.explain_queries`; the judge never reads it.
+    """
+
+    promql: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """The answer to an :class:`EvidenceRequest`.
 
@@ -289,7 +303,8 @@ class Evidence:
     without relative limits has no stable measurement. ``counts`` carries the revisions' request,
     error and latency-bucket counts (``"canary"``, ``"stable"``) as :class:`CountSeries`: the judge
     tests error-rate and latency checks on them (docs/design.md §3.4); a check it has no counts for
-    is judged on its measurement, as measured.
+    is judged on its measurement, as measured. ``canary_queries`` (for explain only) holds, per
+    check, PromQL returning the canary's value alone.
     """
 
     request: EvidenceRequest
@@ -298,6 +313,7 @@ class Evidence:
     queries: int = 0  # HTTP round trips it took
     profile: Mapping[str, str] = field(default_factory=dict)  # metric family -> profile used
     counts: Mapping[str, CountSeries] = field(default_factory=dict)  # "canary" / "stable"
+    canary_queries: Mapping[str, CanaryQuery] = field(default_factory=dict)  # check name -> query
 
 
 class EvidenceSource(Protocol):

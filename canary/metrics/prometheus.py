@@ -82,6 +82,7 @@ from canary.metrics.counters import (
     plan_backfill,
 )
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
+from canary.metrics.explain_queries import canary_queries
 from canary.metrics.plan import (
     COUNTED_MEASURES,
     VALUE_FIELD,
@@ -248,6 +249,10 @@ class PrometheusEvidenceSource:
                     queries=http_requests,
                     profile=profiles[index],
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
+                    # For people only (kserve-canary explain): each check's canary value as one query.
+                    canary_queries=canary_queries(
+                        policy, request, profiles[index], min_window=self.min_window
+                    ),
                 )
             )
             self._log_failures(request, canary[index], stable[index])

@@ -17,13 +17,15 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationError
 
-from canary.evidence import Evidence
+from canary.evidence import CanaryQuery, Evidence
 from canary.policy.units import Unit
 from canary.rollout.decision import Decision
+from canary.rollout.judge import Judgement
 from canary.rollout.state import JSON_CONFIG, CommandKind, StateFormatError, read_json_object
 
 __all__ = [
     "COMMAND_TTL",
+    "MAX_CANARY_QUERY_CHARS",
     "CommandFormatError",
     "CommandOutcome",
     "CommandRequest",
@@ -139,9 +141,21 @@ class ExplainWindow:
     end: _Time
 
 
+# A canary query longer than this is not kept in explain.json (a custom query can be long; the
+# builtin ones are under 1,000 characters): the ConfigMap holds the state, explain and the record.
+MAX_CANARY_QUERY_CHARS = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class ExplainCheck:
-    """One check of the latest evaluation, with its numbers and the PromQL behind them."""
+    """One check of the latest evaluation, with its numbers and the PromQL behind them.
+
+    ``query`` is the PromQL the value came from, as the controller ran it (for builtin metrics a
+    grouped query over several revisions, or the per-tick counter sample); ``canary_query``
+    (``canaryQuery``) one that returns the canary's value alone over the evaluated window, evaluated
+    at the window's end, and ``canary_query_note`` why Prometheus' answer to it can differ slightly
+    from ``value`` (canary.metrics.explain_queries). None in records written before it existed.
+    """
 
     __pydantic_config__ = JSON_CONFIG
 
@@ -155,6 +169,8 @@ class ExplainCheck:
     critical: bool = False
     detail: str = ""
     query: str = ""
+    canary_query: str | None = None
+    canary_query_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +214,7 @@ class ExplainDocument:
     @classmethod
     def of(cls, decision: Decision, evidence: Evidence | None, now: datetime) -> ExplainDocument:
         """The record of ``decision``, judged on ``evidence`` at ``now``."""
+        canary_queries = evidence.canary_queries if evidence is not None else {}
         return cls(
             at=now,
             decision_id=decision.id,
@@ -215,19 +232,7 @@ class ExplainDocument:
             profiles=dict(evidence.profile) if evidence is not None else {},
             queries=evidence.queries if evidence is not None else 0,
             checks=tuple(
-                ExplainCheck(
-                    name=judgement.name,
-                    verdict=str(judgement.verdict),
-                    value=judgement.value,
-                    unit=judgement.unit,
-                    limit=judgement.limit,
-                    stable=judgement.stable_value,
-                    samples=judgement.samples,
-                    critical=judgement.critical,
-                    detail=judgement.detail,
-                    query=judgement.query,
-                )
-                for judgement in decision.judgements
+                _check(judgement, canary_queries.get(judgement.name)) for judgement in decision.judgements
             ),
             gates=tuple(
                 ExplainGate(
@@ -259,6 +264,32 @@ class ExplainDocument:
         """Raises :class:`ExplainFormatError` for anything that is not an evaluation record."""
         what = "the latest evaluation (explain.json)"
         return _validate(_EXPLAIN, read_json_object(text, what, ExplainFormatError), what, ExplainFormatError)
+
+
+def _check(judgement: Judgement, canary: CanaryQuery | None) -> ExplainCheck:
+    canary_query: str | None = None
+    note = ""
+    if canary is not None and len(canary.promql) > MAX_CANARY_QUERY_CHARS:
+        note = (
+            f"the canary's query is not kept: {len(canary.promql):,} characters, "
+            f"over {MAX_CANARY_QUERY_CHARS:,}"
+        )
+    elif canary is not None:
+        canary_query, note = canary.promql, canary.note
+    return ExplainCheck(
+        name=judgement.name,
+        verdict=str(judgement.verdict),
+        value=judgement.value,
+        unit=judgement.unit,
+        limit=judgement.limit,
+        stable=judgement.stable_value,
+        samples=judgement.samples,
+        critical=judgement.critical,
+        detail=judgement.detail,
+        query=judgement.query,
+        canary_query=canary_query,
+        canary_query_note=note,
+    )
 
 
 _COMMAND: TypeAdapter[CommandRequest] = TypeAdapter(CommandRequest)

@@ -1,0 +1,256 @@
+"""Per check, a short PromQL query that returns the canary revision's value alone (``kserve-canary explain``).
+
+The controller never runs these: its evidence comes from grouped queries over many revisions and from
+raw counter samples per tick (:mod:`canary.metrics.catalog`, :mod:`canary.metrics.counters`), which
+answer several series per revision and cannot be pasted into Prometheus to see one number. These are
+for people: an instant query, evaluated at the evaluation's time (``request.at``, the end of the
+window explain shows), that answers **one series** — the canary's value in the check's canonical
+unit (seconds, a ratio, bytes, a count) — over the window the evaluation used:
+
+* counted measures (``error-rate``, ``latency``, ``ttft``, ``e2e-latency``, ``restarts``,
+  ``oom-kills``): the evaluated window, ``[request.window_start, request.at]``;
+* gauges and warm-up (``gpu-memory-peak``, ``kv-cache-usage``, ``warmup-time``) and templates: the
+  window at least ``min_window`` long, as the evidence source asks for them;
+* custom ``promql`` checks and ``spec.metrics.queries`` overrides: the policy's own template rendered
+  for the canary exactly as the evidence source renders it (:func:`canary.metrics.promql.render_template`,
+  the same variables), so the text is the query the controller ran for the canary.
+
+Label values (namespace, revision) are escaped with :func:`~canary.metrics.promql.string_literal`
+and, inside a regex, :func:`~canary.metrics.promql.regex_literal` first — never formatted in raw —
+so a name holding quotes, backslashes or newlines cannot leave its selector.
+
+Differences from the judged value, said in each :class:`~canary.evidence.CanaryQuery`'s ``note``:
+the judge counts raw counter differences between the tick samples standing for the window's ends
+(canary/rollout/SEMANTICS.md, "How it decides"); ``increase()`` extrapolates to the window's edges,
+so a ratio or a quantile of them can differ slightly (a quantile stays within the same bucket but
+for requests near its edges). Restarts, OOM kills, gauges and warm-up are read without
+extrapolation (``max_over_time`` and an ``offset`` sample) and answer the judged value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from canary.evidence import CanaryQuery, EvidenceRequest
+from canary.metrics.catalog import (
+    DCGM_LABELS,
+    DCGM_USED,
+    KSM_CREATED,
+    KSM_READY_TIME,
+    MODEL_CONTAINER,
+    REQUESTS_PROFILES,
+    STORAGE_INITIALIZER,
+    VLLM_E2E,
+    VLLM_KV_CACHE,
+    VLLM_KV_CACHE_OLD,
+    VLLM_TTFT,
+)
+from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY
+from canary.metrics.promql import (
+    TemplateError,
+    format_duration_seconds,
+    regex_literal,
+    render_template,
+    string_literal,
+)
+from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+
+__all__ = [
+    "EXTRAPOLATED_NOTE",
+    "LAST_TERMINATED_METRICS",
+    "QUANTILE_NOTE",
+    "RESTARTS_METRICS",
+    "canary_queries",
+    "duration",
+    "render_canary_query",
+]
+
+_MIB = 1048576  # DCGM reports MiB; the value is in bytes
+# kube-state-metrics' restart counters and last termination reasons, of containers and init containers.
+RESTARTS_METRICS = "kube_pod_(init_)?container_status_restarts_total"
+LAST_TERMINATED_METRICS = "kube_pod_(init_)?container_status_last_terminated_reason"
+
+EXTRAPOLATED_NOTE = (
+    "increase() extrapolates to the window's edges, so this can differ slightly from the judged value, "
+    "which comes from raw counter differences"
+)
+QUANTILE_NOTE = (
+    "histogram_quantile() interpolates within a bucket as the judge does, over increase()s that "
+    "Prometheus extrapolates to the window's edges: this can differ slightly from the judged value, "
+    "which comes from raw bucket counts"
+)
+_OOM_NOTE = (
+    "counts the window's restarts of containers last terminated OOMKilled in it; the judge counts "
+    "restarts while that was the last reason, the same unless a container also restarted otherwise"
+)
+
+
+def duration(seconds: float) -> str:
+    """A PromQL range for people: ``10m`` or ``1h`` when whole, else ``123s``; at least ``1s``."""
+    whole = max(1, round(seconds))
+    if whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    if whole % 60 == 0:
+        return f"{whole // 60}m"
+    return f"{whole}s"
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a double-quoted PromQL string literal."""
+    return f'"{string_literal(value)}"'
+
+
+def _pods_of(label: str, revision: str) -> str:
+    """Matches the pods Knative names ``<revision>-deployment-<hash>-<hash>``."""
+    return f"{label}=~{_quoted(regex_literal(revision) + '-deployment-.*')}"
+
+
+def _selector(metric: str, *matchers: str) -> str:
+    return f"{metric}{_labels(*matchers)}"
+
+
+def _labels(*matchers: str) -> str:
+    return "{" + ", ".join(matchers) + "}"
+
+
+def canary_queries(
+    policy: PromotionPolicy,
+    request: EvidenceRequest,
+    profile: Mapping[str, str],
+    *,
+    min_window: float,
+) -> dict[str, CanaryQuery]:
+    """Per check of ``request`` (by name), the query returning the canary's value alone.
+
+    ``profile`` is what the evidence source used (:attr:`~canary.evidence.Evidence.profile`: the
+    requests profile and DCGM label style chosen or detected); a check whose metrics were not found
+    (profile ``none``) or whose template cannot be rendered has no query.
+    """
+    queries: dict[str, CanaryQuery] = {}
+    for check in request.checks:
+        query = render_canary_query(check, policy, request, profile, min_window=min_window)
+        if query is not None:
+            queries[check.name] = query
+    return queries
+
+
+def render_canary_query(
+    check: Check,
+    policy: PromotionPolicy,
+    request: EvidenceRequest,
+    profile: Mapping[str, str],
+    *,
+    min_window: float,
+) -> CanaryQuery | None:
+    """The query for one check (see the module docstring); None when there is none to give."""
+    metrics = policy.spec.metrics
+    template = check.promql
+    if check.metric is not None:
+        template = metrics.queries.get(check.metric.value, template)
+    if template is not None:
+        # As canary.metrics.plan.plan_rollout renders it for the canary.
+        variables = {
+            "namespace": request.namespace,
+            "inferenceService": request.inference_service,
+            "stableRevision": request.stable_revision or "",
+            "window": format_duration_seconds(max(min_window, request.window_seconds)),
+            "interval": format_duration_seconds(policy.spec.interval),
+            "revision": request.canary_revision,
+        }
+        try:
+            return CanaryQuery(render_template(template, variables))
+        except TemplateError:
+            return None
+    if check.metric is None:
+        return None
+    measure = check.metric
+    namespace, revision = request.namespace, request.canary_revision
+    counted = duration(request.window_seconds)
+    sampled = duration(max(min_window, request.window_seconds))
+    if measure in {MetricKind.ERROR_RATE, MetricKind.LATENCY}:
+        choice = profile.get(REQUESTS_FAMILY)
+        if choice is None or choice not in {member.value for member in REQUESTS_PROFILES}:
+            return None
+        return _requests(
+            measure, RequestsProfile(choice), metrics.revision_label, namespace, revision, counted, check
+        )
+    if measure in {MetricKind.TTFT, MetricKind.E2E_LATENCY}:
+        histogram = VLLM_TTFT if measure is MetricKind.TTFT else VLLM_E2E
+        pods = ("namespace=" + _quoted(namespace), _pods_of("pod", revision))
+        buckets = f"sum by (le) (increase({_selector(histogram + '_bucket', *pods)}[{counted}]))"
+        return CanaryQuery(f"histogram_quantile({check.effective_quantile!r}, {buckets})", QUANTILE_NOTE)
+    pods = ("namespace=" + _quoted(namespace), _pods_of("pod", revision))
+    if measure is MetricKind.RESTARTS:
+        return CanaryQuery(f"sum({_restarts(pods, counted)})")
+    if measure is MetricKind.OOM_KILLS:
+        return CanaryQuery(_oom_kills(pods, counted), _OOM_NOTE)
+    if measure is MetricKind.WARMUP_TIME:
+        ready = f"max by (namespace, pod, uid) (max_over_time({_selector(KSM_READY_TIME, *pods)}[{sampled}]))"
+        created = f"max by (namespace, pod, uid) (max_over_time({_selector(KSM_CREATED, *pods)}[{sampled}]))"
+        return CanaryQuery(f"max({ready} - on (namespace, pod, uid) {created})")
+    if measure is MetricKind.KV_CACHE_USAGE:
+        usage = " or ".join(
+            f"max_over_time({_selector(metric, *pods)}[{sampled}])"
+            for metric in (VLLM_KV_CACHE, VLLM_KV_CACHE_OLD)
+        )
+        return CanaryQuery(f"max({usage})")
+    if measure is MetricKind.GPU_MEMORY_PEAK:
+        style = profile.get(GPU_FAMILY)
+        if style is None or style not in {member.value for member in DCGM_LABELS}:
+            return None
+        labels = DCGM_LABELS[GpuLabelStyle(style)]
+        gpus = (f"{labels.namespace_label}={_quoted(namespace)}", _pods_of(labels.pod_label, revision))
+        return CanaryQuery(f"max(max_over_time({_selector(DCGM_USED, *gpus)}[{sampled}])) * {_MIB}")
+    return None
+
+
+def _requests(
+    measure: MetricKind,
+    profile: RequestsProfile,
+    revision_label: str | None,
+    namespace: str,
+    revision: str,
+    window: str,
+    check: Check,
+) -> CanaryQuery:
+    family = REQUESTS_PROFILES[profile]
+    label = family.revision_label or revision_label
+    canary = [f"{family.namespace_label}={_quoted(namespace)}"]
+    canary.append(f"{label}={_quoted(revision)}" if label is not None else _pods_of("pod", revision))
+    if measure is MetricKind.ERROR_RATE:
+        total = f"sum(increase({_selector(family.count_metric, *canary)}[{window}]))"
+        errors = (
+            f"sum(increase({_selector(family.count_metric, *canary, family.server_error_matcher)}[{window}]))"
+        )
+        # No 5xx series with requests present is 0 %; no request series at all is no answer.
+        return CanaryQuery(f"({errors} or vector(0)) / {total}", EXTRAPOLATED_NOTE)
+    buckets = f"sum by (le) (increase({_selector(family.bucket_metric, *canary)}[{window}]))"
+    value = f"histogram_quantile({check.effective_quantile!r}, {buckets})"
+    if family.latency_divisor != 1.0:
+        value = f"{value} / {family.latency_divisor:g}"  # OpenCensus: milliseconds to seconds
+    return CanaryQuery(value, QUANTILE_NOTE)
+
+
+def _restarts(pods: tuple[str, ...], window: str, *extra: str) -> str:
+    """Restarts per container (init containers too) in the window, exact: the counter's peak minus its
+    value at the window's start (a container born in the window counts from zero); several
+    kube-state-metrics replicas count once."""
+    series = _labels(f"__name__=~{_quoted(RESTARTS_METRICS)}", *pods, *extra)
+    peak = f"max_over_time({series}[{window}])"
+    return f"max by (namespace, pod, container) ({peak} - ({series} offset {window} or 0 * {peak}))"
+
+
+def _oom_kills(pods: tuple[str, ...], window: str) -> str:
+    """The restarts of the model container and the storage-initializer whose last termination in the
+    window was OOMKilled (the ``on`` match keeps only those containers); 0 when the pods are seen
+    without one."""
+    containers = f"container=~{_quoted(f'{MODEL_CONTAINER}|{STORAGE_INITIALIZER}')}"
+    reasons = _labels(
+        f"__name__=~{_quoted(LAST_TERMINATED_METRICS)}", *pods, containers, 'reason="OOMKilled"'
+    )
+    killed = f"max by (namespace, pod, container) (max_over_time({reasons}[{window}])) == 1"
+    seen = _labels(f"__name__=~{_quoted(RESTARTS_METRICS)}", *pods)
+    return (
+        f"sum({_restarts(pods, window)} * on (namespace, pod, container) ({killed})) "
+        f"or 0 * count(max_over_time({seen}[{window}]))"
+    )
