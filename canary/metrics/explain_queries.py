@@ -29,6 +29,7 @@ extrapolation (``max_over_time`` and an ``offset`` sample) and answer the judged
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
 from canary.evidence import CanaryQuery, EvidenceRequest
@@ -113,6 +114,53 @@ def _labels(*matchers: str) -> str:
     return "{" + ", ".join(matchers) + "}"
 
 
+# Stand-ins for the windows while a query's shape is memoised (private-use characters: escaping leaves
+# them alone and no Kubernetes name holds them); each evaluation puts its own windows in.
+_COUNTED = "\ue000counted\ue000"  # the evaluated window, for people (``10m``)
+_SAMPLED = "\ue000sampled\ue000"  # at least min_window, for people
+_TEMPLATED = "\ue000window\ue000"  # at least min_window, as {{ window }} is rendered (``600s``)
+_MEMO_CAPACITY = 4096
+
+
+class _Shapes:
+    """Each check's query with stand-ins for the windows, per (policy, rollout, profile): the text
+    does not change from one evaluation to the next, only the windows do (a few str.replace calls
+    instead of rendering every query at every evaluation)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[object, ...], tuple[PromotionPolicy, dict[str, CanaryQuery | None]]] = {}
+
+    def of(
+        self, policy: PromotionPolicy, request: EvidenceRequest, profile: Mapping[str, str]
+    ) -> dict[str, CanaryQuery | None]:
+        key = (
+            id(policy),
+            request.namespace,
+            request.inference_service,
+            request.canary_revision,
+            request.stable_revision,
+            profile.get(REQUESTS_FAMILY),
+            profile.get(GPU_FAMILY),
+        )
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is policy:  # the entry keeps its policy: no id reuse
+                shapes = entry[1]
+            else:
+                if len(self._entries) >= _MEMO_CAPACITY:
+                    self._entries.clear()
+                shapes = {}
+                self._entries[key] = (policy, shapes)
+            for check in request.checks:
+                if check.name not in shapes:
+                    shapes[check.name] = _shape(check, policy, request, profile)
+            return shapes
+
+
+_SHAPES = _Shapes()
+
+
 def canary_queries(
     policy: PromotionPolicy,
     request: EvidenceRequest,
@@ -126,11 +174,13 @@ def canary_queries(
     requests profile and DCGM label style chosen or detected); a check whose metrics were not found
     (profile ``none``) or whose template cannot be rendered has no query.
     """
+    shapes = _SHAPES.of(policy, request, profile)
+    windows = _windows(request, min_window)
     queries: dict[str, CanaryQuery] = {}
     for check in request.checks:
-        query = render_canary_query(check, policy, request, profile, min_window=min_window)
-        if query is not None:
-            queries[check.name] = query
+        shape = shapes.get(check.name)
+        if shape is not None:
+            queries[check.name] = _filled(shape, windows)
     return queries
 
 
@@ -143,6 +193,29 @@ def render_canary_query(
     min_window: float,
 ) -> CanaryQuery | None:
     """The query for one check (see the module docstring); None when there is none to give."""
+    shape = _shape(check, policy, request, profile)
+    return None if shape is None else _filled(shape, _windows(request, min_window))
+
+
+def _windows(request: EvidenceRequest, min_window: float) -> tuple[str, str, str]:
+    seconds = request.window_seconds
+    return (
+        duration(seconds),
+        duration(max(min_window, seconds)),
+        format_duration_seconds(max(min_window, seconds)),
+    )
+
+
+def _filled(shape: CanaryQuery, windows: tuple[str, str, str]) -> CanaryQuery:
+    counted, sampled, templated = windows
+    promql = shape.promql.replace(_COUNTED, counted).replace(_SAMPLED, sampled).replace(_TEMPLATED, templated)
+    return CanaryQuery(promql, shape.note)
+
+
+def _shape(
+    check: Check, policy: PromotionPolicy, request: EvidenceRequest, profile: Mapping[str, str]
+) -> CanaryQuery | None:
+    """The query with stand-ins for its windows."""
     metrics = policy.spec.metrics
     template = check.promql
     if check.metric is not None:
@@ -153,7 +226,7 @@ def render_canary_query(
             "namespace": request.namespace,
             "inferenceService": request.inference_service,
             "stableRevision": request.stable_revision or "",
-            "window": format_duration_seconds(max(min_window, request.window_seconds)),
+            "window": _TEMPLATED,
             "interval": format_duration_seconds(policy.spec.interval),
             "revision": request.canary_revision,
         }
@@ -165,21 +238,19 @@ def render_canary_query(
         return None
     measure = check.metric
     namespace, revision = request.namespace, request.canary_revision
-    counted = duration(request.window_seconds)
-    sampled = duration(max(min_window, request.window_seconds))
+    counted, sampled = _COUNTED, _SAMPLED
     if measure in {MetricKind.ERROR_RATE, MetricKind.LATENCY}:
         choice = profile.get(REQUESTS_FAMILY)
-        if choice is None or choice not in {member.value for member in REQUESTS_PROFILES}:
+        if choice is None or choice not in _REQUESTS_CHOICES:
             return None
         return _requests(
             measure, RequestsProfile(choice), metrics.revision_label, namespace, revision, counted, check
         )
+    pods = ("namespace=" + _quoted(namespace), _pods_of("pod", revision))
     if measure in {MetricKind.TTFT, MetricKind.E2E_LATENCY}:
         histogram = VLLM_TTFT if measure is MetricKind.TTFT else VLLM_E2E
-        pods = ("namespace=" + _quoted(namespace), _pods_of("pod", revision))
         buckets = f"sum by (le) (increase({_selector(histogram + '_bucket', *pods)}[{counted}]))"
         return CanaryQuery(f"histogram_quantile({check.effective_quantile!r}, {buckets})", QUANTILE_NOTE)
-    pods = ("namespace=" + _quoted(namespace), _pods_of("pod", revision))
     if measure is MetricKind.RESTARTS:
         return CanaryQuery(f"sum({_restarts(pods, counted)})")
     if measure is MetricKind.OOM_KILLS:
@@ -196,12 +267,16 @@ def render_canary_query(
         return CanaryQuery(f"max({usage})")
     if measure is MetricKind.GPU_MEMORY_PEAK:
         style = profile.get(GPU_FAMILY)
-        if style is None or style not in {member.value for member in DCGM_LABELS}:
+        if style is None or style not in _GPU_CHOICES:
             return None
         labels = DCGM_LABELS[GpuLabelStyle(style)]
         gpus = (f"{labels.namespace_label}={_quoted(namespace)}", _pods_of(labels.pod_label, revision))
         return CanaryQuery(f"max(max_over_time({_selector(DCGM_USED, *gpus)}[{sampled}])) * {_MIB}")
     return None
+
+
+_REQUESTS_CHOICES = frozenset(profile.value for profile in REQUESTS_PROFILES)
+_GPU_CHOICES = frozenset(style.value for style in DCGM_LABELS)
 
 
 def _requests(

@@ -26,6 +26,7 @@ from canary.metrics.explain_queries import (
     RESTARTS_METRICS,
     canary_queries,
     duration,
+    render_canary_query,
 )
 from canary.metrics.plan import QueryGrouping, Resolution, Side, SingleAsk, plan_rollout
 from canary.policy.model import PromotionPolicy
@@ -186,3 +187,24 @@ def test_an_overlong_canary_query_is_not_kept_and_says_so() -> None:
     assert ttft.canary_query is None
     assert ttft.canary_query_note == "the canary's query is not kept: 4,102 characters, over 4,096"
     assert ttft.query  # the query the controller ran stays
+
+
+def test_memoised_shapes_take_each_evaluations_window_and_each_policys_checks() -> None:
+    policy, first = request(600.0)
+    later = replace(first, window_start=AT - timedelta(seconds=123))
+    assert canary_queries(policy, first, PROFILE, min_window=60.0)["errors"].promql.endswith("[10m]))")
+    again = canary_queries(policy, later, PROFILE, min_window=60.0)
+    assert again["errors"].promql.endswith("[123s]))")
+    assert again == {
+        check.name: render_canary_query(check, policy, later, PROFILE, min_window=60.0)
+        for check in later.checks
+    }
+    changed = [{**check, "quantile": 0.5} if check["name"] == "p99" else check for check in CHECKS]
+    reloaded, asked = request(600.0, checks=changed)  # a new policy object, the same names
+    assert canary_queries(reloaded, asked, PROFILE, min_window=60.0)["p99"].promql.startswith(
+        "histogram_quantile(0.5, "
+    )
+    other = canary_queries(
+        policy, replace(first, canary_revision="llama-predictor-00003"), PROFILE, min_window=60.0
+    )
+    assert "llama-predictor-00003" in other["p99"].promql
