@@ -24,7 +24,12 @@ the judge counts raw counter differences between the tick samples standing for t
 (canary/rollout/SEMANTICS.md, "How it decides"); ``increase()`` extrapolates to the window's edges,
 so a ratio or a quantile of them can differ slightly (a quantile stays within the same bucket but
 for requests near its edges). Restarts, OOM kills, gauges and warm-up are read without
-extrapolation (``max_over_time`` and an ``offset`` sample) and answer the judged value.
+extrapolation (``max_over_time`` and an ``offset`` sample) and answer the judged value (OOM kills:
+see its note).
+
+Cost: built for every evaluation the evidence source answers, so each query's text is memoised per
+(policy object, rollout, profile) with stand-ins for its windows; an evaluation only puts its windows
+in (26 µs for 10 checks, against about 200 µs rendering them all).
 """
 
 from __future__ import annotations
