@@ -410,7 +410,7 @@ def explain(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """The latest evaluation of a rollout: each check's value, limit and stable value, with its PromQL."""
+    """The latest evaluation of a rollout: each check's value, limit, stable value and canary PromQL."""
     from canary.cli.rollouts import print_explain  # noqa: PLC0415 - lazy: start-up time
 
     print_explain(target, kubeconfig, context, output.value, prometheus_external_url)

@@ -358,14 +358,47 @@ def print_explain(
         lines += ["", columns(["GATE", "AT", "STEP", "RESULT", "FAILED", "LATEST ATTEMPT"], [
             _gate_row(gate, now) for gate in state.gates
         ])]  # fmt: skip
-    queried = [check for check in document.checks if check.query]
-    if queried:
-        lines += ["", "PromQL as the controller ran it:"]
-    for check in queried:
-        lines.append(f"[{check.name}] {check.query}")
-        if prometheus_external_url:
-            lines.append(f"  graph: {graph_link(prometheus_external_url, check.query, document)}")
+    lines += _queries(document, prometheus_external_url)
     typer.echo(printable("\n".join(lines)))
+
+
+# What a canary query's answer is in, for the line under it.
+_ANSWER_UNITS = {
+    Unit.SECONDS: "in seconds",
+    Unit.RATIO: "a ratio (0.01 is 1%)",
+    Unit.BYTES: "in bytes",
+    Unit.MEBIBYTES: "in MiB",
+    Unit.COUNT: "a count",
+}
+
+
+def _queries(document: ExplainDocument, external_url: str | None) -> list[str]:
+    """Per check, the PromQL that returns the canary's value alone (with what its answer is in and
+    how it may differ from the judged value); the query the controller ran for the checks that have
+    none (records written before canary queries existed, a query too long to keep)."""
+    lines: list[str] = []
+    canary = [check for check in document.checks if check.canary_query]
+    if canary:
+        at = document.window.end if document.window is not None else document.at
+        lines += ["", f"PromQL for the canary's value alone (instant queries: evaluate at {timestamp(at)}):"]
+    for check in canary:
+        assert check.canary_query is not None
+        lines.append(f"[{check.name}] {check.canary_query}")
+        said = [part for part in (_ANSWER_UNITS.get(check.unit, ""), check.canary_query_note) if part]
+        if said:
+            lines.append(f"  # {'; '.join(said)}")
+        if external_url:
+            lines.append(f"  graph: {graph_link(external_url, check.canary_query, document)}")
+    ran = [check for check in document.checks if check.query and not check.canary_query]
+    if ran:
+        lines += ["", "PromQL as the controller ran it:"]
+    for check in ran:
+        lines.append(f"[{check.name}] {check.query}")
+        if check.canary_query_note:
+            lines.append(f"  # {check.canary_query_note}")
+        if external_url:
+            lines.append(f"  graph: {graph_link(external_url, check.query, document)}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

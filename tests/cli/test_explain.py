@@ -4,7 +4,9 @@ link that opens it in Prometheus."""
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -14,6 +16,11 @@ from tests.cli.support import Cluster, progressing, run, state_files
 
 AT = datetime(2026, 3, 1, 12, 0, 7, 123456, tzinfo=UTC)
 QUERY = 'sum by (revision) (increase(revision_request_count{namespace_name="ml"}[600s]))'
+CANARY_QUERY = (
+    "histogram_quantile(0.99, sum by (le) (increase(revision_request_latencies_bucket"
+    '{namespace_name="ml", revision_name="llama-predictor-00002"}[10m]))) / 1000'
+)
+NOTE = "histogram_quantile() interpolates within a bucket"
 
 
 def document() -> ExplainDocument:
@@ -37,6 +44,8 @@ def document() -> ExplainDocument:
                 stable=0.39999999999,
                 samples=832.1299500192233,
                 query=QUERY,
+                canary_query=CANARY_QUERY,
+                canary_query_note=NOTE,
             ),
             ExplainCheck(
                 name="errors",
@@ -47,14 +56,15 @@ def document() -> ExplainDocument:
                 samples=7.6,
             ),
             ExplainCheck(name="score", verdict="no-data", value=1234.56789, unit=Unit.NONE),
+            # Written before canary queries existed: the query the controller ran is shown.
+            ExplainCheck(name="gpu", verdict="pass", value=2.0**34, unit=Unit.BYTES, query="max(gpu)"),
         ),
     )
 
 
-def explain(cluster: Cluster, *arguments: str, **env: str) -> str:
-    cluster.save(
-        "ml", "llama", state_files(progressing("llama-predictor-00002"), explain=document().to_json())
-    )
+def explain(cluster: Cluster, *arguments: str, stored: ExplainDocument | None = None, **env: str) -> str:
+    written = (stored or document()).to_json()
+    cluster.save("ml", "llama", state_files(progressing("llama-predictor-00002"), explain=written))
     completed = run(
         "explain", "ml/llama", *arguments, home=cluster.home, KUBECONFIG=str(cluster.kubeconfig), **env
     )
@@ -77,17 +87,47 @@ def test_numbers_are_rounded_and_times_are_to_the_second(cluster: Cluster) -> No
     assert rows["p99"][2:] == ["412ms", "max", "800ms", "400ms", "832"]
     assert rows["errors"][2:] == ["0.123%", "max", "1%", "<none>", "8"]
     assert rows["score"][2:4] == ["1,235", "<none>"]
-    assert f"[p99] {QUERY}" in shown.splitlines()
     assert "graph:" not in shown
+
+
+def test_each_check_shows_the_query_for_the_canarys_value_alone(cluster: Cluster) -> None:
+    lines = explain(cluster).splitlines()
+    start = lines.index(
+        "PromQL for the canary's value alone (instant queries: evaluate at 2026-03-01T12:00:07Z):"
+    )
+    assert lines[start + 1 : start + 3] == [f"[p99] {CANARY_QUERY}", f"  # in seconds; {NOTE}"]
+    assert f"[p99] {QUERY}" not in lines  # the long grouped query is left to -o json
+    # A check whose record has no canary query shows the query the controller ran, labelled so.
+    ran = lines.index("PromQL as the controller ran it:")
+    assert ran > start and lines[ran + 1 :] == ["[gpu] max(gpu)"]
+
+
+def test_json_has_both_queries_and_a_too_long_one_is_said(cluster: Cluster) -> None:
+    shown = json.loads(explain(cluster, "-o", "json"))
+    p99 = shown["latestEvaluation"]["checks"][0]
+    assert (p99["query"], p99["canaryQuery"], p99["canaryQueryNote"]) == (QUERY, CANARY_QUERY, NOTE)
+    assert shown["latestEvaluation"]["checks"][3]["canaryQuery"] is None
+    dropped = ExplainCheck(
+        name="custom",
+        verdict="pass",
+        query="sum(x)",
+        canary_query_note="the canary's query is not kept: 5,000 characters, over 4,096",
+    )
+    lines = explain(cluster, stored=replace(document(), checks=(dropped,))).splitlines()
+    assert lines[-2:] == [
+        "[custom] sum(x)",
+        "  # the canary's query is not kept: 5,000 characters, over 4,096",
+    ]
 
 
 def test_a_graph_link_per_query_with_the_external_url(cluster: Cluster) -> None:
     shown = explain(cluster, PROMETHEUS_EXTERNAL_URL="https://prometheus.example.com/")
-    (link,) = [line.split("graph: ", 1)[1] for line in shown.splitlines() if "graph: " in line]
+    link, ran = [line.split("graph: ", 1)[1] for line in shown.splitlines() if "graph: " in line]
     parts = urlsplit(link)
     assert (parts.scheme, parts.netloc, parts.path) == ("https", "prometheus.example.com", "/graph")
     query = parse_qs(parts.query)
-    assert query["g0.expr"] == [QUERY]
+    assert query["g0.expr"] == [CANARY_QUERY]  # the canary's query, not the grouped one
+    assert parse_qs(urlsplit(ran).query)["g0.expr"] == ["max(gpu)"]
     assert query["g0.tab"] == ["0"]
     assert query["g0.range_input"] == ["600s"]
     assert query["g0.end_input"] == ["2026-03-01 12:00:07"]
