@@ -42,6 +42,7 @@ from canary.policy.loader import load_object
 from canary.policy.model import Check, GpuLabelStyle, RequestsProfile
 from canary.report.charts import PrometheusRange, by_revision
 from canary.report.rollout import CheckSeries, ReportedRollout, choose_rollout, render_report
+from canary.rollout.past import PastRollouts
 from canary.rollout.state import StateFormatError
 
 __all__ = ["write_report"]
@@ -80,14 +81,29 @@ def write_report(
         raise fail(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
     try:
         state = stored.state() if stored.state_json else None
-        explain = stored.explain()
-        record = stored.past_rollouts()
     except StateFormatError as error:
         raise fail(printable(f"{namespace}/{name}: {error}")) from None
+    # An unreadable record (or evaluation) does not hide the rollout the state describes: that one is
+    # reported, with one line saying what could not be read. A past rollout needs the record.
+    unreadable_record = unreadable_explain = ""
+    try:
+        explain = stored.explain()
+    except StateFormatError as error:
+        explain, unreadable_explain = None, str(error)
+    try:
+        record = stored.past_rollouts()
+    except StateFormatError as error:
+        record, unreadable_record = PastRollouts(), str(error)
     try:
         rollout = choose_rollout(namespace, name, state, explain, record, selector)
     except LookupError as error:
+        if unreadable_record:
+            asked = f"; rollout {selector!r} is not the one in the state either" if selector else ""
+            raise fail(printable(f"{namespace}/{name}: {unreadable_record}{asked}")) from None
         raise fail(printable(f"error: {error}")) from None
+    for problem in (unreadable_record, unreadable_explain if rollout.number is None else ""):
+        if problem:
+            typer.echo(printable(f"warning: {namespace}/{name}: {problem}; reported without it"), err=True)
 
     now = datetime.now(UTC)
     started = (rollout.started_at or now).timestamp()

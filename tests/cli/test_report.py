@@ -46,14 +46,24 @@ def test_the_rollout_under_way_is_reported_from_the_state(cluster: Cluster, tmp_
     assert "rollouts.json), rollout 1" in page
 
 
-def test_an_unreadable_record_is_named_with_its_file_and_reason(cluster: Cluster, tmp_path: Path) -> None:
+def test_an_unreadable_record_is_named_and_the_rollout_under_way_still_reported(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     state = progressing("llama-predictor-00002")
     cluster.save("ml", "llama", {**state_files(state), ROLLOUTS_KEY: '{"schemaVersion": 1, "rollouts": 7}'})
-    code, _, err, page = _report(cluster, tmp_path / "r.html", "--no-charts")
+    unreadable = (
+        "ml/llama: the record of past rollouts (rollouts.json) is invalid at rollouts: Input should be a "
+        "valid tuple"
+    )
+    code, out, err, page = _report(cluster, tmp_path / "r.html", "--no-charts")
+    assert code == 0, err
+    assert err.splitlines() == [f"warning: {unreadable}; reported without it"]
+    assert "rollout of llama-predictor-00002 (under way: Progressing)" in out
+    assert "<th>phase</th><td>Progressing</td>" in page
+    # A past rollout needs the record: refused, with the reason, and nothing written.
+    code, _, err, page = _report(cluster, tmp_path / "past.html", "--no-charts", "--rollout", "1")
     assert code == 1
-    assert err.strip() == (
-        "ml/llama: the record of past rollouts (rollouts.json) is invalid at rollouts: Input should be a valid tuple"
-    ), err
+    assert err.strip() == f"{unreadable}; rollout '1' is not the one in the state either", err
     assert page == ""
 
 
@@ -69,3 +79,16 @@ def test_a_model_never_seen_is_refused(cluster: Cluster, tmp_path: Path) -> None
     code, _, err, _ = _report(cluster, tmp_path / "r.html", "--no-charts")
     assert code == 1
     assert err.strip() == "no rollout state for ml/llama: kserve-canary has not seen it"
+
+
+def test_an_unreadable_evaluation_leaves_the_rollout_reported_from_its_state(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    state = progressing("llama-predictor-00002")
+    cluster.save("ml", "llama", state_files(state, explain='{"at": "yesterday", "decisionId": "d"}'))
+    code, _, err, page = _report(cluster, tmp_path / "r.html", "--no-charts")
+    assert code == 0, err
+    (warning,) = err.splitlines()
+    assert warning.startswith("warning: ml/llama: the latest evaluation (explain.json) is invalid at at: ")
+    assert warning.endswith("; reported without it")
+    assert "holding step 1" in page  # the decisions come from the state
