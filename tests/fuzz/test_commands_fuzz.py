@@ -59,8 +59,30 @@ ROLLOUTS = st.fixed_dictionaries(
         "command": st.builds(lambda kind: {"kind": kind, "at": _AT}, st.sampled_from(_KINDS)),
     },
 )
-STORED = st.integers(0, 2).flatmap(
-    lambda n: STATES if n == 0 else st.builds(lambda base, rollout: {**base, **rollout}, STATES, ROLLOUTS)
+# And one time in four a rollout paused for an operator (a manual pause, a step awaiting approval): the
+# states resume and approve apply to, which the draws above reach too rarely to count on.
+PAUSED = st.fixed_dictionaries(
+    {
+        "schemaVersion": st.just(1),
+        "phase": st.just("Paused"),
+        "revision": st.just("llama-00002"),
+        "startedAt": st.just(_AT),
+        "step": st.builds(
+            lambda weight: {"index": 0, "weight": weight, "startedAt": _AT}, st.sampled_from([10, 50])
+        ),
+        "pause": st.builds(
+            lambda kind, phase: {"kind": kind, "reason": "r", "since": _AT, "resumePhase": phase},
+            st.sampled_from(["manual", "approval"]),
+            st.sampled_from(["Progressing", "Baking"]),
+        ),
+    }
+)
+STORED = st.integers(0, 3).flatmap(
+    lambda n: (
+        STATES
+        if n == 0
+        else st.builds(lambda base, rollout: {**base, **rollout}, STATES, PAUSED if n == 3 else ROLLOUTS)
+    )
 )
 ZONES = st.sampled_from([UTC, timezone(timedelta(hours=14)), timezone(-timedelta(hours=12))])
 BASE = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
