@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
 from canary_sandbox.fleet.world import ModelTraffic
 from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
@@ -314,9 +315,22 @@ def test_status_explain_and_metrics_show_the_numbers_behind_the_decisions(
     assert "histogram_quantile" not in p99["query"]
     assert "broken at 95%" in p99["detail"]
     assert p99["value"] > p99["stable"]
+    # For people: a query for the canary's value alone, which Prometheus answers with one series at
+    # the window's end (close to the judged value: increase() extrapolates, the judge counts).
+    assert latest["revision"] in p99["canaryQuery"] and latest["stableRevision"] not in p99["canaryQuery"]
+    assert p99["canaryQuery"].startswith("histogram_quantile(0.99, sum by (le) (increase(")
+    assert stack.prometheus is not None
+    answer = requests.get(
+        f"{stack.prometheus.url}/api/v1/query",
+        params={"query": p99["canaryQuery"], "time": latest["window"]["end"]},
+        timeout=10,
+    ).json()
+    (series,) = answer["data"]["result"]
+    assert float(series["value"][1]) > 0
     text = CliRunner().invoke(app, ["explain", "e2e/regress", *kubeconfig])
     assert "p99" in text.output
     assert "fail" in text.output
+    assert f"[p99] {p99['canaryQuery']}" in text.output.splitlines()
 
     metrics = controller.metrics()
     assert (
