@@ -496,3 +496,35 @@ def test_peak_memory_is_bounded_and_backfill_needed_once() -> None:
         book.prune(now)
     assert book.window(REV, at(995 - 60), at(995)) == ({"peak": 199.0}, 1)
     assert len(book.entries(REV)) <= 60 / 5 + 2
+
+
+def test_keys_that_appear_later_are_zero_before_and_counted_whole_after() -> None:
+    # Snapshots keep their totals compactly, over the keys known when each was taken: a 5xx class, a
+    # new bucket bound and a new latency measure appearing mid-way must read as zero before and
+    # count whole after, in every tally.
+    def bucket(le: float, kind: str = BUCKET_FIELD) -> SeriesId:
+        return SeriesId(kind, "p0", "", le)
+
+    first = {ok(): 100.0, bucket(0.1): 80.0, bucket(math.inf): 100.0}
+    second = {**first, ok(): 130.0, err(): 5.0, bucket(0.1): 90.0, bucket(0.5): 20.0, bucket(math.inf): 135.0}
+    third = {
+        **second,
+        ok(): 140.0,
+        bucket(math.inf): 145.0,
+        bucket(0.5): 25.0,
+        bucket(1.0, "bucket:ttft"): 7.0,
+    }
+    book = book_of((0, first), (5, second), (10, third))
+    one, two = book.count_series(REV, at(0), at(10)).tallies
+    assert (one.requests, one.errors, two.requests, two.errors) == (35, 5, 10, 0)
+    assert one.histograms["latency"] == Histogram((0.1, 0.5), (10, 20), 35)
+    assert two.histograms["latency"] == Histogram((0.1, 0.5), (0, 5), 10)
+    assert "ttft" not in one.histograms and two.histograms["ttft"] == Histogram((1.0,), (7,), 7)
+    whole, last = book.tally(REV, at(0), at(10))
+    assert whole is not None and last is not None
+    assert (whole.requests, whole.errors) == (45, 5)
+    assert whole.histograms["latency"] == Histogram((0.1, 0.5), (10, 25), 45)
+    baseline = book.snapshots(REV)[0]
+    assert baseline.by_class == {"2xx": 0} and baseline.buckets == {"latency": {0.1: 0, math.inf: 0}}
+    assert last.by_class == {"2xx": 40, "5xx": 5}
+    assert last.buckets["ttft"] == {1.0: 7}
