@@ -12,7 +12,6 @@ Values go out already in the unit a person reads (ms, %, GiB), so the page only 
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 from collections import deque
@@ -22,16 +21,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from canary.kserve.store import STATE_KEY, StoredState
-from canary.policy.units import Unit, format_value, parse_in_unit
+from canary.policy.units import format_value
 from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR, PrometheusRange
+from canary.report.rollout import display_unit, limit_values
 from canary.rollout.records import CommandFormatError, ExplainCheck, ExplainDocument
 from canary.rollout.state import HistoryEntry, RolloutState, StateFormatError
 
 __all__ = [
     "EvaluationLog",
     "PrometheusSeries",
-    "display_unit",
-    "limit_lines",
     "rollout_detail",
     "rollout_row",
 ]
@@ -57,54 +55,6 @@ def _epoch(moment: datetime | None) -> float | None:
 
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def display_unit(unit: Unit | str) -> tuple[str, float]:
-    """The unit a chart shows a canonical value in, and the factor to get there."""
-    try:
-        known = Unit(unit)
-    except ValueError:
-        return "", 1.0
-    return {
-        Unit.SECONDS: ("ms", 1000.0),
-        Unit.RATIO: ("%", 100.0),
-        Unit.BYTES: ("GiB", 1 / 1024.0**3),
-        Unit.MEBIBYTES: ("GiB", 1 / 1024.0),
-        Unit.COUNT: ("", 1.0),
-        Unit.NONE: ("", 1.0),
-    }[known]
-
-
-_ABSOLUTE = re.compile(r"^(≤|≥) (\S+)$")
-_RELATIVE = re.compile(r"^≤ \+(\S+) vs stable")
-
-
-def limit_lines(limit: str, unit: Unit | str, stable: float | None) -> list[dict[str, Any]]:
-    """The limits in ``limit`` (the judge's text, ``≤ 800ms and ≤ +20% vs stable``) as canonical
-    numbers to draw: absolute ones as they are, a relative one from the stable value it was judged
-    against. What cannot be drawn (a fraction of GPU memory, an unknown form) is left to the text."""
-    try:
-        known = Unit(unit)
-    except ValueError:
-        known = Unit.NONE
-    lines: list[dict[str, Any]] = []
-    for raw in limit.split(" and "):
-        part = raw.strip()
-        absolute = _ABSOLUTE.match(part)
-        relative = _RELATIVE.match(part)
-        try:
-            if absolute is not None:
-                text = absolute.group(2)
-                if known is Unit.MEBIBYTES and text.endswith("MiB"):
-                    text = text[:-3]
-                lines.append({"label": part, "value": parse_in_unit(text, known)})
-            elif relative is not None and stable is not None:
-                increase = parse_in_unit(relative.group(1), Unit.RATIO)
-                allowed = stable * (1 + increase)
-                lines.append({"label": f"{1 + increase:.3g} × stable", "value": allowed})
-        except ValueError:
-            continue
-    return lines
 
 
 @dataclass(frozen=True)
@@ -342,8 +292,8 @@ def _check_chart(
                 if past.stable is not None and math.isfinite(past.stable):
                     stable_points.append([evaluation.at, past.stable * factor])
     limits = [
-        {"label": line["label"], "value": line["value"] * factor}
-        for line in limit_lines(check.limit, check.unit, check.stable)
+        {"label": label, "value": value * factor}
+        for label, value in limit_values(check.limit, check.unit, check.stable)
     ]
     series = [
         {"label": f"stable · {state.stable_revision}", "colour": STABLE_COLOUR, "points": stable_points},

@@ -14,8 +14,8 @@ import requests
 from canary_sandbox.prometheus import free_port
 
 from canary.dashboard.server import TOKEN_HEADER, Dashboard
-from canary.dashboard.views import limit_lines
 from canary.policy.units import Unit
+from canary.report.rollout import limit_values
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import Phase
 from tests.dashboard.conftest import CANARY, Api, Controller, World, start_dashboard
@@ -323,15 +323,16 @@ def test_the_detail_has_the_decisions_the_checks_against_their_limits_and_the_tr
 
 
 def test_limit_lines_read_the_judges_texts() -> None:
-    assert limit_lines("≤ 800ms and ≤ +20% vs stable when stable ≥ 100ms", Unit.SECONDS, 0.5) == [
-        {"label": "≤ 800ms", "value": pytest.approx(0.8)},
-        {"label": "1.2 × stable", "value": pytest.approx(0.6)},
+    # The dashboard draws the limits the report draws (canary.report.rollout.limit_values).
+    assert limit_values("≤ 800ms and ≤ +20% vs stable when stable ≥ 100ms", Unit.SECONDS, 0.5) == [
+        ("≤ 800ms", pytest.approx(0.8)),
+        ("1.2 × stable 500ms", pytest.approx(0.6)),
     ]
-    assert limit_lines("≤ +20% vs stable", Unit.SECONDS, None) == []
-    assert limit_lines("≥ 0.5", Unit.NONE, None) == [{"label": "≥ 0.5", "value": 0.5}]
-    assert limit_lines("≤ 95% of GPU memory", Unit.BYTES, None) == []
-    assert limit_lines("≤ 70Gi", Unit.BYTES, None) == [{"label": "≤ 70Gi", "value": 70 * 1024.0**3}]
-    assert limit_lines("no limit", Unit.COUNT, None) == []
+    assert limit_values("≤ +20% vs stable", Unit.SECONDS, None) == []
+    assert limit_values("≥ 0.5", Unit.NONE, None) == [("≥ 0.5", 0.5)]
+    assert limit_values("≤ 95% of GPU memory", Unit.BYTES, None) == []
+    assert limit_values("≤ 70Gi", Unit.BYTES, None) == [("≤ 70Gi", 70 * 1024.0**3)]
+    assert limit_values("no limit", Unit.COUNT, None) == []
 
 
 class _Prometheus(BaseHTTPRequestHandler):
