@@ -384,18 +384,12 @@ def render_report(
         f"<td>{html.escape(_held(step))}</td></tr>"
         for step in rollout.steps
     )
-    steps = (
-        "<table><tr><th>step</th><th>weight</th><th>written</th><th>left</th><th>held</th></tr>"
-        f"{step_rows}</table>"
-        if step_rows
-        else "<p class='muted'>No step was written.</p>"
-    )
+    steps = _table(("step", "weight", "written", "left", "held"), step_rows, "No step was written.")
     check_rows = "".join(_check_row(check) for check in rollout.checks)
-    checks = (
-        "<table><tr><th>check</th><th>verdict</th><th>canary</th><th>stable</th><th>limit</th>"
-        f"<th>samples</th></tr>{check_rows}</table>"
-        if check_rows
-        else "<p class='muted'>No evaluation of this rollout is recorded.</p>"
+    checks = _table(
+        ("check", "verdict", "canary", "stable", "limit", "samples"),
+        check_rows,
+        "No evaluation of this rollout is recorded.",
     )
     decision_rows = "".join(
         f"<tr><td>{html.escape(describe_time(entry.at))}</td>"
@@ -412,18 +406,13 @@ def render_report(
         else ""
     )
     decisions = (
-        "<table><tr><th>time</th><th>since start</th><th>action</th><th>weight</th><th>phase</th>"
-        f"<th>reason</th></tr>{decision_rows}</table>{dropped}"
+        _table(("time", "since start", "action", "weight", "phase", "reason"), decision_rows, "") + dropped
         if decision_rows
         else "<p class='muted'>No decision is recorded.</p>"
     )
     gate_rows = "".join(_gate_row(gate) for gate in rollout.gates)
-    gates = (
-        "<h2>Gates</h2><table><tr><th>gate</th><th>at</th><th>step</th><th>first called</th><th>result</th>"
-        f"<th>failed attempts</th><th>latest attempt</th></tr>{gate_rows}</table>"
-        if gate_rows
-        else ""
-    )
+    gate_columns = ("gate", "at", "step", "first called", "result", "failed attempts", "latest attempt")
+    gates = "<h2>Gates</h2>" + _table(gate_columns, gate_rows, "") if gate_rows else ""
     queries = "".join(
         f"<details><summary><code>{html.escape(s.name)}</code></summary><pre>{html.escape(s.query)}</pre>"
         "</details>"
@@ -465,6 +454,15 @@ def _gate_row(gate: GateProgress) -> str:
         f"<td>{html.escape(describe_time(gate.since))}</td><td class='{css}'>{html.escape(result)}</td>"
         f"<td>{gate.attempts:,}</td><td>{html.escape(gate.describe_last())}</td></tr>"
     )
+
+
+def _table(columns: Sequence[str], rows: str, empty: str) -> str:
+    """A table with a header of ``columns`` over ``rows`` (HTML already escaped), or ``empty`` as a muted
+    line when there are none."""
+    if not rows:
+        return f"<p class='muted'>{empty}</p>"
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    return f"<table><tr>{header}</tr>{rows}</table>"
 
 
 def _check_row(check: ExplainCheck) -> str:

@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from canary_sandbox.kserve_metrics import OPENCENSUS_BUCKETS_MS, OTEL_BUCKETS
+from canary_sandbox.kserve_metrics import (
+    OPENCENSUS_BUCKETS_MS,
+    OTEL_BUCKETS,
+    escape_label,
+    format_number,
+    poisson,
+)
 
 __all__ = [
     "EXAMPLE_POLICY",
@@ -233,7 +239,7 @@ class RolloutHistory:
                             count,
                         )
                     for bucket, bound in enumerate(bounds):
-                        labels = {**base, "le": _number(bound)}
+                        labels = {**base, "le": format_number(bound)}
                         sample(
                             histogram,
                             "histogram",
@@ -304,35 +310,17 @@ def combined_openmetrics(histories: Sequence[RolloutHistory]) -> str:
         lines.append(f"# TYPE {family} {kind}\n")
         for key, samples in series.items():
             name = key[0][1]
-            text = ",".join(f'{label}="{_escape(value)}"' for label, value in key[1:])
-            lines.extend(f"{name}{{{text}}} {_number(value)} {at:.3f}\n" for at, value in samples)
+            text = ",".join(f'{label}="{escape_label(value)}"' for label, value in key[1:])
+            lines.extend(f"{name}{{{text}}} {format_number(value)} {at:.3f}\n" for at, value in samples)
     return "".join(lines) + "# EOF\n"
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
-    # Knuth's method for small means; a normal approximation above (a scrape of a busy model).
-    if mean <= 0:
-        return 0
+    # Knuth's method (the fleet simulation's) for small means; a normal approximation above (a
+    # scrape of a busy model).
     if mean > 200:
         return max(0, round(rng.gauss(mean, math.sqrt(mean))))
-    limit = math.exp(-mean)
-    count, product = 0, rng.random()
-    while product > limit:
-        count += 1
-        product *= rng.random()
-    return count
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+    return poisson(rng, mean)
 
 
 # -- Examples: the README's backtest walkthrough and tests/backtest ----------------------------------

@@ -210,10 +210,10 @@ class Simulation:
         for family, (kind, series_list) in self._families.items():
             yield f"# TYPE {family} {kind}\n"
             for series in series_list:
-                labels = ",".join(f'{key}="{_escape(value)}"' for key, value in series.labels.items())
+                labels = ",".join(f'{key}="{escape_label(value)}"' for key, value in series.labels.items())
                 prefix = f"{series.name}{{{labels}}} "
                 for moment, value in series.samples:
-                    yield f"{prefix}{_number(value)} {moment:.3f}\n"
+                    yield f"{prefix}{format_number(value)} {moment:.3f}\n"
 
     # -- simulation -----------------------------------------------------------------------------
 
@@ -248,7 +248,7 @@ class Simulation:
             if not pod.serving(t):
                 continue
             started_serving = counts == {} and revision.requests_profile is not None
-            arrivals = _poisson(rng, revision.requests_per_second * self.step)
+            arrivals = poisson(rng, revision.requests_per_second * self.step)
             fresh: list[RequestRecord] = []
             for _ in range(arrivals):
                 latency = revision.latency_median * math.exp(revision.latency_sigma * rng.gauss(0.0, 1.0))
@@ -336,7 +336,7 @@ class Simulation:
             if counter:
                 self._series(counter_family, "counter", counter, base).samples.append((t, float(count)))
             for index, bound in enumerate(bounds):
-                labels = {**base, "le": _number(bound)}
+                labels = {**base, "le": format_number(bound)}
                 self._series(histogram, "histogram", f"{histogram}_bucket", labels).samples.append(
                     (t, float(buckets[status][index]))
                 )
@@ -379,7 +379,7 @@ class Simulation:
             counts = state[name]
             for index, bound in enumerate(bounds):
                 self._series(
-                    family, "histogram", f"{family}_bucket", {**base, "le": _number(bound)}
+                    family, "histogram", f"{family}_bucket", {**base, "le": format_number(bound)}
                 ).samples.append((t, float(counts[index])))
             self._series(family, "histogram", f"{family}_bucket", {**base, "le": "+Inf"}).samples.append(
                 (t, float(counts[-1]))
@@ -473,7 +473,7 @@ class Simulation:
             self._series(name, "gauge", name, base).samples.append((t, level))
 
 
-def _poisson(rng: random.Random, mean: float) -> int:
+def poisson(rng: random.Random, mean: float) -> int:
     # Knuth's method is fine for the small means of a scrape interval.
     if mean <= 0:
         return 0
@@ -485,11 +485,13 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return count
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
+    """A label value as the OpenMetrics text format writes it."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _number(value: float) -> str:
+def format_number(value: float) -> str:
+    """A sample value as the OpenMetrics text format writes it (integers without a fraction)."""
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     if float(value).is_integer() and abs(value) < 1e15:
