@@ -151,7 +151,7 @@ class Reconciler:
         # Dry-run keeps state in memory only; live runs read the ConfigMap (or its watch cache).
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
-        self._last_logged: dict[str, str] = {}  # the event reason last logged at info, per rollout
+        self._last_logged: dict[str, str] = {}  # what the last decision logged said, per rollout
         self._announcements = Announcements()
         # Decisions not written (canary.rollout.persistence): the next reconcile decides on them as
         # long as the stored ConfigMap is the one they were decided on.
@@ -586,13 +586,17 @@ class Reconciler:
     # -- telling: the log, the metrics, people ---------------------------------------------------
 
     def _log(self, policy: PromotionPolicy, decision: Decision, bound: FilteringBoundLogger) -> None:
-        """Every evaluation and every change is logged with its numbers; a wait that repeats the
-        previous one (no evaluation, same reason) only at debug: it would flood the log every interval."""
+        """Every change is logged at info with its numbers: an action, another verdict, a check's
+        verdict, a new reason. A wait that repeats the previous one — the same reason and verdicts,
+        only its numbers refreshed ("held 2m of 10m", a value) — only at debug: at 1,000 rollouts
+        every 30 s it would be 33 lines a second, and a fifth of the controller's CPU, saying nothing
+        new (the numbers are in ``explain``, ``status`` and the check gauges)."""
         state = decision.new_state
         reason = str(decision.event_reason)
+        shape = _log_shape(decision)
         previous = self._last_logged.get(policy.key)
-        self._last_logged[policy.key] = reason
-        repeated = decision.action is Action.WAIT and decision.verdict is None and previous == reason
+        self._last_logged[policy.key] = shape
+        repeated = decision.action is Action.WAIT and previous == shape
         level = (
             bound.debug
             if repeated
@@ -667,6 +671,15 @@ class Reconciler:
         notification = to_notification(decision, policy, now, inference_service_uid=uid)
         self._dispatcher.submit(notification, destinations)
         outcome.notifications.append(notification)
+
+
+def _log_shape(decision: Decision) -> str:
+    """What a decision's log line says, without its numbers: two decisions of the same shape differ
+    only in values a reader finds in ``explain`` (digits are masked, as explain's own change test does)."""
+    checks = ",".join(f"{judgement.name}={judgement.verdict}" for judgement in decision.judgements)
+    reasons = "|".join(sorted(decision.reasons))
+    text = f"{decision.action}/{decision.event_reason}/{decision.verdict}/{checks}/{reasons}"
+    return "".join("#" if character.isdigit() else character for character in text)
 
 
 def _readable_explain(stored: StoredState) -> ExplainDocument | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import structlog
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.prometheus import free_port
 from canary_sandbox.stack import inference_service
@@ -19,6 +20,7 @@ from kubernetes import client, config
 
 from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Reconciler
+from canary.evidence import Evidence, EvidenceRequest
 from canary.kserve.client import InferenceServiceClient
 from canary.kserve.store import COMMAND_KEY, EXPLAIN_KEY, STATE_KEY, ConfigMapStateStore
 from canary.metrics.client import PrometheusConfig
@@ -28,6 +30,7 @@ from canary.policy import load_text
 from canary.rollout.records import ExplainFormatError
 from canary.rollout.state import Phase, RolloutState
 from tests.policy.support import valid_policy
+from tests.rollout.helpers import EvidenceMaker
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -202,3 +205,73 @@ def test_a_hostile_explain_json_never_stops_a_reconcile(
     assert outcome.decision is not None
     with pytest.raises(ExplainFormatError, match=r"explain\.json"):
         store.load("ml", "llama").explain()
+
+
+class _MadeEvidence:
+    """Prometheus' side of the edge, with chosen values (tests.rollout.helpers.EvidenceMaker)."""
+
+    def __init__(self, maker: EvidenceMaker) -> None:
+        self.maker = maker
+
+    def collect(self, policy: object, request: EvidenceRequest) -> Evidence:
+        return self.maker(request)
+
+
+def test_a_hold_that_repeats_is_logged_at_debug_and_every_change_at_info(tmp_path: Path) -> None:
+    """33 lines a second at 1,000 rollouts said nothing new: a repeated hold goes to debug; the first
+    evaluation, another verdict and an action stay at info, each with its numbers."""
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0))
+    evidence = _MadeEvidence(EvidenceMaker())
+    offset = [timedelta()]  # the controller's clock: the real time (the emulator's), moved on by hand
+    with EmulatorServer(emulator) as server:
+        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        )
+        emulator.create_namespace("ml")
+        custom = client.CustomObjectsApi(api)
+        custom.create_namespaced_custom_object(
+            "serving.kserve.io",
+            "v1beta1",
+            "ml",
+            "inferenceservices",
+            inference_service("ml", "llama", "s3://m/v1"),
+        )
+        emulator.settle()
+        reconciler = Reconciler(
+            inference_services=InferenceServiceClient(api),
+            store=ConfigMapStateStore(api),
+            evidence=evidence,
+            dispatcher=NotificationDispatcher(),
+            metrics=ControllerMetrics(),
+            clock=lambda: datetime.now(UTC) + offset[0],
+        )
+        loaded = policy_for_llama()
+        reconciler.reconcile(loaded)  # type: ignore[arg-type]
+        custom.patch_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama",
+            {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+        )  # fmt: skip
+        emulator.settle()
+        decisions: list[dict[str, object]] = []
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(8):
+                reconciler.reconcile(loaded)  # type: ignore[arg-type]
+                emulator.settle()
+                offset[0] += timedelta(minutes=1)  # the policy's interval
+            evidence.maker = EvidenceMaker().failing(p99=2.0)  # a regression: another verdict
+            reconciler.reconcile(loaded)  # type: ignore[arg-type]
+        decisions = [line for line in logs if line.get("decisionId")]
+    evaluated = [line for line in decisions if line.get("verdict")]
+    assert len(evaluated) >= 4, "\n".join(
+        f"{line['action']} {line['verdict']} {line['reasons']}" for line in decisions
+    )
+    assert evaluated[0]["log_level"] == "info", "the first evaluation is news"
+    # The second adds a reason ("no conclusive evidence for 1m"); from the third on only numbers change.
+    assert [line["log_level"] for line in evaluated[2:-1]] == ["debug"] * (len(evaluated) - 3), [
+        (line["log_level"], line["action"], line["verdict"], line["reasons"]) for line in evaluated
+    ]
+    assert all(line["checks"] for line in evaluated), "every line, at any level, carries its numbers"
+    last = evaluated[-1]
+    assert last["verdict"] == "fail" and last["log_level"] in {"info", "warning"}, last
+    started = [line for line in decisions if line["action"] != "wait"]
+    assert started and all(line["log_level"] != "debug" for line in started)
