@@ -102,6 +102,7 @@ class Prepared:
     # restart would read, so what a new state is compared with.
     baseline: RolloutState | None = None
     started: float = field(default_factory=time.monotonic)
+    alarm: bool = False  # a critical signal moved: evaluated now, before its interval (core.decide)
 
     @property
     def key(self) -> str:
@@ -179,17 +180,23 @@ class Reconciler:
         return self.finish(prepared, evidence)
 
     def prepare(
-        self, loaded: LoadedPolicy, destinations: Sequence[Destination] = (), *, now: datetime | None = None
+        self,
+        loaded: LoadedPolicy,
+        destinations: Sequence[Destination] = (),
+        *,
+        now: datetime | None = None,
+        alarm: bool = False,
     ) -> Prepared | ReconcileOutcome:
         """Read one rollout and ask the core what to measure (a finished outcome when there is
-        nothing to decide: an unreadable state, an API error)."""
+        nothing to decide: an unreadable state, an API error). ``alarm``: a critical signal of its
+        canary moved, and an evaluation is due now (:func:`canary.rollout.core.decide`)."""
         policy = loaded.policy
         started = time.monotonic()
         bound = log.bind(
             namespace=policy.metadata.namespace, inferenceService=policy.spec.target.inference_service
         )
         try:
-            return self._prepare(policy, destinations, bound, now or self._clock())
+            return self._prepare(policy, destinations, bound, now or self._clock(), alarm)
         except NotLeader:
             raise
         except ApiException as error:
@@ -300,6 +307,7 @@ class Reconciler:
         destinations: Sequence[Destination],
         bound: FilteringBoundLogger,
         now: datetime,
+        alarm: bool = False,
     ) -> Prepared | ReconcileOutcome:
         key = policy.key
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
@@ -343,10 +351,10 @@ class Reconciler:
         if stored.command_json is not None and not stale:
             state, answer = self._apply_command(stored, state, now, bound)
 
-        request = evidence_request(policy, observed, state, now, ledger=ledger)
+        request = evidence_request(policy, observed, state, now, ledger=ledger, alarm=alarm)
         return Prepared(
             policy, destinations, bound, now, observed, stored, stored_ledger, state, ledger, stale, answer,
-            request, baseline,
+            request, baseline, alarm=alarm,
         )  # fmt: skip
 
     def _remembered(self, key: str, stored: StoredState, state: RolloutState, now: datetime) -> RolloutState:
@@ -366,7 +374,9 @@ class Reconciler:
         observed, stored, state = prepared.observed, prepared.stored, prepared.state
         ledger, stale, answer = prepared.ledger, prepared.stale, prepared.answer
         gate_results = self._gates.results(key) if self._gates is not None else ()
-        decision = decide(policy, observed, state, evidence, now, ledger=ledger, gates=gate_results)
+        decision = decide(
+            policy, observed, state, evidence, now, ledger=ledger, gates=gate_results, alarm=prepared.alarm
+        )
         outcome = ReconcileOutcome(key, decision=decision, evaluated=prepared.request is not None)
 
         # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo.

@@ -14,7 +14,12 @@ Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
    evidence (any other :class:`EvidenceSource`: ``collect`` per rollout). Rollouts that need none —
    an auto-start, a first step, an idle model — are handed to the workers as soon as they are read,
    without waiting for the other reads or for Prometheus.
-4. **Decide and write** on a bounded worker pool (:meth:`Reconciler.finish`, which keeps its order:
+4. **Alarms.** An evidence source that samples every tracked revision each tick (``take_alarms``:
+   :class:`~canary.metrics.prometheus.PrometheusEvidenceSource`) reports the canaries OOM-killed
+   since its last sample; their rollouts are due at once, with ``alarm`` (an extra look before the
+   interval: :func:`canary.rollout.core.decide`), so a critical signal is judged within a tick or
+   two of becoming queryable, not up to an interval later.
+5. **Decide and write** on a bounded worker pool (:meth:`Reconciler.finish`, which keeps its order:
    ledger → state → patch, each fenced with ``fence(key)`` and conditional on the resourceVersion
    read in 2).
 
@@ -133,6 +138,8 @@ class TickRunner:
         self._carried: list[str] = []
         self._in_flight: set[str] = set()
         self._not_owned: set[str] = set()  # keys another replica drives (or drove) meanwhile
+        self._canaries: dict[tuple[str, str], str] = {}  # (namespace, canary revision): the rollout's key
+        self._alarmed: set[str] = set()  # keys to look at now, with alarm (see step 4)
         self.last: TickOutcome | None = None
 
     # -- what there is -------------------------------------------------------------------------
@@ -144,7 +151,9 @@ class TickRunner:
                 self._next_due.pop(key, None)
                 self._waiting_since.pop(key, None)
                 self._triggered.discard(key)
+                self._alarmed.discard(key)
                 self._reconciler.forget(key)
+            self._canaries = {canary: key for canary, key in self._canaries.items() if key in intervals}
             self._carried = [key for key in self._carried if key in intervals]
             self._intervals = dict(intervals)
 
@@ -194,6 +203,7 @@ class TickRunner:
         now = self._clock()
         outcome = TickOutcome(at=now)
         api_before = _api_counts(self._metrics)
+        self._take_alarms(set())  # raised since the last tick's collect (or by another caller)
         due = self.due(now)
         outcome.due = list(due)
         with self._lock:
@@ -223,6 +233,7 @@ class TickRunner:
             outcome.collect_calls = calls
             for item, evidence in zip(needing, evidences, strict=True):
                 futures[item.key] = self._submit(item, evidence)
+            self._take_alarms({item.key for item in needing})
         # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
         # what is not done by then finishes on the pool, and its rollout is not read again until then.
         for key, future in futures.items():
@@ -270,10 +281,14 @@ class TickRunner:
             self._reconciler.forget(key)
         with self._lock:
             self._triggered.discard(key)
+            alarm = key in self._alarmed
+            self._alarmed.discard(key)
             self._in_flight.add(key)  # from the read to the write (in_flight(): a draining elector waits)
         try:
             self._before(loaded)
-            prepared = self._reconciler.prepare(loaded, self._destinations(loaded.policy), now=now)
+            prepared = self._reconciler.prepare(
+                loaded, self._destinations(loaded.policy), now=now, alarm=alarm
+            )
         except NotLeader as error:
             log.warning("write refused: not the owner", key=key, error=str(error))
             outcome.skipped.append(key)
@@ -293,7 +308,32 @@ class TickRunner:
             self._done(key)
             self._schedule(key, now, prepared)
             return None
+        if prepared.request is not None:
+            with self._lock:
+                self._canaries[(prepared.request.namespace, prepared.request.canary_revision)] = key
         return prepared
+
+    def _take_alarms(self, judged_now: set[str]) -> None:
+        """Step 4: the rollouts whose canary the evidence source saw OOM-killed, looked at now (not
+        those judged in this very tick: their evidence already holds the kill)."""
+        take = getattr(self._evidence, "take_alarms", None)
+        if not callable(take):
+            return
+        try:
+            alarms = set(take())
+        except Exception as error:  # an alarm is a shortcut; the interval still comes
+            log.warning("evidence alarms unreadable", error=str(error))
+            return
+        with self._lock:
+            keys = {self._canaries[alarm] for alarm in alarms if alarm in self._canaries}
+            keys = {key for key in keys - judged_now if key in self._intervals}
+            self._alarmed |= keys
+            self._triggered |= keys
+        for key in sorted(keys):
+            log.info("critical signal: the canary was OOM-killed; evaluating it now", key=key)
+            self._metrics.tick_rollouts.labels("alarmed").inc()
+        if keys and judged_now:
+            self._wake()  # raised by this tick's sample: the next tick now, not a period later
 
     def _done(self, key: str) -> None:
         with self._lock:

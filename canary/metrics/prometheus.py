@@ -29,11 +29,12 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +53,7 @@ from canary.evidence import (
 from canary.metrics.catalog import (
     FIELD_SAMPLES,
     PEAK_FIELD,
+    BuiltinQuery,
     CounterQuery,
     Family,
     PeakQuery,
@@ -128,7 +130,7 @@ class PrometheusEvidenceSource:
         client: PrometheusClient | None = None,
         clock: Callable[[], float] | None = None,
         max_single_queries_per_tick: int = 200,
-        backfill_sample_budget: int = 1_000_000,
+        backfill_sample_budget: int = 200_000,
         idle_revision_ttl: float = 900.0,
     ) -> None:
         """
@@ -141,7 +143,10 @@ class PrometheusEvidenceSource:
         :param max_single_queries_per_tick: custom ``promql`` checks and overrides asked per tick (one
             query per revision each); the others are ``error``/``deferred`` until a later tick.
         :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
-            ``--query.max-samples`` is 50,000,000 by default).
+            ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
+            memory: an answer decodes to about 150 bytes of Python objects per point, so one of a
+            million points held 165 MiB at its peak (memray, 1,000 rollouts starting at once), and
+            that peak stayed in the process' RSS; 200,000 keep it near 30 MiB, in more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
         """
         if max_parallel_queries < 1:
@@ -230,6 +235,8 @@ class PrometheusEvidenceSource:
                 answered = outcomes.get(need.ask) if need.ask is not None else None
                 result = parsed.get(need.ask) if need.ask is not None else None
                 measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
+                if isinstance(need.ask, GroupedAsk) and measurement.query:
+                    measurement = replace(measurement, query=_builtin_for(need.ask.query, need.revision))
                 if need.ask is not None:
                     used_asks[need.rollout].add(need.ask)
             (canary if need.side is Side.CANARY else stable)[need.rollout][need.key] = measurement
@@ -259,6 +266,12 @@ class PrometheusEvidenceSource:
         return evidence
 
     # -- detection ------------------------------------------------------------------------------
+
+    def take_alarms(self) -> set[tuple[str, str]]:
+        """``(namespace, revision)`` of the revisions whose containers were OOM-killed in a per-tick
+        sample since the last call: the controller evaluates their rollouts now instead of at their
+        next interval."""
+        return {(key.namespace, key.revision) for key in self.counts.take_alarms()}
 
     def detect(self, at: datetime) -> DetectionReport:
         """Detect every auto family now (e.g. at startup, which logs the choice) and report."""
@@ -460,6 +473,7 @@ class CountsPipeline:
         self._lock = threading.Lock()
         self.books: dict[CounterQuery, CounterBook] = {}
         self._last: dict[CounterQuery, _Refresh] = {}
+        self._alarms: set[RevisionKey] = set()
 
     def explain(self) -> dict[str, Any]:
         with self._lock:
@@ -517,6 +531,7 @@ class CountsPipeline:
         assert isinstance(need.ask, CountsAsk)
         book = self.book(need.ask.counter)
         failure = refresh.failures.get(need.revision)
+        shown = _counters_for(need.ask.counter, need.revision) if refresh.query else ""
         side = counted.series.setdefault(need.rollout, {})
         if need.side.value not in side and need.ask.counter.profile is not None:  # requests only
             if failure is not None:
@@ -524,11 +539,11 @@ class CountsPipeline:
                     EvidenceStatus.ERROR,
                     detail=failure.detail,
                     error_class=failure.error_class,
-                    query=refresh.query,
+                    query=shown,
                 )
             else:
                 side[need.side.value] = book.count_series(
-                    need.revision, request.counts_start, request.at, query=refresh.query
+                    need.revision, request.counts_start, request.at, query=shown
                 )
         counts: tuple[Tally | None, Snapshot | None] | QueryFailure
         pods = oom_kills = 0
@@ -545,7 +560,7 @@ class CountsPipeline:
             need.ask.quantile,
             counts,
             min_requests=self.min_requests,
-            query=refresh.query,
+            query=shown,
             duration=refresh.duration,
             pods=pods,
             oom_kills=oom_kills,
@@ -582,7 +597,20 @@ class CountsPipeline:
             refresh = self._sample(counter, book, starts, at)
             self._last[counter] = refresh
             book.prune(at)
+            # Every tracked revision was sampled: one whose containers were OOM-killed since the last
+            # sample is an alarm (take_alarms), whoever is due now.
+            self._alarms.update(
+                revision
+                for revision in refresh.revisions
+                if revision not in refresh.failures and book.new_oom_kills(revision) > 0
+            )
             return refresh, True
+
+    def take_alarms(self) -> set[RevisionKey]:
+        """The revisions OOM-killed in a sample since the last call (each reported once)."""
+        with self._lock:
+            alarms, self._alarms = self._alarms, set()
+        return alarms
 
     def _sample(
         self,
@@ -775,6 +803,7 @@ class _PeakRefresh:
     query: str
     http_requests: int = 0
     duration: float = 0.0
+    span: str = ""  # the peak query's range (one scrape interval in a backfill)
 
 
 @dataclass(slots=True)
@@ -856,7 +885,8 @@ class PeaksPipeline:
                     peaked.http_requests[need.rollout] = (
                         peaked.http_requests.get(need.rollout, 0) + refresh.http_requests
                     )
-                outcome = QueryOutcome(refresh.query, None, None, 0, refresh.duration)
+                shown = _peaks_for(need.ask.peaks, need.revision, refresh.span) if refresh.query else ""
+                outcome = QueryOutcome(shown, None, None, 0, refresh.duration)
                 failure = refresh.failures.get(need.revision)
                 parsed: GroupedAnswer | QueryFailure
                 if failure is not None:
@@ -931,6 +961,7 @@ class PeaksPipeline:
                 refresh.failures.update(dict.fromkeys(revisions, failure))
                 return refresh
             outcome = self._instant(promql, at)
+            refresh.span = span
             refresh.query, refresh.http_requests, refresh.duration = (
                 promql,
                 outcome.http_requests,
@@ -969,7 +1000,7 @@ class PeaksPipeline:
             chunk, halved = pending.pop(0)
             promql = render_peaks(query, chunk.revisions, span)
             if not refresh.query:
-                refresh.query = promql
+                refresh.query, refresh.span = promql, span
             outcome = self._range(promql, chunk.start, chunk.end, self.step)
             refresh.http_requests += outcome.http_requests
             refresh.duration += outcome.duration
@@ -993,3 +1024,24 @@ class PeaksPipeline:
             return
         for revision in revisions:
             book.replay(revision, history[revision], start)
+
+
+# The query a measurement shows (explain.json, status, notifications) is the grouped query narrowed
+# to its own revision: what was asked for it, readable, and bounded. The grouped query itself lists
+# every revision of the tick — at 1,000 rollouts about 100 kB, three copies in every explain
+# document, and the state ConfigMaps' bulk in the watch caches and in every write.
+
+
+@functools.lru_cache(maxsize=8192)
+def _counters_for(counter: CounterQuery, revision: RevisionKey) -> str:
+    return render_counters(counter, [revision])
+
+
+@functools.lru_cache(maxsize=8192)
+def _peaks_for(query: PeakQuery, revision: RevisionKey, span: str) -> str:
+    return render_peaks(query, [revision], span or "1ms")
+
+
+@functools.lru_cache(maxsize=8192)
+def _builtin_for(query: BuiltinQuery, revision: RevisionKey) -> str:
+    return render_builtin(query, [revision])

@@ -91,6 +91,7 @@ def decide(
     *,
     ledger: RollbackLedger | None = None,
     gates: Sequence[GateResult] = (),
+    alarm: bool = False,
 ) -> Decision:
     """Decide what to do with one InferenceService now. Pure: same inputs, same decision.
 
@@ -100,9 +101,14 @@ def decide(
     state cannot undo a rollback): a revision in it is never started, advanced or promoted again;
     a ledger of another InferenceService object (uid) is ignored. ``gates`` are the finished
     attempts of gate calls (:mod:`canary.rollout.gates`); results of another revision, of a call
-    point not reached, or already recorded in the state change nothing.
+    point not reached, or already recorded in the state change nothing. ``alarm``: the shell saw a
+    critical signal move for the canary (an OOM kill in the evidence pipeline's latest sample), and
+    an evaluation is due now, before its interval — an extra look, judged like any other (the
+    sequential tests stay valid however often they look); it never skips a step's hold.
     """
-    return _Tick(policy, observed, state, evidence, now, probing=False, ledger=ledger, gates=gates).run()
+    return _Tick(
+        policy, observed, state, evidence, now, probing=False, ledger=ledger, gates=gates, alarm=alarm
+    ).run()
 
 
 def evidence_request(
@@ -113,13 +119,14 @@ def evidence_request(
     *,
     ledger: RollbackLedger | None = None,
     gates: Sequence[GateResult] = (),
+    alarm: bool = False,
 ) -> EvidenceRequest | None:
     """What :func:`decide` would judge now: revisions, window ``[start, now]`` and checks — or None.
 
     It runs the same rules as :func:`decide` (so a step whose start is observed in this very tick
-    is accounted for) and reports the evaluation that is due, if any.
+    is accounted for) and reports the evaluation that is due, if any (``alarm``: as :func:`decide`).
     """
-    tick = _Tick(policy, observed, state, None, now, probing=True, ledger=ledger, gates=gates)
+    tick = _Tick(policy, observed, state, None, now, probing=True, ledger=ledger, gates=gates, alarm=alarm)
     tick.run()
     return tick.requested
 
@@ -184,6 +191,7 @@ class _Tick:
         probing: bool,
         ledger: RollbackLedger | None = None,
         gates: Sequence[GateResult] = (),
+        alarm: bool = False,
     ) -> None:
         if now.tzinfo is None or now.utcoffset() is None:
             raise ValueError("decide() needs a timezone-aware 'now'")
@@ -197,6 +205,7 @@ class _Tick:
         self.evidence = evidence
         self.now = now
         self.probing = probing
+        self.alarm = alarm
         self.ledger = (ledger or RollbackLedger()).for_inference_service(observed.uid)
         self.gate_results = tuple(gates)
         self.gate_calls: list[GateCall] = []
@@ -1255,7 +1264,10 @@ class _Tick:
         return None
 
     def due(self, at: datetime, window_start: datetime, window_end: datetime | None) -> bool:
-        return is_due(at, window_start, window_end, self.state.evaluation.at, self.plan.interval)
+        last = self.state.evaluation.at
+        if self.alarm and at > window_start and (last is None or at > last):
+            return True  # an extra look, now: a critical signal moved (see decide)
+        return is_due(at, window_start, window_end, last, self.plan.interval)
 
     def request(
         self, checks: tuple[Check, ...], window_start: datetime, stable: str | None, compare: bool

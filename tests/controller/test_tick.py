@@ -62,6 +62,7 @@ class RecordingSource:
 
     def __init__(self, *, many: bool = True) -> None:
         self.calls: list[list[tuple[str, datetime]]] = []
+        self.alarms: set[tuple[str, str]] = set()  # what take_alarms reports next (once)
         if not many:
             self.collect_many = None  # type: ignore[assignment]
 
@@ -76,6 +77,10 @@ class RecordingSource:
     def collect_many(self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]]) -> list[Evidence]:
         self.calls.append([(policy.key, request.at) for policy, request in rollouts])
         return [self._answer(request) for _, request in rollouts]
+
+    def take_alarms(self) -> set[tuple[str, str]]:
+        alarms, self.alarms = self.alarms, set()
+        return alarms
 
 
 @dataclass
@@ -343,3 +348,36 @@ def test_a_rollout_needing_no_evidence_is_decided_while_the_others_are_still_rea
     outcome = runner.run_tick()
     assert runner.due(world.clock()) == [] and first in outcome.decided and last in outcome.decided
     assert seen_before_last_read == [True], "the first idle model's state was written only after every read"
+
+
+def test_an_alarm_makes_its_rollout_due_now_and_evaluated_before_its_interval(world: World) -> None:
+    """The evidence source saw m2's canary OOM-killed: m2 is evaluated in the next tick, 10 s after
+    its last evaluation at a 1m interval, and alone; an alarm for a revision no rollout judges
+    changes nothing."""
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    runner = world.runner()
+    runner.run_tick()
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)
+    world.clock.now += timedelta(minutes=1, seconds=1)
+    runner.run_tick()  # every rollout evaluated once: the runner knows their canaries
+    world.source.calls.clear()
+
+    world.clock.now += timedelta(seconds=10)
+    assert runner.due(world.clock()) == []
+    world.source.alarms = {(NS, "m2-predictor-00002"), (NS, "elsewhere-predictor-00009")}
+    outcome = runner.run_tick()
+    assert outcome.due == [f"{NS}/m2"]
+    assert world.source.calls == [[(f"{NS}/m2", world.clock.now)]], "m2 alone, judged now"
+    result = outcome.outcomes[f"{NS}/m2"]
+    assert result.evaluated and result.decision is not None
+    assert result.decision.new_state.evaluation.at == world.clock.now
+    assert world.metrics.tick_rollouts.labels("alarmed")._value.get() == 1
+
+    world.clock.now += timedelta(seconds=5)
+    assert runner.due(world.clock()) == [], "the alarm is used once; m2's interval counts from its look"
+    world.source.alarms = {(NS, "m2-predictor-00002")}
+    runner.run_tick()  # taken at the tick's start: m2 due again, looked at again
+    assert world.source.calls[-1] == [(f"{NS}/m2", world.clock.now)]

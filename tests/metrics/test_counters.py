@@ -528,3 +528,36 @@ def test_keys_that_appear_later_are_zero_before_and_counted_whole_after() -> Non
     assert baseline.by_class == {"2xx": 0} and baseline.buckets == {"latency": {0.1: 0, math.inf: 0}}
     assert last.by_class == {"2xx": 40, "5xx": 5}
     assert last.buckets["ttft"] == {1.0: 7}
+
+
+_LABEL_VALUES = st.one_of(
+    st.sampled_from(["ml", "r1", "count", "bucket", "oom", "ttft_bucket", "p-0", "5xx", "0.25", "+Inf", "x"]),
+    st.text(max_size=4),
+    st.integers(-2, 2),
+    st.lists(st.integers(), max_size=2),  # not hashable: read the long way
+    st.none(),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["namespace", "revision", "evidence_field", "pod", "code_class", "le", "other"]),
+            _LABEL_VALUES,
+            max_size=7,
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from([1.0, 1000.0]),
+)
+def test_a_remembered_series_identity_is_the_one_its_labels_give(
+    labels_seen: list[dict[str, object]], divisor: float
+) -> None:
+    """The identities are remembered across ticks by their label values: asking again, in any order,
+    for any labels (broken ones too), gives what reading the labels afresh gives."""
+    from canary.metrics import counters
+
+    for labels in [*labels_seen, *reversed(labels_seen)]:
+        assert counters._series_id(labels, divisor) == counters._read_series_id(labels, divisor)

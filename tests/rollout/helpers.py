@@ -143,14 +143,15 @@ class Harness:
         evidence: Callable[[EvidenceRequest], Evidence] | None = HEALTHY_EVIDENCE,
         patch: bool = True,
         reconcile: bool = True,
+        alarm: bool = False,
     ) -> Decision:
         self.now += timedelta(seconds=after)
         observed = self.sim.observe()
-        request = evidence_request(self.policy, observed, self.state, self.now)
+        request = evidence_request(self.policy, observed, self.state, self.now, alarm=alarm)
         answer = evidence(request) if request is not None and evidence is not None else None
         if request is not None:
             self.requests.append(request)
-        decision = decide(self.policy, observed, self.state, answer, self.now)
+        decision = decide(self.policy, observed, self.state, answer, self.now, alarm=alarm)
         # Write-ahead: the state (with the intent) is stored before the patch.
         self.state = RolloutState.from_json(decision.new_state.to_json())
         if patch and decision.action.writes:

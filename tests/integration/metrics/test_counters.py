@@ -499,6 +499,12 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
         for key in ("gpu", "gpu:fraction", "kv", "warmup"):
             assert evidence.canary[key].status is EvidenceStatus.OK, evidence.canary[key]
         assert evidence.canary["gpu"].samples == 1
+        # Each measurement shows the query narrowed to its own revision, not the tick's grouped one
+        # (at 1,000 rollouts that one is about 100 kB, and explain.json would hold it per check).
+        others = {r.canary_revision for _, r in jittered} - {canary}
+        for key, measurement in evidence.canary.items():
+            assert canary in measurement.query, (key, measurement.query)
+            assert not [other for other in others if other in measurement.query], (key, measurement.query)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,3 +544,37 @@ def test_custom_queries_beyond_the_tick_budget_are_deferred_and_take_turns(produ
             assert evidence[1 - deferred[0]].canary["custom"].status is EvidenceStatus.OK
             deferred_per_tick.append(deferred[0])
     assert deferred_per_tick in ([1, 0, 1, 0], [0, 1, 0, 1])  # nobody starved
+
+
+def test_an_oom_kill_is_an_alarm_once_in_the_first_sample_that_shows_it(production: Scenario) -> None:
+    """The per-tick sample of every tracked revision reports the canaries OOM-killed since the last
+    one (the controller looks at their rollouts at once): llama's canary, once, in the first live
+    tick whose sample holds the kill; never the stable, whose only restart is its queue-proxy's."""
+    policy = make_policy([{"name": "oom", "metric": "oom-kills", "max": 0, "critical": True}])
+    start = AT - timedelta(seconds=400)
+    ticks = [start + timedelta(seconds=index * 10) for index in range(41)]
+    revisions = ("llama-predictor-00002", "llama-predictor-00001")
+    canary_pods = revision_of(production.simulation, revisions[0]).pods
+    kills = sorted(r.at for pod in canary_pods for r in pod.restarts if r.reason == "OOMKilled")
+    assert kills and start.timestamp() < kills[0] < AT_SECONDS, "the scenario's OOM kill is in range"
+    alarms: list[tuple[datetime, set[tuple[str, str]]]] = []
+    with production.source() as live:
+        for tick in ticks:
+            live.collect_many(
+                [
+                    (
+                        policy,
+                        _request(
+                            policy, "kn118", name, None, at=tick, window_start=start, inference_service=name
+                        ),
+                    )
+                    for name in revisions
+                ]
+            )
+            taken = live.take_alarms()
+            if taken:
+                alarms.append((tick, taken))
+    assert [found for _, found in alarms] == [{("kn118", revisions[0])}], alarms
+    # The first tick whose sample holds the kill: the first after the scrape that recorded it.
+    raised = alarms[0][0].timestamp()
+    assert kills[0] < raised <= kills[0] + STEP + 10, (kills[0], raised)
