@@ -48,6 +48,7 @@ from canary.controller.reconciler import Prepared, ReconcileOutcome, Reconciler
 from canary.evidence import Evidence, EvidenceRequest, EvidenceSource
 from canary.notify import Destination
 from canary.policy import LoadedPolicy, PromotionPolicy
+from canary.rollout.bookkeeping import TIMER_SLACK
 from canary.rollout.state import Phase
 
 __all__ = ["Ownership", "SingleLeaseOwnership", "TickOutcome", "TickRunner"]
@@ -416,9 +417,9 @@ class TickRunner:
                 # An active rollout whose evaluation was not due yet (its window started after the
                 # last one): looked at again next tick, from the caches, until it is.
                 soon = timedelta(seconds=min(interval, self.period))
-                self._next_due[key] = now + (soon if phase in _ACTIVE else every)
+                self._next_due[key] = now + (soon if phase in _ACTIVE else every) - TIMER_SLACK
             else:
-                self._next_due[key] = now + every
+                self._next_due[key] = now + every - TIMER_SLACK  # as the core's is_due
         if result is not None and result.retry_soon:
             self._wake()
 

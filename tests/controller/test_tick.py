@@ -36,6 +36,7 @@ from canary.kserve.store import (
 )
 from canary.notify import NotificationDispatcher
 from canary.policy import LoadedPolicy, PromotionPolicy, load_text
+from canary.rollout.bookkeeping import TIMER_SLACK
 
 NS = "ml"
 MODELS = [f"m{index}" for index in range(6)]
@@ -381,3 +382,23 @@ def test_an_alarm_makes_its_rollout_due_now_and_evaluated_before_its_interval(wo
     world.source.alarms = {(NS, "m2-predictor-00002")}
     runner.run_tick()  # taken at the tick's start: m2 due again, looked at again
     assert world.source.calls[-1] == [(f"{NS}/m2", world.clock.now)]
+
+
+def test_a_rollout_is_due_in_the_tick_that_fires_just_before_its_interval_ends(world: World) -> None:
+    """A timer fires a few milliseconds late by a different amount each time; the tick an interval
+    after an evaluation must still evaluate it, not the next one (TIMER_SLACK, as the core's)."""
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    runner = world.runner()
+    runner.run_tick()
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)
+    world.clock.now += timedelta(minutes=1, seconds=1)
+    runner.run_tick()
+    world.source.calls.clear()
+    world.clock.now += timedelta(minutes=1) - TIMER_SLACK / 2
+    outcome = runner.run_tick()
+    assert sorted(outcome.due) == sorted(world.policies)
+    assert all(result.evaluated for result in outcome.outcomes.values())
+    assert len(world.source.calls) == 1

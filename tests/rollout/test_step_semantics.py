@@ -17,6 +17,7 @@ from canary.rollout import (
     decide,
     evidence_request,
 )
+from canary.rollout.bookkeeping import TIMER_SLACK
 
 from .helpers import (
     HEALTHY_EVIDENCE,
@@ -274,3 +275,15 @@ def test_a_weight_that_is_no_longer_a_step_pauses_and_resume_continues_from_the_
     resumed = harness.tick(1)
     assert (resumed.action, resumed.weight) == (Action.START, 5)
     assert resumed.new_state.phase is Phase.PROGRESSING
+
+
+def test_a_tick_firing_just_before_the_interval_ends_evaluates_then_not_a_tick_later() -> None:
+    """Timers fire a little late, by a different amount each time: the tick an interval after an
+    evaluation may come a few milliseconds early. Up to TIMER_SLACK early it evaluates; earlier not."""
+    harness = progressing()
+    harness.tick(60)
+    asked = len(harness.requests)
+    harness.tick(60 - TIMER_SLACK.total_seconds() / 2)
+    assert len(harness.requests) == asked + 1, "half the slack early: evaluated now"
+    harness.tick(60 - 2 * TIMER_SLACK.total_seconds())
+    assert len(harness.requests) == asked + 1, "twice the slack early: not yet"
