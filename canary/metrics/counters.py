@@ -28,7 +28,7 @@ import itertools
 import math
 from array import array
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -165,6 +165,10 @@ class Snapshot:
     oom_kills: int = (
         0  # restart counters: the restarts counted while the container's last reason was OOMKilled
     )
+    # The tally from the previous snapshot to this one, computed once when this one is recorded:
+    # every evaluation reads the consecutive tallies since its start (up to a window of ticks, for
+    # two revisions), and they never change (None for a revision's first snapshot).
+    since_previous: Tally | None = None
 
     def total(self, index: int | None) -> int:
         return self.totals[index] if index is not None and index < len(self.totals) else 0
@@ -214,6 +218,12 @@ def _tally(first: Snapshot, last: Snapshot) -> Tally:
         )
         histograms[measure] = Histogram(edges, at_most, total)
     return Tally(first.at, last.at, requests, errors, client_errors, histograms)
+
+
+def _step(first: Snapshot, last: Snapshot) -> Tally:
+    """The tally between two consecutive snapshots: the one recorded with ``last``."""
+    known = last.since_previous
+    return known if known is not None and known.start == first.at else _tally(first, last)
 
 
 @dataclass(slots=True)
@@ -297,11 +307,12 @@ class CounterBook:
         pods = frozenset(series.pod for series in values)
         if track.snapshots and track.snapshots[-1].pods == pods:
             pods = track.snapshots[-1].pods  # one set for a revision's snapshots while its pods stay
-        track.snapshots.append(
-            Snapshot(
-                at, array("q", track.totals), track.layout, present, sample.invalid, pods, track.oom_kills
-            )
+        snapshot = Snapshot(
+            at, array("q", track.totals), track.layout, present, sample.invalid, pods, track.oom_kills
         )
+        if track.snapshots:
+            snapshot = replace(snapshot, since_previous=_tally(track.snapshots[-1], snapshot))
+        track.snapshots.append(snapshot)
         if len(track.snapshots) > self.max_snapshots:
             del track.snapshots[: len(track.snapshots) - self.max_snapshots]
         return True
@@ -430,7 +441,7 @@ class CounterBook:
             return CountSeries(EvidenceStatus.INVALID_VALUE, detail=chosen[-1].invalid, query=query)
         if not any(snapshot.series for snapshot in chosen):
             return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
-        tallies = tuple(_tally(a, b) for a, b in itertools.pairwise(chosen))
+        tallies = tuple(_step(a, b) for a, b in itertools.pairwise(chosen))
         return CountSeries(EvidenceStatus.OK, tallies, query=query)
 
     def tally(

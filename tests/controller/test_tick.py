@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import structlog
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.stack import inference_service
 from kubernetes import client, config
@@ -64,6 +65,7 @@ class RecordingSource:
     def __init__(self, *, many: bool = True) -> None:
         self.calls: list[list[tuple[str, datetime]]] = []
         self.alarms: set[tuple[str, str]] = set()  # what take_alarms reports next (once)
+        self.alarms_in_sample: set[tuple[str, str]] = set()  # raised by the next collect_many
         if not many:
             self.collect_many = None  # type: ignore[assignment]
 
@@ -77,6 +79,8 @@ class RecordingSource:
 
     def collect_many(self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]]) -> list[Evidence]:
         self.calls.append([(policy.key, request.at) for policy, request in rollouts])
+        self.alarms |= self.alarms_in_sample
+        self.alarms_in_sample = set()
         return [self._answer(request) for _, request in rollouts]
 
     def take_alarms(self) -> set[tuple[str, str]]:
@@ -402,3 +406,23 @@ def test_a_rollout_is_due_in_the_tick_that_fires_just_before_its_interval_ends(w
     assert sorted(outcome.due) == sorted(world.policies)
     assert all(result.evaluated for result in outcome.outcomes.values())
     assert len(world.source.calls) == 1
+
+
+def test_a_canary_alarmed_by_the_tick_s_own_sample_is_decided_first(world: World) -> None:
+    """Every rollout is due; the sample sees m5's canary OOM-killed: m5 (last by name) is decided
+    first, before the holds (one worker: decisions in submission order), and not looked at again."""
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    runner = world.runner(max_workers=1)
+    runner.run_tick()
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)
+    world.clock.now += timedelta(minutes=1, seconds=1)
+    world.source.alarms_in_sample = {(NS, "m5-predictor-00002")}
+    with structlog.testing.capture_logs() as logs:
+        outcome = runner.run_tick()
+    assert sorted(outcome.decided) == sorted(world.policies)
+    decided = [line["inferenceService"] for line in logs if line.get("decisionId")]
+    assert decided[0] == "m5", decided
+    assert runner.due(world.clock()) == [], "judged in this tick with the kill in its evidence"
