@@ -227,17 +227,24 @@ class TickRunner:
                 futures[item.key] = self._submit(item, None)
             else:
                 needing.append(item)
-        # 3. one collect for all
+        # 3. one collect for all — but a rollout looked at for an alarm first, on its own: its
+        # rollback must not wait for the evidence of a tick of holds (the sample it takes is
+        # the one the others then share, so Prometheus is asked no more).
         if needing:
             outcome.evidence_requests = len(needing)
-            evidences, calls = self._collect(needing)
-            outcome.collect_calls = calls
-            # The canaries this sample saw OOM-killed are decided first (a rollback must not wait
-            # behind a tick of holds); alarmed rollouts not judged now are looked at next (step 4).
-            alarmed = self._take_alarms({item.key for item in needing})
-            order = sorted(range(len(needing)), key=lambda index: needing[index].key not in alarmed)
-            for index in order:
-                futures[needing[index].key] = self._submit(needing[index], evidences[index])
+            urgent = [item for item in needing if item.alarm]
+            rest = [item for item in needing if not item.alarm]
+            for batch in (urgent, rest):
+                if not batch:
+                    continue
+                evidences, calls = self._collect(batch)
+                outcome.collect_calls += calls
+                # The canaries this sample saw OOM-killed are decided first (behind no hold);
+                # alarmed rollouts not judged now are looked at next (step 4).
+                alarmed = self._take_alarms({item.key for item in needing})
+                order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
+                for index in order:
+                    futures[batch[index].key] = self._submit(batch[index], evidences[index])
         # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
         # what is not done by then finishes on the pool, and its rollout is not read again until then.
         for key, future in futures.items():

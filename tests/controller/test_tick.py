@@ -426,3 +426,26 @@ def test_a_canary_alarmed_by_the_tick_s_own_sample_is_decided_first(world: World
     decided = [line["inferenceService"] for line in logs if line.get("decisionId")]
     assert decided[0] == "m5", decided
     assert runner.due(world.clock()) == [], "judged in this tick with the kill in its evidence"
+
+
+def test_a_rollout_looked_at_for_an_alarm_gets_its_evidence_before_the_others(world: World) -> None:
+    """m5 is alarmed while every rollout is due: its evidence is collected on its own, first (its
+    rollback waits for no hold's evidence); the others share the next collect."""
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    runner = world.runner()
+    runner.run_tick()
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)
+    world.clock.now += timedelta(minutes=1, seconds=1)
+    runner.run_tick()
+    world.source.calls.clear()
+    world.clock.now += timedelta(minutes=1)
+    world.source.alarms = {(NS, "m5-predictor-00002")}
+    outcome = runner.run_tick()
+    assert sorted(outcome.decided) == sorted(world.policies)
+    assert outcome.collect_calls == 2
+    first, second = world.source.calls
+    assert [key for key, _ in first] == [f"{NS}/m5"]
+    assert sorted(key for key, _ in second) == sorted(set(world.policies) - {f"{NS}/m5"})
