@@ -57,6 +57,7 @@ from canary.rollout.past import ends_rollout, record_after
 from canary.rollout.persistence import (
     DEFAULT_EXPLAIN_EVERY_INTERVALS,
     explain_due,
+    text_shape,
     restarted,
     store_reason,
 )
@@ -685,11 +686,11 @@ class Reconciler:
 
 def _log_shape(decision: Decision) -> str:
     """What a decision's log line says, without its numbers: two decisions of the same shape differ
-    only in values a reader finds in ``explain`` (digits are masked, as explain's own change test does)."""
+    only in values a reader finds in ``explain`` (numbers and durations masked, as explain's own
+    change test does)."""
     checks = ",".join(f"{judgement.name}={judgement.verdict}" for judgement in decision.judgements)
     reasons = "|".join(sorted(decision.reasons))
-    text = f"{decision.action}/{decision.event_reason}/{decision.verdict}/{checks}/{reasons}"
-    return "".join("#" if character.isdigit() else character for character in text)
+    return text_shape(f"{decision.action}/{decision.event_reason}/{decision.verdict}/{checks}/{reasons}")
 
 
 def _readable_explain(stored: StoredState) -> ExplainDocument | None:

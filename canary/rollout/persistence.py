@@ -30,6 +30,7 @@ the same phases, steps, streaks and writes as replaying it from every state — 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -46,6 +47,7 @@ __all__ = [
     "no_data_clock",
     "restarted",
     "store_reason",
+    "text_shape",
 ]
 
 # explain.json, when it changes in a way that matters, at most once per this many policy intervals.
@@ -166,5 +168,15 @@ def explain_due(
     return change
 
 
-def _shape(text: str) -> str:
-    return "".join("#" if character.isdigit() else character for character in text)
+# A number, or a duration written by format_duration ("1m30s", "761ms"): one "#" each, so that
+# "held 1m30s of 10m" and "held 2m of 10m" read alike (masking digits alone left "#m#s" and "#m":
+# a new "reason" every other interval, and an explain write every five).
+_NUMBER = re.compile(r"(?:\d[\d,.]*(?:ms|[smhd])(?![A-Za-z]))+|\d[\d,.]*")
+
+
+def text_shape(text: str) -> str:
+    """``text`` with its numbers and durations masked: what stays when only values change."""
+    return _NUMBER.sub("#", text)
+
+
+_shape = text_shape

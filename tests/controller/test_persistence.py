@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from canary.kserve.status_model import KServeSim
+from canary.policy.units import format_duration
 from canary.rollout import Decision, RolloutState, decide, evidence_request
 from canary.rollout.persistence import (
     explain_change,
@@ -23,6 +24,7 @@ from canary.rollout.persistence import (
     no_data_clock,
     restarted,
     store_reason,
+    text_shape,
 )
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import (
@@ -191,6 +193,32 @@ def test_explain_is_written_when_a_verdict_or_a_reason_changes_not_when_numbers_
         "reason"
     )
     assert explain_change(_explain(), replace(_explain(), revision="r3")) == "revision"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 10 * 86400), st.floats(0, 10 * 86400), st.integers(0, 10**6), st.integers(0, 10**6))
+def test_a_reason_reads_alike_whatever_its_durations_and_counts(
+    held: float, window: float, requests: int, needed: int
+) -> None:
+    """ "held 1m30s of 10m" and "held 2m of 10m" are the same reason: masking digits alone left
+    "#m#s" and "#m", a new reason every other interval (an explain write every five, at 1,000
+    rollouts 7 writes a second) and a log line at info for every hold."""
+
+    def reason(seconds: float, of: float, count: int, of_count: int) -> str:
+        return (
+            f"Holding r at 10% (step 1 of 3): held {format_duration(seconds)} of {format_duration(of)}, "
+            f"{count} of {of_count} canary requests, latest evaluation pass."
+        )
+
+    assert text_shape(reason(held, window, requests, needed)) == text_shape(reason(60, 600, 5, 100))
+    assert explain_change(_explain(reasons=(reason(held, window, requests, needed),)), _explain(
+        reasons=(reason(90, 600, 7, 100),)
+    )) == ""  # fmt: skip
+
+
+def test_a_reason_with_other_words_is_another_reason() -> None:
+    assert text_shape("held 2m of 10m") != text_shape("paused 2m of 10m")
+    assert text_shape("2xx") == "#xx" and text_shape("5 seconds") == "# seconds"
 
 
 def test_explain_writes_are_rate_limited_per_rollout() -> None:
