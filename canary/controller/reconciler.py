@@ -57,9 +57,9 @@ from canary.rollout.past import ends_rollout, record_after
 from canary.rollout.persistence import (
     DEFAULT_EXPLAIN_EVERY_INTERVALS,
     explain_due,
-    text_shape,
     restarted,
     store_reason,
+    text_shape,
 )
 from canary.rollout.records import CommandFormatError, CommandOutcome, ExplainDocument
 from canary.rollout.state import CommandKind, RolloutState, StateFormatError
