@@ -474,9 +474,10 @@ def test_an_alarm_for_a_rollout_s_previous_canary_changes_nothing(world: World) 
         world.emulator.settle()
         time.sleep(0.1)
         state = world.reconciler.reads.state(NS, "m2").state()
-        if state.revision == "m2-predictor-00003" and state.evaluation.at is not None:
-            if state.step is not None and state.evaluation.at >= (state.step.started_at or world.clock.now):
-                break
+        evaluated, step = state.evaluation.at, state.step
+        started = step.started_at if step is not None else None
+        if state.revision == "m2-predictor-00003" and evaluated and started and evaluated >= started:
+            break
     else:
         raise AssertionError(world.reconciler.reads.state(NS, "m2").state_json)
     world.clock.now += timedelta(seconds=10)
