@@ -320,12 +320,8 @@ class TickRunner:
             self._schedule(key, now, prepared)
             return None
         if prepared.request is not None:
-            canary = (prepared.request.namespace, prepared.request.canary_revision)
             with self._lock:
-                if self._canaries.get(canary) != key:
-                    # A new canary of this rollout: an alarm for its previous one is not about it.
-                    self._canaries = {known: owner for known, owner in self._canaries.items() if owner != key}
-                    self._canaries[canary] = key
+                self._canaries[(prepared.request.namespace, prepared.request.canary_revision)] = key
         return prepared
 
     def _take_alarms(self, judged_now: set[str]) -> set[str]:

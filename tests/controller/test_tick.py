@@ -449,39 +449,3 @@ def test_a_rollout_looked_at_for_an_alarm_gets_its_evidence_before_the_others(wo
     first, second = world.source.calls
     assert [key for key, _ in first] == [f"{NS}/m5"]
     assert sorted(key for key, _ in second) == sorted(set(world.policies) - {f"{NS}/m5"})
-
-
-def test_an_alarm_for_a_rollout_s_previous_canary_changes_nothing(world: World) -> None:
-    """m2 moved on to a new canary: the OOM kills of the one it replaced are not about it."""
-    _wait(lambda: world.reconciler.reads.synced(NS))
-    runner = world.runner()
-    runner.run_tick()
-    for name in MODELS:
-        world.push(name)
-    world.emulator.settle()
-    world.settle(runner)
-    world.clock.now += timedelta(minutes=1, seconds=1)
-    runner.run_tick()  # m2's canary m2-predictor-00002 evaluated
-    client.CustomObjectsApi(world.api).patch_namespaced_custom_object(
-        "serving.kserve.io", "v1beta1", NS, "inferenceservices", "m2",
-        {"spec": {"predictor": {"model": {"storageUri": "s3://m/v3"}}}},
-    )  # fmt: skip
-    world.emulator.settle()
-    for _ in range(20):  # until m2's rollout of its new canary has been evaluated once
-        world.clock.now += timedelta(minutes=1, seconds=1)
-        runner.trigger(f"{NS}/m2")
-        runner.run_tick()
-        world.emulator.settle()
-        time.sleep(0.1)
-        state = world.reconciler.reads.state(NS, "m2").state()
-        evaluated, step = state.evaluation.at, state.step
-        started = step.started_at if step is not None else None
-        if state.revision == "m2-predictor-00003" and evaluated and started and evaluated >= started:
-            break
-    else:
-        raise AssertionError(world.reconciler.reads.state(NS, "m2").state_json)
-    world.clock.now += timedelta(seconds=10)
-    world.source.alarms = {(NS, "m2-predictor-00002")}
-    assert runner.run_tick().due == []
-    world.source.alarms = {(NS, "m2-predictor-00003")}
-    assert runner.run_tick().due == [f"{NS}/m2"]
