@@ -6,6 +6,7 @@ may need it, and if one did, its answer would be a query error (never a decision
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
@@ -38,9 +39,10 @@ from tests.rollout.helpers import EvidenceMaker
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher]]:
-    emulator = Emulator(KServeConfig(reconcile_delay=0.0))
+@contextlib.contextmanager
+def serving(tmp_path: Path, kserve: KServeConfig) -> Iterator[tuple[Emulator, client.ApiClient]]:
+    """The API emulator over HTTP, with ml/llama serving s3://m/v1."""
+    emulator = Emulator(kserve)
     with EmulatorServer(emulator) as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         emulator.create_namespace("ml")
@@ -53,6 +55,12 @@ def world(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient, Reconcil
             inference_service("ml", "llama", "s3://m/v1"),
         )
         emulator.settle()
+        yield emulator, api
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher]]:
+    with serving(tmp_path, KServeConfig(reconcile_delay=0.0)) as (emulator, api):
         dispatcher = NotificationDispatcher()
         source = PrometheusEvidenceSource(PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1))
         reconciler = Reconciler(
@@ -223,23 +231,11 @@ class _MadeEvidence:
 def test_a_hold_that_repeats_is_logged_at_debug_and_every_change_at_info(tmp_path: Path) -> None:
     """33 lines a second at 1,000 rollouts said nothing new: a repeated hold goes to debug; the first
     evaluation, another verdict and an action stay at info, each with its numbers."""
-    emulator = Emulator(KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0))
     evidence = _MadeEvidence(EvidenceMaker())
     offset = [timedelta()]  # the controller's clock: the real time (the emulator's), moved on by hand
-    with EmulatorServer(emulator) as server:
-        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig"))
-        )
-        emulator.create_namespace("ml")
+    kserve = KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0)
+    with serving(tmp_path, kserve) as (emulator, api):
         custom = client.CustomObjectsApi(api)
-        custom.create_namespaced_custom_object(
-            "serving.kserve.io",
-            "v1beta1",
-            "ml",
-            "inferenceservices",
-            inference_service("ml", "llama", "s3://m/v1"),
-        )
-        emulator.settle()
         reconciler = Reconciler(
             inference_services=InferenceServiceClient(api),
             store=ConfigMapStateStore(api),

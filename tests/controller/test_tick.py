@@ -159,6 +159,23 @@ class World:
                 return
         raise AssertionError([s.state_json for s in (self.reconciler.reads.state(NS, n) for n in MODELS)])
 
+    def holding(self, runner: TickRunner) -> None:
+        """Every model on v2, holding its first step (the clock one interval and a second on): the
+        rollouts are due at once, for their first evaluation."""
+        _wait(lambda: self.reconciler.reads.synced(NS))
+        runner.run_tick()  # first look: every model is idle on v1
+        for name in MODELS:
+            self.push(name)
+        self.emulator.settle()
+        self.settle(runner)
+        self.clock.now += timedelta(minutes=1, seconds=1)
+
+    def evaluated_once(self, runner: TickRunner) -> None:
+        """As :meth:`holding`, then every rollout evaluated once (the runner knows their canaries)."""
+        self.holding(runner)
+        runner.run_tick()
+        self.source.calls.clear()
+
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
@@ -359,16 +376,8 @@ def test_an_alarm_makes_its_rollout_due_now_and_evaluated_before_its_interval(wo
     """The evidence source saw m2's canary OOM-killed: m2 is evaluated in the next tick, 10 s after
     its last evaluation at a 1m interval, and alone; an alarm for a revision no rollout judges
     changes nothing."""
-    _wait(lambda: world.reconciler.reads.synced(NS))
     runner = world.runner()
-    runner.run_tick()
-    for name in MODELS:
-        world.push(name)
-    world.emulator.settle()
-    world.settle(runner)
-    world.clock.now += timedelta(minutes=1, seconds=1)
-    runner.run_tick()  # every rollout evaluated once: the runner knows their canaries
-    world.source.calls.clear()
+    world.evaluated_once(runner)
 
     world.clock.now += timedelta(seconds=10)
     assert runner.due(world.clock()) == []
@@ -391,16 +400,8 @@ def test_an_alarm_makes_its_rollout_due_now_and_evaluated_before_its_interval(wo
 def test_a_rollout_is_due_in_the_tick_that_fires_just_before_its_interval_ends(world: World) -> None:
     """A timer fires a few milliseconds late by a different amount each time; the tick an interval
     after an evaluation must still evaluate it, not the next one (TIMER_SLACK, as the core's)."""
-    _wait(lambda: world.reconciler.reads.synced(NS))
     runner = world.runner()
-    runner.run_tick()
-    for name in MODELS:
-        world.push(name)
-    world.emulator.settle()
-    world.settle(runner)
-    world.clock.now += timedelta(minutes=1, seconds=1)
-    runner.run_tick()
-    world.source.calls.clear()
+    world.evaluated_once(runner)
     world.clock.now += timedelta(minutes=1) - TIMER_SLACK / 2
     outcome = runner.run_tick()
     assert sorted(outcome.due) == sorted(world.policies)
@@ -411,14 +412,8 @@ def test_a_rollout_is_due_in_the_tick_that_fires_just_before_its_interval_ends(w
 def test_a_canary_alarmed_by_the_tick_s_own_sample_is_decided_first(world: World) -> None:
     """Every rollout is due; the sample sees m5's canary OOM-killed: m5 (last by name) is decided
     first, before the holds (one worker: decisions in submission order), and not looked at again."""
-    _wait(lambda: world.reconciler.reads.synced(NS))
     runner = world.runner(max_workers=1)
-    runner.run_tick()
-    for name in MODELS:
-        world.push(name)
-    world.emulator.settle()
-    world.settle(runner)
-    world.clock.now += timedelta(minutes=1, seconds=1)
+    world.holding(runner)
     world.source.alarms_in_sample = {(NS, "m5-predictor-00002")}
     with structlog.testing.capture_logs() as logs:
         outcome = runner.run_tick()
@@ -431,16 +426,8 @@ def test_a_canary_alarmed_by_the_tick_s_own_sample_is_decided_first(world: World
 def test_a_rollout_looked_at_for_an_alarm_gets_its_evidence_before_the_others(world: World) -> None:
     """m5 is alarmed while every rollout is due: its evidence is collected on its own, first (its
     rollback waits for no hold's evidence); the others share the next collect."""
-    _wait(lambda: world.reconciler.reads.synced(NS))
     runner = world.runner()
-    runner.run_tick()
-    for name in MODELS:
-        world.push(name)
-    world.emulator.settle()
-    world.settle(runner)
-    world.clock.now += timedelta(minutes=1, seconds=1)
-    runner.run_tick()
-    world.source.calls.clear()
+    world.evaluated_once(runner)
     world.clock.now += timedelta(minutes=1)
     world.source.alarms = {(NS, "m5-predictor-00002")}
     outcome = runner.run_tick()
