@@ -36,6 +36,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -251,8 +252,9 @@ def write_kind(entry: Any) -> str:
 
 
 def api_counts(stack: Stack, since: float, until: float) -> tuple[int, int, int, dict[str, int]]:
-    reads = writes = state_writes = 0
-    kinds: dict[str, int] = {}
+    """Reads, writes, state ConfigMap writes and writes by kind (:func:`write_kind`) in the window."""
+    reads = 0
+    kinds: Counter[str] = Counter()
     for entry in stack.emulator.requests.entries():
         if not (since <= entry.time < until) or not entry.user_agent.startswith("kserve-canary/"):
             continue
@@ -261,11 +263,9 @@ def api_counts(stack: Stack, since: float, until: float) -> tuple[int, int, int,
         if entry.method == "GET":
             reads += 1
         else:
-            writes += 1
-            kinds[write_kind(entry)] = kinds.get(write_kind(entry), 0) + 1
-            if "/configmaps" in entry.path and "outbox" not in entry.path and ".ledger" not in entry.path:
-                state_writes += 1
-    return reads, writes, state_writes, kinds
+            kinds[write_kind(entry)] += 1
+    state_writes = sum(count for kind, count in kinds.items() if kind.endswith(" state"))
+    return reads, sum(kinds.values()), state_writes, dict(kinds)
 
 
 # -- the scenarios ---------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def explain_change(previous: ExplainDocument | None, new: ExplainDocument | None
         return "verdict"
     if {c.name: c.verdict for c in previous.checks} != {c.name: c.verdict for c in new.checks}:
         return "check-verdict"
-    if {_shape(reason) for reason in new.reasons} - {_shape(reason) for reason in previous.reasons}:
+    if {text_shape(reason) for reason in new.reasons} - {text_shape(reason) for reason in previous.reasons}:
         return "reason"
     return ""
 
@@ -177,6 +177,3 @@ _NUMBER = re.compile(r"(?:\d[\d,.]*(?:ms|[smhd])(?![A-Za-z]))+|\d[\d,.]*")
 def text_shape(text: str) -> str:
     """``text`` with its numbers and durations masked: what stays when only values change."""
     return _NUMBER.sub("#", text)
-
-
-_shape = text_shape
