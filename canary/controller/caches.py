@@ -10,7 +10,10 @@ Objects are kept as the JSON the API sent, with their ``resourceVersion``, which
 uses as the write precondition exactly as it used the one of a GET. The controller's own writes go
 into the cache as the API answered them (``put``), so the next reconcile never reads an object older
 than what it wrote; an event older than the cached object (resourceVersions compared as numbers,
-when they are numbers) is ignored. A write refused with 409 refreshes the object with one GET
+when they are numbers) is ignored. A deletion leaves a tombstone with its resourceVersion: a
+write of ours answered before the deletion but cached after its event (the reconcile thread and
+the watch thread race) would otherwise bring the deleted object back until the next list, and the
+controller would go on reading a state nobody has. A write refused with 409 refreshes the object with one GET
 (``refresh``): the cache was behind, the next reconcile reads what the API has.
 
 A namespace whose initial list has not completed is not *synced*; the runtime reconciles nothing
@@ -89,6 +92,8 @@ class WatchCache:
         self._on_event = on_event
         self._on_synced = on_synced
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        # resourceVersion of each deletion seen; an object at or below it is a ghost of before it
+        self._tombstones: dict[tuple[str, str], int] = {}
         self._synced: set[str | None] = set()
         self._lock = threading.Lock()
         self.lists = 0  # initial lists and re-lists, for tests and the benchmark
@@ -147,7 +152,7 @@ class WatchCache:
                 items, version = self._lister(scope)
                 self.lists += 1
                 first = not self.synced_scope(scope)
-                self._replace(scope, items)
+                self._replace(scope, items, version)
                 if first and self._on_synced is not None:
                     self._on_synced(scope)
                 backoff = 1.0
@@ -171,12 +176,17 @@ class WatchCache:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-    def _replace(self, scope: str | None, items: list[dict[str, Any]]) -> None:
+    def _replace(self, scope: str | None, items: list[dict[str, Any]], version: str = "") -> None:
         fresh = {_key(item): item for item in items}
+        listed_at = _version({"metadata": {"resourceVersion": version}})
         with self._lock:
             for key in [key for key in self._objects if scope is None or key[0] == scope]:
                 if key not in fresh:
                     del self._objects[key]
+                    if listed_at is not None:  # gone by the list's version, whatever we wrote before
+                        self._tombstones[key] = listed_at
+            for key in fresh:
+                self._tombstones.pop(key, None)
             self._objects.update(fresh)
             self._synced.add(scope)
 
@@ -187,10 +197,16 @@ class WatchCache:
             new, old = _version(obj), _version(cached)
             if new is not None and old is not None and new < old:
                 return  # an event older than a write of ours already cached
+            buried = self._tombstones.get(key)
+            if buried is not None and new is not None and new <= buried:
+                return  # the object as it was before a deletion already seen
             if kind == "DELETED":
                 self._objects.pop(key, None)
+                if new is not None:
+                    self._tombstones[key] = new
             else:
                 self._objects[key] = obj
+                self._tombstones.pop(key, None)
         if self._on_event is not None:
             self._on_event(kind, obj)
 

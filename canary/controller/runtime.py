@@ -724,11 +724,12 @@ class Controller:
             self.ticks.trigger(key)
 
     def _configmap_changed(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """A watch event on our ConfigMaps: an operator's command waits in a state; act on it now.
+        """A watch event on our ConfigMaps: an operator's command waits in a state, or a state was
+        deleted (it is written again from the ledger, now rather than an interval later); act now.
         A state governed by a PromotionPolicy changed: its status is projected again soon."""
         if self.policy_objects is not None and self._parsed_objects:
             self._wake_main.set()
-        if kind == "DELETED" or COMMAND_KEY not in (obj.get("data") or {}):
+        if kind != "DELETED" and COMMAND_KEY not in (obj.get("data") or {}):
             return
         metadata = obj.get("metadata") or {}
         model = (metadata.get("labels") or {}).get(LABEL_INFERENCE_SERVICE)

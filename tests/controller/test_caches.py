@@ -151,3 +151,37 @@ def test_a_409_refreshes_the_cached_object_with_a_get(world: World) -> None:
     fresh = world.reads.state(NS, "llama")
     assert fresh.resource_version != seen.resource_version
     assert fresh.state().phase is Phase.PAUSED
+
+
+def test_a_write_answered_before_a_deletion_never_brings_the_deleted_state_back(world: World) -> None:
+    """The reconcile thread caches the answer to its write after the watch thread has already
+    applied the deletion that followed it: the cache must not hold the deleted state again."""
+    world.start()
+    _wait(lambda: world.reads.synced(NS))
+    answered: list[dict[str, object]] = []
+    store = ConfigMapStateStore(world.api, on_written=answered.append)  # cached late, by hand
+    store.save(NS, "llama", RolloutState(phase=Phase.ROLLED_BACK), resource_version=None, owner_uid=None)
+    _wait(lambda: world.reads.state(NS, "llama").state_json is not None)
+    client.CoreV1Api(world.api).delete_namespaced_config_map("kserve-canary-llama", NS)
+    _wait(lambda: world.reads.state(NS, "llama").state_json is None)
+
+    world.configmaps.put(answered[-1])
+    assert world.reads.state(NS, "llama").state_json is None, "the deleted state is not read again"
+
+    recreated = store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
+    world.configmaps.put(answered[-1])
+    assert world.reads.state(NS, "llama").resource_version == recreated, "a newer object is cached"
+
+
+def test_a_list_that_no_longer_has_an_object_buries_it_at_the_list_version(world: World) -> None:
+    store = ConfigMapStateStore(world.api)
+    first = store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
+    world.configmaps.refresh(NS, "kserve-canary-llama")  # cached, then deleted unseen (no watch)
+    stale = world.configmaps.get(NS, "kserve-canary-llama")
+    assert stale is not None and stale["metadata"]["resourceVersion"] == first
+    client.CoreV1Api(world.api).delete_namespaced_config_map("kserve-canary-llama", NS)
+    world.start()
+    _wait(lambda: world.reads.synced(NS))
+    assert world.reads.state(NS, "llama").state_json is None
+    world.configmaps.put(stale)  # a late answer from before the list
+    assert world.reads.state(NS, "llama").state_json is None

@@ -34,14 +34,16 @@ def stack() -> Iterator[Stack]:
     models = [
         ModelTraffic(NS, "undone", 60.0, {V1: STABLE, V2: REGRESSES_UNDER_LOAD}),
         ModelTraffic(NS, "replaced", 60.0, {V1: STABLE, V2: HEALTHY}),
+        ModelTraffic(NS, "slow", 10.0, {V1: STABLE}),
     ]
     policies = {
         "undone.yaml": policy("undone", tail=90),
         "replaced.yaml": policy("replaced", window="3s", tail=90),
+        "slow.yaml": policy("slow", window="10m").replace("interval: 1s", "interval: 10m"),
     }
     with Stack(models, policies) as started:
         started.env = {"HOOK_URL": f"{started.receiver.url}/hook"}
-        for name in ("undone", "replaced"):
+        for name in ("undone", "replaced", "slow"):
             started.apply(inference_service(NS, name, V1))
         assert wait_until(
             lambda: all(
@@ -105,6 +107,13 @@ def test_deleting_the_state_after_a_rollback_never_writes_the_rolled_back_revisi
     state = stack.state(NS, "undone") or {}
     assert state["phase"] == "RolledBack" and state["revision"] == canary
     assert [entry["revision"] for entry in state["rolledBack"]] == [canary]
+
+
+def test_a_deleted_state_is_written_again_at_once_not_an_interval_later(stack: Stack) -> None:
+    assert wait_until(lambda: phase(stack, "slow") == "Idle", 30)
+    client.CoreV1Api(stack.api).delete_namespaced_config_map("kserve-canary-slow", NS)
+    assert wait_until(lambda: stack.state(NS, "slow") is None, 5), "the deletion is seen"
+    assert wait_until(lambda: phase(stack, "slow") == "Idle", 20), "within seconds of a 10m interval"
 
 
 def test_state_of_a_deleted_and_recreated_inference_service_is_never_used(stack: Stack) -> None:
