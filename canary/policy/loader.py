@@ -29,10 +29,10 @@ import os
 import re
 import stat as stat_module
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -204,39 +204,105 @@ _PLAIN_SCALARS = frozenset(
 )
 
 
-def _construct_plain(loader: yaml.SafeLoader, root: yaml.Node) -> Any:
+class _Lines(Mapping[_Path, int]):
+    """The line of every field path of a composed document, indexed on first use: only a document
+    with an error (or a duplicate key) needs them, and thousands of valid policies are parsed at
+    startup."""
+
+    def __init__(self, node: yaml.Node) -> None:
+        self._node = node
+        self._lines: dict[_Path, int] | None = None
+
+    def _index(self) -> dict[_Path, int]:
+        if self._lines is None:
+            self._lines = _index_lines(self._node)[0]
+        return self._lines
+
+    def __getitem__(self, path: _Path) -> int:
+        return self._index()[path]
+
+    def __iter__(self) -> Iterator[_Path]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+
+def _key_line(node: yaml.Node, path: Sequence[str], default: int) -> int:
+    """The line of the key at ``path`` (mappings only), without indexing the whole document."""
+    line = default
+    for key in path:
+        if not isinstance(node, yaml.MappingNode):
+            return line
+        found = next(((k, v) for k, v in node.value if str(k.value) == key), None)
+        if found is None:
+            return line
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
+
+
+class _Plain(NamedTuple):
+    data: Any
+    duplicates: bool  # some mapping repeats a key (the last one stays, as PyYAML's)
+
+
+def _construct_plain(loader: yaml.SafeLoader, root: yaml.Node, *, anchors: bool = True) -> _Plain:
     """The document as PyYAML's safe constructor would build it, for the documents policies are:
     mappings, sequences and scalars, each node once. Several times faster than the constructor's
     generic machinery (thousands of policies are parsed at startup); anything else raises
-    :class:`_NotPlain` and the constructor builds it."""
+    :class:`_NotPlain` and the constructor builds it. More than :data:`_MAX_NODES` nodes raise
+    :class:`_TooComplex`. ``anchors=False``: the text has no ``&``, so no node can repeat."""
     seen: set[int] = set()
+    budget = [_MAX_NODES]
+    duplicates = [False]
+    constructors = loader.yaml_constructors
 
-    def build(node: yaml.Node) -> Any:
-        if id(node) in seen:
-            raise _NotPlain  # an alias: shared (or recursive) objects are the constructor's job
-        seen.add(id(node))
+    def build(node: yaml.Node, counted: bool = True) -> Any:
+        if counted:  # as _index_lines counts: every node but a mapping's keys
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _TooComplex
+        if anchors:
+            if id(node) in seen:
+                raise _NotPlain  # an alias: shared (or recursive) objects are the constructor's job
+            seen.add(id(node))
         tag = node.tag
         if isinstance(node, yaml.ScalarNode):
             if tag == _STR:
                 return _paired(node.value)
             if tag in _PLAIN_SCALARS:
-                return loader.yaml_constructors[tag](loader, node)
+                key = (tag, node.value)
+                value = _SCALARS.get(key, _MISSING)
+                if value is _MISSING:
+                    value = constructors[tag](loader, node)
+                    if len(_SCALARS) < 4096 and tag != _BINARY:
+                        _SCALARS[key] = value  # ints, floats, bools, nulls, timestamps: immutable
+                return value
             raise _NotPlain
         if isinstance(node, yaml.MappingNode) and tag == _MAP:
             mapping: dict[Any, Any] = {}
             for key_node, value_node in node.value:
                 if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
                     raise _NotPlain
-                mapping[build(key_node)] = build(value_node)  # a duplicate key: the last one stays
+                mapping[build(key_node, False)] = build(value_node)  # a duplicate key: the last stays
+            if len({str(key_node.value) for key_node, _ in node.value}) < len(node.value):
+                duplicates[0] = True  # the same key text twice, as _index_lines finds them
             return mapping
         if isinstance(node, yaml.SequenceNode) and tag == _SEQ:
             return [build(item) for item in node.value]
         raise _NotPlain
 
-    return build(root)
+    data = build(root)
+    return _Plain(data, duplicates[0])
 
 
-def _line_for(lines: dict[_Path, int], loc: Sequence[str | int], default: int) -> int:
+_MISSING = object()
+_BINARY = "tag:yaml.org,2002:binary"
+# Scalars by (tag, text) as the safe constructor builds them: policies repeat "10", "true", "30s".
+_SCALARS: dict[tuple[str, str], Any] = {}
+
+
+def _line_for(lines: Mapping[_Path, int], loc: Sequence[str | int], default: int) -> int:
     for end in range(len(loc), -1, -1):
         found = lines.get(tuple(loc[:end]))
         if found is not None:
@@ -289,7 +355,7 @@ def _message(error: Any) -> str:
 
 
 def _validation_errors(
-    exc: ValidationError, path: str, lines: dict[_Path, int], start_line: int
+    exc: ValidationError, path: str, lines: Mapping[_Path, int], start_line: int
 ) -> list[PolicyError]:
     errors = []
     for error in exc.errors(include_url=False):
@@ -342,7 +408,7 @@ class _Loader(yaml.SafeLoader):
 def _paired(value: str) -> str:
     # JSON (a policy may be JSON) writes a character past U+FFFF as a surrogate pair ("\ud83d\ude80"),
     # which YAML decodes as two lone surrogates that no string field accepts: pair them again.
-    if _SURROGATE.search(value):
+    if not value.isascii() and _SURROGATE.search(value):
         value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
     return value
 
@@ -454,7 +520,7 @@ def _secret_refs(policy: PromotionPolicy) -> Iterator[tuple[tuple[str | int, ...
 
 
 def _scope_errors(
-    policy: PromotionPolicy, scope: SecretScope, path: str, lines: dict[_Path, int], start: int
+    policy: PromotionPolicy, scope: SecretScope, path: str, lines: Mapping[_Path, int], start: int
 ) -> list[PolicyError]:
     errors = []
     for loc, ref in _secret_refs(policy):
@@ -468,7 +534,7 @@ def _scope_errors(
 
 
 def _bind_namespace(
-    data: dict[Any, Any], origin: _Origin, path: str, lines: dict[_Path, int], start: int
+    data: dict[Any, Any], origin: _Origin, path: str, lines: Mapping[_Path, int], start: int
 ) -> PolicyError | None:
     """Fill in ``metadata.namespace`` from the directory, or refuse a different one."""
     if origin.namespace is None:
@@ -547,8 +613,18 @@ def _parse_documents(
             if node is None:
                 continue
             start = node.start_mark.line + 1
+            lines: Mapping[_Path, int] = _Lines(node)
+            duplicates: list[tuple[_Path, int, str]] = []
             try:
-                lines, duplicates = _index_lines(node)
+                try:
+                    plain = _construct_plain(loader, node, anchors="&" in text)
+                    data = plain.data
+                    if plain.duplicates:
+                        lines, duplicates = _index_lines(node)
+                except _NotPlain:
+                    # PyYAML's constructor expands aliases: count the nodes it would build first.
+                    lines, duplicates = _index_lines(node)
+                    data = loader.construct_document(node)
             except _TooComplex:
                 errors.append(
                     PolicyError(path, start, None, f"document expands to more than {_MAX_NODES} YAML nodes")
@@ -560,10 +636,6 @@ def _parse_documents(
                         path, line, format_loc((*parent, key)), "duplicate key: YAML keeps only the last"
                     )
                 )
-            try:
-                data = _construct_plain(loader, node)
-            except _NotPlain:
-                data = loader.construct_document(node)
             if data is None:
                 continue
             if not isinstance(data, dict):
@@ -597,7 +669,7 @@ def _parse_documents(
                     errors.extend(refused)
                     continue
             if not duplicates:
-                target_line = lines.get(("spec", "target", "inferenceService"), start)
+                target_line = _key_line(node, ("spec", "target", "inferenceService"), start)
                 policies.append(LoadedPolicy(policy, path, start, document, target_line))
     except yaml.reader.ReaderError:
         raise  # the whole text is unreadable: _load_documents says which character, on which line

@@ -48,10 +48,18 @@ def constructed(text: str) -> Any:
         reader.dispose()
 
 
-def plain(text: str) -> Any:
+def plain(text: str, *, anchors: bool = True) -> Any:
+    return built(text, anchors=anchors)[0]
+
+
+def built(text: str, *, anchors: bool = True) -> tuple[Any, bool]:
+    """The document and whether a mapping repeats a key, as ``_construct_plain`` builds them."""
     reader, node = composed(text)
     try:
-        return loader._construct_plain(reader, node) if node is not None else None
+        if node is None:
+            return None, False
+        result = loader._construct_plain(reader, node, anchors=anchors)
+        return result.data, result.duplicates
     finally:
         reader.dispose()
 
@@ -63,6 +71,45 @@ def test_a_plain_document_is_built_as_pyyamls_constructor_builds_it(document: An
     expected = constructed(text)
     assert plain(text) == expected
     assert type(plain(text)) is type(expected)
+    # Without "&" no node can repeat: the walk that skips the alias check builds the same.
+    assert "&" in text or plain(text, anchors=False) == expected
+    # Built twice (the second from the scalar memo), the same values of the same types.
+    again = plain(text)
+    assert again == expected and repr(again) == repr(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "1", "'1'", "true", "'true'", "01"]), min_size=1, max_size=5))
+def test_a_repeated_key_is_noticed_as_the_line_index_notices_it(keys: list[str]) -> None:
+    text = (
+        "".join(f"{key}: {index}\n" for index, key in enumerate(keys))
+        + "m:\n"
+        + "".join(f"  {key}: x\n" for key in keys)
+    )
+    reader, node = composed(text)
+    try:
+        assert node is not None
+        expected = bool(loader._index_lines(node)[1])
+    finally:
+        reader.dispose()
+    assert built(text)[1] is expected
+
+
+def test_more_nodes_than_the_budget_are_too_complex_as_the_line_index_counts_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = "a: [1, 2, 3]\nb: {c: 4, d: 5}\n"  # 1 root + 2 values + 3 items + 2 values = 8 nodes
+    monkeypatch.setattr(loader, "_MAX_NODES", 8)
+    assert built(text)[0] == {"a": [1, 2, 3], "b": {"c": 4, "d": 5}}
+    reader, node = composed(text)
+    assert node is not None
+    loader._index_lines(node)  # the index agrees: 8 is within the budget
+    monkeypatch.setattr(loader, "_MAX_NODES", 7)
+    with pytest.raises(loader._TooComplex):
+        built(text)
+    with pytest.raises(loader._TooComplex):
+        loader._index_lines(node)
+    reader.dispose()
 
 
 @pytest.mark.parametrize(
