@@ -17,20 +17,22 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from canary.policy.model import Check
 
 __all__ = ["ControllerMetrics", "HealthServer", "configure_logging", "default_bind_address"]
 
-LIMIT_BOUNDS = ("max", "min", "max-vs-stable")
 # The dashboard encodes a phase as its index here: a new phase is appended, never inserted.
 PHASES = ("Idle", "Pending", "Progressing", "Baking", "Succeeded", "RolledBack", "Paused", "Promoting")
 
@@ -41,44 +43,15 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         labels = ("namespace", "inference_service")
-        self.phase = Gauge(
-            "kserve_canary_rollout_phase",
-            "1 for the rollout's current phase.",
-            (*labels, "phase"),
-            registry=self.registry,
-        )
-        self.weight = Gauge(
-            "kserve_canary_rollout_weight",
-            "Canary traffic percentage last observed in status (-1: no canary).",
-            labels,
-            registry=self.registry,
-        )
-        self.step = Gauge(
-            "kserve_canary_rollout_step", "Index of the current step.", labels, registry=self.registry
-        )
+        # Per-rollout gauges (phase, step, weight, each check's verdict, value and limits) are kept
+        # as one small record per rollout and written out at scrape time: as labelled Gauge children
+        # they were about 40 objects of ~750 bytes per rollout (30 MB at 1,000 rollouts).
+        self.rollouts = RolloutGauges()
+        self.registry.register(self.rollouts)
         self.decisions = Counter(
             "kserve_canary_decisions",
             "Decisions taken, by action.",
             (*labels, "action"),
-            registry=self.registry,
-        )
-        self.check_value = Gauge(
-            "kserve_canary_check_value",
-            "Last measured value of a check, in its canonical unit (seconds, ratio, bytes, count).",
-            (*labels, "check", "revision"),
-            registry=self.registry,
-        )
-        self.check_verdict = Gauge(
-            "kserve_canary_check_verdict",
-            "1 for the last verdict of a check (pass, fail, no-data, error).",
-            (*labels, "check", "verdict"),
-            registry=self.registry,
-        )
-        self.check_limit = Gauge(
-            "kserve_canary_check_limit",
-            "A check's limit in its canonical unit: max and min as written in the policy, "
-            "max-vs-stable = stable value x (1 + maxIncrease) while the stable value is above minStable.",
-            (*labels, "check", "bound"),
             registry=self.registry,
         )
         self.query_duration = Histogram(
@@ -179,14 +152,21 @@ class ControllerMetrics:
             return self._api_counts["read"], self._api_counts["write"]
 
     def set_phase(self, namespace: str, inference_service: str, phase: str) -> None:
-        for candidate in PHASES:
-            self.phase.labels(namespace, inference_service, candidate).set(1 if candidate == phase else 0)
+        self.rollouts.update(namespace, inference_service, phase=phase)
+
+    def set_step(self, namespace: str, inference_service: str, step: int) -> None:
+        self.rollouts.update(namespace, inference_service, step=step)
+
+    def set_weight(self, namespace: str, inference_service: str, weight: float) -> None:
+        self.rollouts.update(namespace, inference_service, weight=weight)
 
     def set_verdict(self, namespace: str, inference_service: str, check: str, verdict: str) -> None:
-        for candidate in ("pass", "fail", "not-yet", "no-data", "error"):
-            self.check_verdict.labels(namespace, inference_service, check, candidate).set(
-                1 if candidate == verdict else 0
-            )
+        self.rollouts.update_check(namespace, inference_service, check, verdict=verdict)
+
+    def set_check_value(
+        self, namespace: str, inference_service: str, check: str, revision: str, value: float
+    ) -> None:
+        self.rollouts.update_check(namespace, inference_service, check, value=(revision, value))
 
     def set_limits(self, namespace: str, inference_service: str, check: Check, stable: float | None) -> None:
         """Export a check's limits (for dashboards drawing values against them).
@@ -199,33 +179,150 @@ class ControllerMetrics:
         if check.max_increase is not None and stable is not None and (floor is None or stable >= floor):
             relative = stable * (1 + check.max_increase)
         bounds = {"max": check.max, "min": check.min, "max-vs-stable": relative}
-        for bound, value in bounds.items():
-            if value is None:
-                _remove(self.check_limit, namespace, inference_service, check.name, bound)
-            else:
-                self.check_limit.labels(namespace, inference_service, check.name, bound).set(value)
+        applying = {bound: value for bound, value in bounds.items() if value is not None}
+        self.rollouts.update_check(namespace, inference_service, check.name, limits=applying)
 
-    def forget(self, namespace: str, inference_service: str, checks: Iterable[str] = ()) -> None:
-        """Drop a removed model's series so dashboards do not show ghosts."""
-        for candidate in PHASES:
-            _remove(self.phase, namespace, inference_service, candidate)
-        _remove(self.weight, namespace, inference_service)
-        _remove(self.step, namespace, inference_service)
-        for check in checks:
-            for revision in ("canary", "stable"):
-                _remove(self.check_value, namespace, inference_service, check, revision)
-            for verdict in ("pass", "fail", "not-yet", "no-data", "error"):
-                _remove(self.check_verdict, namespace, inference_service, check, verdict)
-            for bound in LIMIT_BOUNDS:
-                _remove(self.check_limit, namespace, inference_service, check, bound)
+    def forget(self, namespace: str, inference_service: str) -> None:
+        """Drop a model's series (its policy is gone, or another replica owns it now) so dashboards
+        do not show ghosts."""
+        self.rollouts.forget(namespace, inference_service)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
 
-def _remove(metric: Gauge, *labels: str) -> None:
-    with contextlib.suppress(KeyError):
-        metric.remove(*labels)
+@dataclass(slots=True)
+class _CheckGauges:
+    verdict: str | None = None
+    values: dict[str, float] = field(default_factory=dict)  # "canary" / "stable" -> value
+    limits: dict[str, float] = field(default_factory=dict)  # bound -> value
+
+
+@dataclass(slots=True)
+class _RolloutGauges:
+    phase: str | None = None
+    step: int | None = None
+    weight: float | None = None
+    checks: dict[str, _CheckGauges] = field(default_factory=dict)
+
+
+class RolloutGauges(Collector):
+    """The per-rollout gauges, written out at each scrape from one record per rollout. Values are
+    set as the controller decides (the last one stays until changed, as a Gauge's would)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rollouts: dict[tuple[str, str], _RolloutGauges] = {}
+
+    def update(
+        self,
+        namespace: str,
+        inference_service: str,
+        *,
+        phase: str | None = None,
+        step: int | None = None,
+        weight: float | None = None,
+    ) -> None:
+        with self._lock:
+            record = self._rollouts.setdefault((namespace, inference_service), _RolloutGauges())
+            if phase is not None:
+                record.phase = phase
+            if step is not None:
+                record.step = step
+            if weight is not None:
+                record.weight = weight
+
+    def update_check(
+        self,
+        namespace: str,
+        inference_service: str,
+        check: str,
+        *,
+        verdict: str | None = None,
+        value: tuple[str, float] | None = None,
+        limits: Mapping[str, float] | None = None,
+    ) -> None:
+        """``value``: (revision, number); ``limits`` replace the check's bounds."""
+        with self._lock:
+            record = self._rollouts.setdefault((namespace, inference_service), _RolloutGauges())
+            gauges = record.checks.setdefault(check, _CheckGauges())
+            if verdict is not None:
+                gauges.verdict = verdict
+            if value is not None:
+                gauges.values[value[0]] = value[1]
+            if limits is not None:
+                gauges.limits = dict(limits)
+
+    def forget(self, namespace: str, inference_service: str) -> None:
+        with self._lock:
+            self._rollouts.pop((namespace, inference_service), None)
+
+    def describe(self) -> Iterable[Metric]:
+        return _rollout_families()
+
+    def collect(self) -> Iterable[Metric]:
+        phase, weight, step, value, verdict, limit = _rollout_families()
+        with self._lock:
+            for (namespace, name), record in self._rollouts.items():
+                self._add(record, namespace, name, (phase, weight, step, value, verdict, limit))
+        return [phase, weight, step, value, verdict, limit]
+
+    @staticmethod
+    def _add(
+        record: _RolloutGauges, namespace: str, name: str, families: Sequence[GaugeMetricFamily]
+    ) -> None:
+        phase, weight, step, value, verdict, limit = families
+        if record.phase is not None:
+            for candidate in PHASES:
+                phase.add_metric([namespace, name, candidate], 1.0 if candidate == record.phase else 0.0)
+        if record.weight is not None:
+            weight.add_metric([namespace, name], record.weight)
+        if record.step is not None:
+            step.add_metric([namespace, name], record.step)
+        for check, gauges in record.checks.items():
+            for revision, number in gauges.values.items():
+                value.add_metric([namespace, name, check, revision], number)
+            if gauges.verdict is not None:
+                for candidate in VERDICTS:
+                    verdict.add_metric(
+                        [namespace, name, check, candidate], 1.0 if candidate == gauges.verdict else 0.0
+                    )
+            for bound, number in gauges.limits.items():
+                limit.add_metric([namespace, name, check, bound], number)
+
+
+VERDICTS = ("pass", "fail", "not-yet", "no-data", "error")
+_ROLLOUT = ["namespace", "inference_service"]
+
+
+def _rollout_families() -> list[GaugeMetricFamily]:
+    return [
+        GaugeMetricFamily(
+            "kserve_canary_rollout_phase", "1 for the rollout's current phase.", labels=[*_ROLLOUT, "phase"]
+        ),
+        GaugeMetricFamily(
+            "kserve_canary_rollout_weight",
+            "Canary traffic percentage last observed in status (-1: no canary).",
+            labels=_ROLLOUT,
+        ),
+        GaugeMetricFamily("kserve_canary_rollout_step", "Index of the current step.", labels=_ROLLOUT),
+        GaugeMetricFamily(
+            "kserve_canary_check_value",
+            "Last measured value of a check, in its canonical unit (seconds, ratio, bytes, count).",
+            labels=[*_ROLLOUT, "check", "revision"],
+        ),
+        GaugeMetricFamily(
+            "kserve_canary_check_verdict",
+            "1 for the last verdict of a check (pass, fail, no-data, error).",
+            labels=[*_ROLLOUT, "check", "verdict"],
+        ),
+        GaugeMetricFamily(
+            "kserve_canary_check_limit",
+            "A check's limit in its canonical unit: max and min as written in the policy, "
+            "max-vs-stable = stable value x (1 + maxIncrease) while the stable value is above minStable.",
+            labels=[*_ROLLOUT, "check", "bound"],
+        ),
+    ]
 
 
 def default_bind_address(environ: Mapping[str, str] = os.environ) -> str:

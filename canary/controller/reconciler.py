@@ -252,10 +252,12 @@ class Reconciler:
         log.error("policy removed: the rollout could not be paused (its state kept changing)", key=policy.key)
 
     def forget(self, key: str) -> None:
-        """Drop what is remembered of a rollout (its policy is gone)."""
+        """Drop what is remembered of a rollout (its policy is gone, or another replica owns it)."""
         with self._lock:
             self._unstored.pop(key, None)
             self._explained_at.pop(key, None)
+        namespace, _, name = key.partition("/")
+        self._metrics.forget(namespace, name)
         if self._gates is not None:
             self._gates.forget(key)
 
@@ -651,9 +653,9 @@ class Reconciler:
         metrics.decisions.labels(namespace, name, str(decision.action)).inc()
         metrics.set_phase(namespace, name, str(state.phase))
         if state.step is not None:
-            metrics.step.labels(namespace, name).set(state.step.index)
+            metrics.set_step(namespace, name, state.step.index)
         weight = decision.weight if decision.action.writes else decision.previous_weight
-        metrics.weight.labels(namespace, name).set(-1 if weight is None else weight)
+        metrics.set_weight(namespace, name, -1 if weight is None else weight)
         limits = {check.name: check for check in policy.spec.checks}
         for judgement in decision.judgements:
             metrics.set_verdict(namespace, name, judgement.name, str(judgement.verdict))
@@ -661,11 +663,9 @@ class Reconciler:
             if check is not None:
                 metrics.set_limits(namespace, name, check, judgement.stable_value)
             if judgement.value is not None:
-                metrics.check_value.labels(namespace, name, judgement.name, "canary").set(judgement.value)
+                metrics.set_check_value(namespace, name, judgement.name, "canary", judgement.value)
             if judgement.stable_value is not None:
-                metrics.check_value.labels(namespace, name, judgement.name, "stable").set(
-                    judgement.stable_value
-                )
+                metrics.set_check_value(namespace, name, judgement.name, "stable", judgement.stable_value)
 
     def _announce(
         self,

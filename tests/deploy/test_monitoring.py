@@ -507,7 +507,7 @@ def test_limits_exported_for_the_dashboard() -> None:
     metrics.set_limits("ml", "m", p99, None)  # the stable value is gone: so is the relative limit
     assert limits()[("errors", "max-vs-stable")] == 0.006
     assert ("p99", "max-vs-stable") not in limits()
-    metrics.forget("ml", "m", ["p99", "errors", "kv"])
+    metrics.forget("ml", "m")
     assert limits() == {}
 
 
