@@ -28,7 +28,7 @@ import itertools
 import math
 from array import array
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -203,21 +203,28 @@ class Snapshot:
 
 
 def _tally(first: Snapshot, last: Snapshot) -> Tally:
-    requests = last.requests - first.requests
-    errors = last.of_class(_SERVER) - first.of_class(_SERVER)
-    client_errors = last.of_class(_CLIENT) - first.of_class(_CLIENT)
+    return _tally_of(first, last.at, last.totals, last.layout)
+
+
+def _tally_of(first: Snapshot, at: datetime, totals: array[int], layout: _Layout) -> Tally:
+    """The tally from ``first`` to the totals ``totals`` (over ``layout``) at ``at``."""
+    known = len(totals)
+
+    def total(index: int | None) -> int:
+        return totals[index] if index is not None and index < known else 0
+
+    requests = sum(total(index) for _, index in layout.classes) - first.requests
+    errors = total(layout.index.get(("", _SERVER))) - first.of_class(_SERVER)
+    client_errors = total(layout.index.get(("", _CLIENT))) - first.of_class(_CLIENT)
     histograms: dict[str, Histogram] = {}
-    known = len(last.totals)
-    for measure in last.layout.measures:
-        edges, slots, infinite = last.layout.histogram_slots(measure, known)
+    for measure in layout.measures:
+        edges, slots, infinite = layout.histogram_slots(measure, known)
         if not slots and infinite is None:
-            continue  # this measure's first bucket came after ``last``
-        at_most = tuple(last.totals[index] - first.total(index) for index in slots)
-        total = (
-            last.totals[infinite] - first.total(infinite) if infinite is not None else max(at_most, default=0)
-        )
-        histograms[measure] = Histogram(edges, at_most, total)
-    return Tally(first.at, last.at, requests, errors, client_errors, histograms)
+            continue  # this measure's first bucket came after ``at``
+        at_most = tuple(totals[index] - first.total(index) for index in slots)
+        whole = totals[infinite] - first.total(infinite) if infinite is not None else max(at_most, default=0)
+        histograms[measure] = Histogram(edges, at_most, whole)
+    return Tally(first.at, at, requests, errors, client_errors, histograms)
 
 
 def _step(first: Snapshot, last: Snapshot) -> Tally:
@@ -307,11 +314,11 @@ class CounterBook:
         pods = frozenset(series.pod for series in values)
         if track.snapshots and track.snapshots[-1].pods == pods:
             pods = track.snapshots[-1].pods  # one set for a revision's snapshots while its pods stay
+        totals = array("q", track.totals)
+        since_previous = _tally_of(track.snapshots[-1], at, totals, track.layout) if track.snapshots else None
         snapshot = Snapshot(
-            at, array("q", track.totals), track.layout, present, sample.invalid, pods, track.oom_kills
+            at, totals, track.layout, present, sample.invalid, pods, track.oom_kills, since_previous
         )
-        if track.snapshots:
-            snapshot = replace(snapshot, since_previous=_tally(track.snapshots[-1], snapshot))
         track.snapshots.append(snapshot)
         if len(track.snapshots) > self.max_snapshots:
             del track.snapshots[: len(track.snapshots) - self.max_snapshots]
