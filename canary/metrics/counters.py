@@ -24,11 +24,12 @@ interval see them all).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from array import array
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -248,6 +249,12 @@ class _Track:
     oom_kills: int = 0
     asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)  # who: (from, when)
     backfilled_from: datetime | None = None
+    # Compaction (CounterBook.prune): the evaluation times asked and not yet settled, each asker's
+    # range starts and evaluation interval, and the time up to which snapshots are compacted.
+    ends: list[datetime] = field(default_factory=list)
+    anchors: dict[Hashable, tuple[datetime, ...]] = field(default_factory=dict)
+    grains: dict[Hashable, float] = field(default_factory=dict)
+    settled: datetime | None = None
 
 
 class CounterBook:
@@ -279,10 +286,26 @@ class CounterBook:
         track = self._tracks.get(revision)
         return tuple(track.snapshots) if track is not None else ()
 
-    def asked(self, revision: RevisionKey, asker: Hashable, counts_start: datetime, at: datetime) -> None:
-        """``asker`` (a rollout) wants ``revision``'s counts from ``counts_start``, asked at ``at``."""
+    def asked(
+        self,
+        revision: RevisionKey,
+        asker: Hashable,
+        counts_start: datetime,
+        at: datetime,
+        *,
+        starts: Iterable[datetime] = (),
+        interval: float | None = None,
+    ) -> None:
+        """``asker`` (a rollout) wants ``revision``'s counts from ``counts_start``, asked at ``at``
+        (an evaluation); ``starts``: the other range starts it reads (its step's start);
+        ``interval``: its evaluation interval in seconds (the grain the past is kept at)."""
         track = self._tracks.setdefault(revision, _Track())
         track.asks[asker] = (counts_start, at)
+        track.anchors[asker] = (counts_start, *starts)
+        if not track.ends or at > track.ends[-1]:
+            track.ends.append(at)
+        if interval is not None and interval > 0:
+            track.grains[asker] = interval
 
     def needs_backfill(self, revision: RevisionKey, counts_start: datetime) -> bool:
         """Whether the book lacks ``revision``'s past from ``counts_start`` and has not filled it yet."""
@@ -327,7 +350,10 @@ class CounterBook:
     def replay(self, revision: RevisionKey, samples: Iterable[tuple[datetime, RevisionSample]]) -> None:
         """Fill ``revision`` from samples of the past (a backfill): its earlier history is replaced."""
         old = self._tracks.get(revision)
-        track = _Track(asks=dict(old.asks) if old is not None else {})
+        track = _Track()
+        if old is not None:  # who asked, and how (compaction), stays
+            track.asks, track.anchors, track.grains = dict(old.asks), dict(old.anchors), dict(old.grains)
+            track.ends = list(old.ends)
         self._tracks[revision] = track
         for at, sample in sorted(samples, key=lambda item: item[0]):
             self.record(revision, at, sample)
@@ -507,11 +533,98 @@ class CounterBook:
                     keep_from = index  # the snapshot standing for the oldest start stays
             if keep_from:
                 del track.snapshots[:keep_from]
+            track.anchors = {who: starts for who, starts in track.anchors.items() if who in track.asks}
+            track.grains = {who: grain for who, grain in track.grains.items() if who in track.asks}
+            self._compact(track)
             for series in [series for series, when in track.seen.items() if when < now - self.idle]:
                 del track.seen[series]
                 track.last.pop(series, None)
                 track.stale.pop(series, None)
                 track.gone.discard(series)
+
+    def _compact(self, track: _Track) -> None:
+        """Keep the past steps at the grain of evaluations, not of ticks.
+
+        Snapshots before every asker's current step are settled: no later range can start inside
+        them (a step starts after the evaluation that advanced it). Of those, the ones kept are the
+        snapshot standing for each evaluation, the one standing for each range start (as
+        :meth:`_span` picks it), and, where evaluations are further apart than one and a half
+        evaluation intervals (a backfill after a restart, an outage), one per interval. Every range
+        asked for reads the same totals as before, and the current step keeps its per-tick
+        tallies; the past steps' consecutive tallies are per evaluation interval. Without this the
+        book grew with a rollout's age: an hour into it, 720 snapshots per revision at a 5 s tick.
+        """
+        snapshots = track.snapshots
+        if len(snapshots) < 3 or not track.asks:
+            return
+        # Settled: what lies before every asker's current step (the latest of its range starts).
+        # The current step stays at the resolution it was sampled at, as its own evidence is judged.
+        horizon = min(
+            min(max(track.anchors.get(who, ()), default=start), at) for who, (start, at) in track.asks.items()
+        )
+        if track.settled is not None and horizon <= track.settled:
+            return  # no evaluation since the last compaction
+        first = 1  # the oldest snapshot always stays (it stands for the oldest start)
+        if track.settled is not None:
+            first = max(first, bisect.bisect_right(snapshots, track.settled, key=_at))
+        # The last settled one always stays (the next tally starts from it), and so does everything
+        # after the horizon (a step that starts there may read from any of them).
+        last = bisect.bisect_right(snapshots, horizon, key=_at) - 1
+        if last < first:
+            return
+        tolerance = self.tolerance
+        keep: set[int] = {last}
+        for end in track.ends:  # the snapshot standing for each evaluation, as _span picks it
+            for moment in (end, end + tolerance):
+                index = bisect.bisect_right(snapshots, moment, key=_at) - 1
+                if first <= index <= last:
+                    keep.add(index)
+        for starts in track.anchors.values():  # the one standing for each range start
+            for start in starts:
+                index = _start_index(snapshots, start, tolerance)
+                if first <= index <= last:
+                    keep.add(index)
+        grain = timedelta(seconds=min(track.grains.values(), default=0.0))
+        kept: list[Snapshot] = list(snapshots[:first])
+        joined = False  # a snapshot was dropped since the last one kept
+        for index in range(first, last + 1):
+            snapshot = snapshots[index]
+            if index not in keep and grain:
+                # Far from the next evaluation (a backfilled past, an outage): one per interval.
+                following = min((i for i in keep if i > index), default=last)
+                wide = snapshots[following].at - kept[-1].at > grain * 1.5
+                if wide and snapshot.at - kept[-1].at >= grain - tolerance:
+                    keep.add(index)
+            if index not in keep:
+                joined = True
+                continue
+            if joined:
+                snapshot = replace(snapshot, since_previous=_tally(kept[-1], snapshot))
+                joined = False
+            kept.append(snapshot)
+        kept.extend(snapshots[last + 1 :])
+        track.snapshots = kept
+        track.settled = snapshots[last].at
+        track.ends = [end for end in track.ends if end > track.settled]
+
+
+def _at(snapshot: Snapshot) -> datetime:
+    return snapshot.at
+
+
+def _start_index(snapshots: Sequence[Snapshot], start: datetime, tolerance: timedelta) -> int:
+    """The snapshot standing for a range's ``start``, as :meth:`CounterBook._span` picks it: the
+    nearest within ``tolerance``, else the last one before, else the first."""
+    index = bisect.bisect_left(snapshots, start, key=_at)
+    best: int | None = None
+    for candidate in (index - 1, index):
+        if 0 <= candidate < len(snapshots):
+            distance = abs(snapshots[candidate].at - start)
+            if distance <= tolerance and (best is None or distance < abs(snapshots[best].at - start)):
+                best = candidate
+    if best is not None:
+        return best
+    return max(index - 1, 0)
 
 
 _NO_SERIES = "no request series"

@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -433,6 +433,17 @@ class _Refresh:
     duration: float = 0.0
 
 
+class _Ask(NamedTuple):
+    """A rollout's ask for a revision's counts: from ``start`` (and ``step_start``) to ``at``."""
+
+    revision: RevisionKey
+    who: Hashable
+    start: datetime
+    at: datetime
+    step_start: datetime
+    interval: float  # the policy's evaluation interval, seconds
+
+
 @dataclass(slots=True)
 class Counted:
     """What :meth:`CountsPipeline.serve` gives one collect call."""
@@ -497,17 +508,19 @@ class CountsPipeline:
         counted = Counted()
         # Per (profile, tick): the revisions wanted and the earliest start each must cover.
         wanted: dict[tuple[CounterQuery, datetime], dict[RevisionKey, datetime]] = {}
-        askers: dict[CounterQuery, list[tuple[RevisionKey, Hashable, datetime, datetime]]] = {}
+        askers: dict[CounterQuery, list[_Ask]] = {}
         for need in needs:
             if not isinstance(need.ask, CountsAsk):
                 continue
-            request = rollouts[need.rollout][1]
+            policy, request = rollouts[need.rollout]
             counter = need.ask.counter
             starts = wanted.setdefault((counter, request.at), {})
             start = request.counts_start
             starts[need.revision] = min(start, starts.get(need.revision, start))
             who = (request.namespace, request.inference_service)
-            askers.setdefault(counter, []).append((need.revision, who, start, request.at))
+            askers.setdefault(counter, []).append(
+                _Ask(need.revision, who, start, request.at, request.window_start, policy.spec.interval)
+            )
         refreshes: dict[tuple[CounterQuery, datetime], tuple[_Refresh, bool]] = {}
         for counter, at in sorted(wanted, key=lambda item: item[1]):
             refreshes[(counter, at)] = self._refresh(counter, wanted[(counter, at)], askers[counter], at)
@@ -570,15 +583,17 @@ class CountsPipeline:
         self,
         counter: CounterQuery,
         wanted: Mapping[RevisionKey, datetime],
-        askers: Sequence[tuple[RevisionKey, Hashable, datetime, datetime]],
+        askers: Sequence[_Ask],
         at: datetime,
     ) -> tuple[_Refresh, bool]:
         """The sample standing for tick ``at`` (taken now unless one within tolerance exists); and
         whether this call paid for a query."""
         with self._lock:
             book = self.book(counter)
-            for revision, who, start, asked_at in askers:
-                book.asked(revision, who, start, asked_at)
+            for ask in askers:
+                book.asked(
+                    ask.revision, ask.who, ask.start, ask.at, starts=(ask.step_start,), interval=ask.interval
+                )
             last = self._last.get(counter)
             if last is not None and abs(last.at - at) <= self.tolerance:
                 missing = {

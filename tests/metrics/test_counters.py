@@ -561,3 +561,128 @@ def test_a_remembered_series_identity_is_the_one_its_labels_give(
 
     for labels in [*labels_seen, *reversed(labels_seen)]:
         assert counters._series_id(labels, divisor) == counters._read_series_id(labels, divisor)
+
+
+# -- compaction: the settled past at the grain of evaluations ----------------------------------
+
+
+def _per_tick_book(
+    ticks: int, period: float, every: int, interval: float, *, second_step: float | None = None
+) -> tuple[CounterBook, CounterBook, list[float]]:
+    """A compacted book and an uncompacted one, sampled every ``period`` seconds, evaluated every
+    ``every`` ticks (asked, recorded, pruned, as a tick does); the rollout's second step starts at
+    ``second_step`` (seen at the first evaluation after it)."""
+    compacted, reference = CounterBook(tolerance=TOLERANCE), CounterBook(tolerance=TOLERANCE)
+    evaluations = []
+    for tick in range(ticks):
+        seconds = tick * period
+        now = at(seconds)
+        values = {ok(): float(tick * 10), err(): float(tick // 3)}
+        if tick % every == 0:
+            step = at(second_step) if second_step is not None and seconds > second_step else at(0)
+            compacted.asked(REV, "rollout", at(0), now, starts=(step,), interval=interval)
+            evaluations.append(seconds)
+        for book in (compacted, reference):
+            book.record(REV, now, sample(values))
+        compacted.prune(now)
+    return compacted, reference, evaluations
+
+
+def test_past_steps_are_kept_per_evaluation_interval_and_the_current_step_per_tick() -> None:
+    compacted, reference, evaluations = _per_tick_book(
+        ticks=121, period=5, every=6, interval=30, second_step=302
+    )
+    assert len(reference.snapshots(REV)) == 121
+    # The first step (0-300 s) one per evaluation (11); the second, from 302 s, every tick (60).
+    assert len(compacted.snapshots(REV)) == 11 + 60
+    series = compacted.count_series(REV, at(0), at(600))
+    spans = [
+        (round((t.start - T0).total_seconds()), round((t.end - T0).total_seconds())) for t in series.tallies
+    ]
+    assert spans[:10] == list(itertools.pairwise(evaluations[:11]))
+    assert spans[10:] == [(start, start + 5) for start in range(300, 600, 5)]
+    whole, expected = (
+        CountSeries.total(series.tallies),
+        CountSeries.total(reference.count_series(REV, at(0), at(600)).tallies),
+    )
+    assert whole is not None and expected is not None
+    assert (whole.requests, whole.errors) == (expected.requests, expected.errors)
+    # Its step's own evidence reads what the uncompacted book reads.
+    got, want = compacted.tally(REV, at(302), at(600))[0], reference.tally(REV, at(302), at(600))[0]
+    assert got is not None and want is not None
+    assert (got.start, got.requests, got.errors) == (want.start, want.requests, want.errors)
+
+
+def test_a_first_step_is_never_compacted() -> None:
+    compacted, reference, _ = _per_tick_book(ticks=61, period=5, every=6, interval=30)
+    assert len(compacted.snapshots(REV)) == len(reference.snapshots(REV)) == 61
+
+
+def test_a_backfilled_past_is_kept_one_snapshot_per_interval() -> None:
+    """After a restart the book holds its past at scrape resolution; one evaluation over it must
+    still leave one tally per interval, or the judge could not see how the counts vary."""
+    book = CounterBook(tolerance=timedelta(seconds=1))
+    book.replay(REV, [(at(seconds), sample({ok(): float(seconds)})) for seconds in range(0, 601, 2)])
+    book.asked(REV, "rollout", at(0), at(600), starts=(at(300),), interval=60)  # in its second step
+    book.prune(at(600))
+    tallies = book.count_series(REV, at(0), at(600)).tallies
+    assert [round((t.end - t.start).total_seconds()) for t in tallies] == [60] * 5 + [2] * 150
+    assert sum(t.requests for t in tallies) == 600
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0.5, max_value=8.0),  # seconds since the previous tick
+            st.integers(min_value=0, max_value=40),  # requests in it
+            st.integers(min_value=0, max_value=5),  # errors in it
+            st.booleans(),  # the pod restarted (its counters start from zero)
+            st.sampled_from([None, None, 0.0, 0.4, 1.0]),  # an evaluation, its step started x ago
+        ),
+        min_size=3,
+        max_size=60,
+    ),
+    st.sampled_from([5.0, 10.0, 30.0]),
+)
+def test_every_range_asked_reads_what_the_uncompacted_book_reads(
+    ticks: list[tuple[float, int, int, bool, float | None]], interval: float
+) -> None:
+    compacted, reference = CounterBook(tolerance=TOLERANCE), CounterBook(tolerance=TOLERANCE)
+    moment, served, failed = 0.0, 0, 0
+    last_evaluation = 0.0
+    for index, (gap, requests, errors, restarted, drawn) in enumerate(ticks):
+        step = 0.0 if index == 0 else drawn  # a revision is tracked from its rollout's first ask
+        moment += gap
+        served, failed = (requests, errors) if restarted else (served + requests, failed + errors)
+        now = at(moment)
+        step_start = None
+        if step is not None:
+            step_start = at(last_evaluation + step * (moment - last_evaluation))
+            compacted.asked(REV, "rollout", at(0), now, starts=(step_start,), interval=interval)
+        for book in (compacted, reference):
+            book.record(REV, now, sample({ok(): float(served), err(): float(failed)}))
+        compacted.prune(now)
+        if step_start is None:
+            continue
+        last_evaluation = moment
+        for start in (at(0), step_start):
+            got, want = compacted.tally(REV, start, now)[0], reference.tally(REV, start, now)[0]
+            assert (got is None) == (want is None)
+            if got is not None and want is not None:
+                assert (got.start, got.end, got.requests, got.errors) == (
+                    want.start,
+                    want.end,
+                    want.requests,
+                    want.errors,
+                )
+            series = compacted.count_series(REV, start, now).tallies
+            assert all(a.end == b.start for a, b in itertools.pairwise(series)), "contiguous"
+            total, expected = (
+                CountSeries.total(series),
+                CountSeries.total(reference.count_series(REV, start, now).tallies),
+            )
+            assert (total is None) == (expected is None)
+            if total is not None and expected is not None:
+                assert (total.requests, total.errors) == (expected.requests, expected.errors)
+    assert len(compacted.snapshots(REV)) <= len(reference.snapshots(REV))
