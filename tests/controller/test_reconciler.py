@@ -288,3 +288,39 @@ def test_a_hold_that_repeats_is_logged_at_debug_and_every_change_at_info(tmp_pat
     assert last["verdict"] == "fail" and last["log_level"] in {"info", "warning"}, last
     started = [line for line in decisions if line["action"] != "wait"]
     assert started and all(line["log_level"] != "debug" for line in started)
+
+
+def test_a_forgotten_rollout_drops_its_series(tmp_path: Path) -> None:
+    """Its policy removed (or its shard regained by another replica): the gauges it exported go,
+    so dashboards show no ghost of a rollout nobody drives."""
+    with serving(tmp_path, KServeConfig(reconcile_delay=0.0)) as (_, api):
+        dispatcher = NotificationDispatcher()
+        metrics = ControllerMetrics()
+        reconciler = Reconciler(
+            inference_services=InferenceServiceClient(api),
+            store=ConfigMapStateStore(api),
+            evidence=PrometheusEvidenceSource(
+                PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1)
+            ),
+            dispatcher=dispatcher,
+            metrics=metrics,
+            clock=lambda: NOW,
+        )
+        try:
+            loaded = policy_for_llama()
+            outcome = reconciler.reconcile(loaded)  # type: ignore[arg-type]
+            assert outcome.error is None
+
+            def llama_metrics() -> set[str]:
+                return {
+                    line.split("{")[0]
+                    for line in metrics.exposition().decode().splitlines()
+                    if 'inference_service="llama"' in line and not line.startswith("#")
+                }
+
+            assert {"kserve_canary_rollout_phase", "kserve_canary_rollout_weight"} <= llama_metrics()
+            reconciler.forget("ml/llama")
+            # What is left is the decisions counter: a count of what happened, never a ghost state.
+            assert llama_metrics() <= {"kserve_canary_decisions_total", "kserve_canary_decisions_created"}
+        finally:
+            dispatcher.close(1)
