@@ -59,7 +59,10 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 def _version(obj: Mapping[str, Any] | None) -> int | None:
     if obj is None:
         return None
-    text = (obj.get("metadata") or {}).get("resourceVersion")
+    return _number((obj.get("metadata") or {}).get("resourceVersion"))
+
+
+def _number(text: object) -> int | None:
     if text is None:
         return None
     try:
@@ -94,6 +97,7 @@ class WatchCache:
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         # resourceVersion of each deletion seen; an object at or below it is a ghost of before it
         self._tombstones: dict[tuple[str, str], int] = {}
+        self._listed_at: dict[str | None, int] = {}  # each scope's last list, by its resourceVersion
         self._synced: set[str | None] = set()
         self._lock = threading.Lock()
         self.lists = 0  # initial lists and re-lists, for tests and the benchmark
@@ -178,12 +182,26 @@ class WatchCache:
 
     def _replace(self, scope: str | None, items: list[dict[str, Any]], version: str = "") -> None:
         fresh = {_key(item): item for item in items}
-        listed_at = _version({"metadata": {"resourceVersion": version}})
+        listed_at = _number(version)
         with self._lock:
+            # What the list no longer has is buried at its version, whatever answer of ours to an
+            # earlier write is still coming. Tombstones older than the previous list go: a late
+            # answer arrives within moments, not a watch period later, and they would otherwise
+            # pile up for as long as the process runs.
+            previous = self._listed_at.get(scope)
+            if previous is not None:
+                for key in [
+                    key
+                    for key, buried in self._tombstones.items()
+                    if (scope is None or key[0] == scope) and buried < previous
+                ]:
+                    del self._tombstones[key]
+            if listed_at is not None:
+                self._listed_at[scope] = listed_at
             for key in [key for key in self._objects if scope is None or key[0] == scope]:
                 if key not in fresh:
                     del self._objects[key]
-                    if listed_at is not None:  # gone by the list's version, whatever we wrote before
+                    if listed_at is not None:
                         self._tombstones[key] = listed_at
             for key in fresh:
                 self._tombstones.pop(key, None)

@@ -185,3 +185,22 @@ def test_a_list_that_no_longer_has_an_object_buries_it_at_the_list_version(world
     assert world.reads.state(NS, "llama").state_json is None
     world.configmaps.put(stale)  # a late answer from before the list
     assert world.reads.state(NS, "llama").state_json is None
+
+
+def test_tombstones_last_one_list_not_the_process(world: World) -> None:
+    """A late answer to our write arrives within moments; a tombstone older than the previous list
+    is dropped, so deleted objects do not pile up for as long as the controller runs."""
+    lister = lambda scope: list_configmaps(world.api, scope)  # noqa: E731
+    cache = world.configmaps
+    store = ConfigMapStateStore(world.api)
+    store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
+    cache._replace(NS, *lister(NS))
+    client.CoreV1Api(world.api).delete_namespaced_config_map("kserve-canary-llama", NS)
+    cache._replace(NS, *lister(NS))  # gone from this list: buried at its version
+    assert (NS, "kserve-canary-llama") in cache._tombstones
+    store.save(NS, "other", RolloutState(), resource_version=None, owner_uid=None)  # time passes
+    cache._replace(NS, *lister(NS))
+    assert (NS, "kserve-canary-llama") in cache._tombstones, "kept through the next list"
+    store.save(NS, "third", RolloutState(), resource_version=None, owner_uid=None)
+    cache._replace(NS, *lister(NS))
+    assert (NS, "kserve-canary-llama") not in cache._tombstones, "dropped once older than the list before"
