@@ -58,19 +58,25 @@ def serving(tmp_path: Path, kserve: KServeConfig) -> Iterator[tuple[Emulator, cl
         yield emulator, api
 
 
+def unreachable_prometheus_reconciler(
+    api: client.ApiClient, dispatcher: NotificationDispatcher, metrics: ControllerMetrics
+) -> Reconciler:
+    """A reconciler at ``NOW`` whose Prometheus is a free port (every query fails fast)."""
+    return Reconciler(
+        inference_services=InferenceServiceClient(api),
+        store=ConfigMapStateStore(api),
+        evidence=PrometheusEvidenceSource(PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1)),
+        dispatcher=dispatcher,
+        metrics=metrics,
+        clock=lambda: NOW,
+    )
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[Emulator, client.ApiClient, Reconciler, NotificationDispatcher]]:
     with serving(tmp_path, KServeConfig(reconcile_delay=0.0)) as (emulator, api):
         dispatcher = NotificationDispatcher()
-        source = PrometheusEvidenceSource(PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1))
-        reconciler = Reconciler(
-            inference_services=InferenceServiceClient(api),
-            store=ConfigMapStateStore(api),
-            evidence=source,
-            dispatcher=dispatcher,
-            metrics=ControllerMetrics(),
-            clock=lambda: NOW,
-        )
+        reconciler = unreachable_prometheus_reconciler(api, dispatcher, ControllerMetrics())
         try:
             yield emulator, api, reconciler, dispatcher
         finally:
@@ -296,16 +302,7 @@ def test_a_forgotten_rollout_drops_its_series(tmp_path: Path) -> None:
     with serving(tmp_path, KServeConfig(reconcile_delay=0.0)) as (_, api):
         dispatcher = NotificationDispatcher()
         metrics = ControllerMetrics()
-        reconciler = Reconciler(
-            inference_services=InferenceServiceClient(api),
-            store=ConfigMapStateStore(api),
-            evidence=PrometheusEvidenceSource(
-                PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1)
-            ),
-            dispatcher=dispatcher,
-            metrics=metrics,
-            clock=lambda: NOW,
-        )
+        reconciler = unreachable_prometheus_reconciler(api, dispatcher, metrics)
         try:
             loaded = policy_for_llama()
             outcome = reconciler.reconcile(loaded)  # type: ignore[arg-type]
