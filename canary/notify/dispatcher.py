@@ -579,8 +579,12 @@ class NotificationDispatcher:
 
     # -- shutdown -------------------------------------------------------------------------------
 
-    def close(self, timeout: float = 10.0) -> bool:
+    def close(self, timeout: float = 10.0, in_flight_grace: float = 2.0) -> bool:
         """Stop accepting, deliver what is queued for up to ``timeout`` seconds, drop the rest.
+
+        Past ``timeout`` no new attempt starts, and close waits up to ``in_flight_grace`` more seconds
+        for the attempts already on the wire: one that lands after close returned would be a second
+        sender beside whoever resumes the outbox next (the same message twice, minutes apart).
 
         Returns True if every lane drained in time.
         """
@@ -598,6 +602,10 @@ class NotificationDispatcher:
         if all(lane.thread is None or not lane.thread.is_alive() for lane in lanes):
             return True
         self._abandon.set()
+        grace_deadline = time.monotonic() + max(0.0, in_flight_grace)
+        for lane in lanes:
+            if lane.thread is not None:
+                lane.thread.join(max(0.0, grace_deadline - time.monotonic()))
         for lane in lanes:
             with lane.condition:
                 leftovers = list(lane.items)

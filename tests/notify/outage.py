@@ -30,6 +30,7 @@ class OutageReceiver:
         self.status = 200
         self.delay = 0.0  # seconds before answering
         self._requests: list[Received] = []
+        self._arrived = 0  # requests read, answered or not yet
         self._changed = threading.Condition()
         self._server = self._listen(("127.0.0.1", 0))
         self._address = self._server.server_address[:2]
@@ -86,6 +87,12 @@ class OutageReceiver:
                 raise AssertionError(f"expected {count} requests, got {len(self._requests)}")
             return list(self._requests)
 
+    def wait_arrivals(self, count: int, timeout: float = 30.0) -> None:
+        """Wait until ``count`` requests have been read, before their (delayed) answers."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._arrived >= count, timeout):
+                raise AssertionError(f"expected {count} requests to arrive, got {self._arrived}")
+
     # -- serving ---------------------------------------------------------------------------------
 
     def _listen(self, address: tuple[str, int]) -> ThreadingHTTPServer:
@@ -95,6 +102,9 @@ class OutageReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 status, delay = receiver.status, receiver.delay
+                with receiver._changed:
+                    receiver._arrived += 1
+                    receiver._changed.notify_all()
                 if delay:
                     time.sleep(delay)
                 with receiver._changed:

@@ -211,6 +211,21 @@ def test_the_outbox_survives_a_dispatcher_restart_and_keeps_the_idempotency_key(
     assert len(receiver.accepted(HOOK)) == 1
 
 
+def test_nothing_is_sent_after_close_returns(api: client.ApiClient, receiver: OutageReceiver) -> None:
+    """An attempt on the wire when close gives up is waited for: a message that landed after close
+    returned would be sent a second time by whoever resumes the outbox (the CI failure of the test
+    above: its in-flight attempt reached a receiver that had come up in the meantime)."""
+    receiver.come_up(status=200, delay=0.3)  # slow, but inside the sender's 0.5 s timeout
+    world = World(api, receiver)
+    world.dispatcher.submit(rollback(), world.destinations[:1])
+    receiver.wait_arrivals(1)  # the attempt is on the wire, its answer 0.3 s away
+    world.dispatcher.close(timeout=0.0)
+    at_close = len(receiver.accepted(HOOK))
+    time.sleep(1.0)
+    assert len(receiver.accepted(HOOK)) == at_close == 1
+    assert world.stored() == [], "delivered before close returned: taken out of the outbox"
+
+
 def test_a_notification_past_its_retry_horizon_is_reported_lost(
     api: client.ApiClient, receiver: OutageReceiver
 ) -> None:
