@@ -151,6 +151,18 @@ class EvidenceRequest:
     # Where the rollout's evidence begins (its first step's start): counts are wanted over
     # [history_start, at] so the judge can pool steps; None means the window's start.
     history_start: datetime | None = None
+    # Set while the rollout is in its first step: when the rollout of the canary began. The canary
+    # revision is new to the rollout, so every restart of its pods is its own; restarts and OOM kills
+    # before the first step's window (a GPU model OOM-killed while loading, before it ever became
+    # Ready) are counted in the first step instead of falling before every window (docs/design.md §3.5).
+    canary_born: datetime | None = None
+
+    def restarts_start(self, side_is_canary: bool) -> datetime:
+        """Where a revision's restart and OOM-kill counts begin: the window's start, or for the
+        canary in its first step the rollout's start (its pods' counters counted from zero)."""
+        if side_is_canary and self.canary_born is not None and self.canary_born < self.window_start:
+            return self.canary_born
+        return self.window_start
 
     @property
     def counts_start(self) -> datetime:

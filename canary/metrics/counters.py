@@ -247,6 +247,10 @@ class _Track:
     totals: list[int] = field(default_factory=list)  # the running totals, per key of ``layout``
     slots: dict[SeriesId, int] = field(default_factory=dict)  # each series' total in ``totals``
     oom_kills: int = 0
+    # Counted from birth (CounterBook.asked(born=True), a canary's restart counters): the first
+    # sample counts every series whole instead of as the baseline, and ``born_at`` is its time.
+    from_birth: bool = False
+    born_at: datetime | None = None
     asks: dict[Hashable, tuple[datetime, datetime]] = field(default_factory=dict)  # who: (from, when)
     backfilled_from: datetime | None = None
     # Compaction (CounterBook.prune): the evaluation times asked and not yet settled, each asker's
@@ -295,11 +299,19 @@ class CounterBook:
         *,
         starts: Iterable[datetime] = (),
         interval: float | None = None,
+        born: bool = False,
     ) -> None:
         """``asker`` (a rollout) wants ``revision``'s counts from ``counts_start``, asked at ``at``
         (an evaluation); ``starts``: the other range starts it reads (its step's start);
-        ``interval``: its evaluation interval in seconds (the grain the past is kept at)."""
+        ``interval``: its evaluation interval in seconds (the grain the past is kept at).
+
+        ``born``: every count the revision's series hold is its own (a canary's pods were all
+        created for its rollout): a revision not sampled yet counts its first sample whole, and a
+        range that starts before that sample counts from zero (:meth:`tally`, :meth:`oom_kills`).
+        """
         track = self._tracks.setdefault(revision, _Track())
+        if born and not track.snapshots:
+            track.from_birth = True
         track.asks[asker] = (counts_start, at)
         track.anchors[asker] = (counts_start, *starts)
         if not track.ends or at > track.ends[-1]:
@@ -326,7 +338,10 @@ class CounterBook:
         # OOM markers are not counters: they say which containers' increments are OOM kills.
         oom = {(series.pod, series.code_class) for series in sample.values if series.kind == OOM_FIELD}
         values = {series: value for series, value in sample.values.items() if series.kind != OOM_FIELD}
-        if not track.snapshots:
+        if not track.snapshots and track.from_birth:
+            track.born_at = at
+            self._advance(track, at, values, oom)  # nothing known before: every series counts whole
+        elif not track.snapshots:
             track.last = dict(values)
             track.seen = dict.fromkeys(values, at)
             for series in values:  # everything is baseline: the totals start at zero
@@ -354,6 +369,7 @@ class CounterBook:
         if old is not None:  # who asked, and how (compaction), stays
             track.asks, track.anchors, track.grains = dict(old.asks), dict(old.anchors), dict(old.grains)
             track.ends = list(old.ends)
+            track.from_birth = old.from_birth
         self._tracks[revision] = track
         for at, sample in sorted(samples, key=lambda item: item[0]):
             self.record(revision, at, sample)
@@ -478,9 +494,12 @@ class CounterBook:
         return CountSeries(EvidenceStatus.OK, tallies, query=query)
 
     def tally(
-        self, revision: RevisionKey, start: datetime, end: datetime
+        self, revision: RevisionKey, start: datetime, end: datetime, *, from_birth: bool = False
     ) -> tuple[Tally | None, Snapshot | None]:
-        """The whole tally over [start, end] (None when nothing is known), and its last snapshot."""
+        """The whole tally over [start, end] (None when nothing is known), and its last snapshot.
+
+        ``from_birth``: everything since the revision's birth up to ``end`` when it is counted from
+        birth (``asked(born=True)`` before its first sample), whatever ``start``."""
         track = self._tracks.get(revision)
         span = self._span(track, start, end) if track is not None else None
         if track is None or span is None:
@@ -489,23 +508,40 @@ class CounterBook:
         chosen = track.snapshots[first : last + 1]
         if not any(snapshot.series for snapshot in chosen):
             return None, chosen[-1]
-        return _tally(chosen[0], chosen[-1]), chosen[-1]
+        base = self._born(track, start) if from_birth else None
+        return _tally(base or chosen[0], chosen[-1]), chosen[-1]
 
-    def oom_kills(self, revision: RevisionKey, start: datetime, end: datetime) -> int:
-        """Restarts counted in [start, end] while the container's last termination was an OOM kill."""
+    def oom_kills(
+        self, revision: RevisionKey, start: datetime, end: datetime, *, from_birth: bool = False
+    ) -> int:
+        """Restarts counted in [start, end] while the container's last termination was an OOM kill
+        (``from_birth``: as in :meth:`tally`)."""
         track = self._tracks.get(revision)
         span = self._span(track, start, end) if track is not None else None
         if track is None or span is None:
             return 0
         first, last = span
-        return track.snapshots[last].oom_kills - track.snapshots[first].oom_kills
+        base = (self._born(track, start) if from_birth else None) or track.snapshots[first]
+        return track.snapshots[last].oom_kills - base.oom_kills
 
     def new_oom_kills(self, revision: RevisionKey) -> int:
-        """OOM kills counted in the latest sample of ``revision`` (since the one before it)."""
+        """OOM kills counted in the latest sample of ``revision`` (since the one before it; for a
+        revision counted from birth, its first sample's)."""
         track = self._tracks.get(revision)
-        if track is None or len(track.snapshots) < 2:
+        if track is None or not track.snapshots:
             return 0
+        if len(track.snapshots) == 1:
+            return track.snapshots[0].oom_kills if track.born_at == track.snapshots[0].at else 0
         return track.snapshots[-1].oom_kills - track.snapshots[-2].oom_kills
+
+    @staticmethod
+    def _born(track: _Track, start: datetime) -> Snapshot | None:
+        """Zero, standing at ``start``, for a revision counted from birth whose first sample is still
+        kept (its totals hold everything since birth); None otherwise."""
+        first = track.snapshots[0]
+        if first.at != track.born_at:
+            return None
+        return Snapshot(min(start, first.at), array("q"), first.layout, 0)
 
     def pods_seen(self, revision: RevisionKey, start: datetime, end: datetime) -> int:
         """How many pods had series in the snapshots standing for [start, end]."""

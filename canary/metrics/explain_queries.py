@@ -8,7 +8,9 @@ window explain shows), that answers **one series** — the canary's value in the
 unit (seconds, a ratio, bytes, a count) — over the window the evaluation used:
 
 * counted measures (``error-rate``, ``latency``, ``ttft``, ``e2e-latency``, ``restarts``,
-  ``oom-kills``): the evaluated window, ``[request.window_start, request.at]``;
+  ``oom-kills``): the evaluated window, ``[request.window_start, request.at]``; a canary's restarts
+  and OOM kills while it is pending and in its first step from the rollout's start
+  (``request.canary_born``: its warm-up is counted there);
 * gauges and warm-up (``gpu-memory-peak``, ``kv-cache-usage``, ``warmup-time``) and templates: the
   window at least ``min_window`` long, as the evidence source asks for them;
 * custom ``promql`` checks and ``spec.metrics.queries`` overrides: the policy's own template rendered
@@ -122,6 +124,7 @@ def _labels(*matchers: str) -> str:
 # Stand-ins for the windows while a query's shape is memoised (private-use characters: escaping leaves
 # them alone and no Kubernetes name holds them); each evaluation puts its own windows in.
 _COUNTED = "\ue000counted\ue000"  # the evaluated window, for people (``10m``)
+_RESTARTED = "\ue000restarted\ue000"  # the canary's restarts: the window, or since its birth (warm-up)
 _SAMPLED = "\ue000sampled\ue000"  # at least min_window, for people
 _TEMPLATED = "\ue000window\ue000"  # at least min_window, as {{ window }} is rendered (``600s``)
 _MEMO_CAPACITY = 4096
@@ -202,19 +205,21 @@ def render_canary_query(
     return None if shape is None else _filled(shape, _windows(request, min_window))
 
 
-def _windows(request: EvidenceRequest, min_window: float) -> tuple[str, str, str]:
+def _windows(request: EvidenceRequest, min_window: float) -> tuple[str, str, str, str]:
     seconds = request.window_seconds
+    restarted = (request.at - request.restarts_start(side_is_canary=True)).total_seconds()
     return (
         duration(seconds),
         duration(max(min_window, seconds)),
         format_duration_seconds(max(min_window, seconds)),
+        duration(restarted),
     )
 
 
-def _filled(shape: CanaryQuery, windows: tuple[str, str, str]) -> CanaryQuery:
-    counted, sampled, templated = windows
+def _filled(shape: CanaryQuery, windows: tuple[str, str, str, str]) -> CanaryQuery:
+    counted, sampled, templated, restarted = windows
     promql = shape.promql.replace(_COUNTED, counted).replace(_SAMPLED, sampled).replace(_TEMPLATED, templated)
-    return CanaryQuery(promql, shape.note)
+    return CanaryQuery(promql.replace(_RESTARTED, restarted), shape.note)
 
 
 def _shape(
@@ -257,9 +262,9 @@ def _shape(
         buckets = f"sum by (le) (increase({_selector(histogram + '_bucket', *pods)}[{counted}]))"
         return CanaryQuery(f"histogram_quantile({check.effective_quantile!r}, {buckets})", QUANTILE_NOTE)
     if measure is MetricKind.RESTARTS:
-        return CanaryQuery(f"sum({_restarts(pods, counted)})")
+        return CanaryQuery(f"sum({_restarts(pods, _RESTARTED)})")
     if measure is MetricKind.OOM_KILLS:
-        return CanaryQuery(_oom_kills(pods, counted), _OOM_NOTE)
+        return CanaryQuery(_oom_kills(pods, _RESTARTED), _OOM_NOTE)
     if measure is MetricKind.WARMUP_TIME:
         ready = f"max by (namespace, pod, uid) (max_over_time({_selector(KSM_READY_TIME, *pods)}[{sampled}]))"
         created = f"max by (namespace, pod, uid) (max_over_time({_selector(KSM_CREATED, *pods)}[{sampled}]))"

@@ -53,6 +53,7 @@ from canary.evidence import (
 from canary.metrics.catalog import (
     FIELD_SAMPLES,
     PEAK_FIELD,
+    RESTARTS_COUNTER,
     BuiltinQuery,
     CounterQuery,
     Family,
@@ -442,6 +443,7 @@ class _Ask(NamedTuple):
     at: datetime
     step_start: datetime
     interval: float  # the policy's evaluation interval, seconds
+    born: bool = False  # a canary's restart counters in its first step: counted from birth
 
 
 @dataclass(slots=True)
@@ -451,6 +453,13 @@ class Counted:
     measurements: dict[int, Measurement] = field(default_factory=dict)  # id(need) -> measurement
     series: dict[int, dict[str, CountSeries]] = field(default_factory=dict)  # rollout -> side -> counts
     http_requests: dict[int, int] = field(default_factory=dict)  # rollout -> round trips spent for it
+
+
+def _from_birth(need: Need, request: EvidenceRequest) -> bool:
+    """Whether ``need`` reads a canary's restart counters from its birth (its rollout's first step)."""
+    assert isinstance(need.ask, CountsAsk)
+    canary = need.side is Side.CANARY and request.canary_born is not None
+    return canary and need.ask.counter == RESTARTS_COUNTER
 
 
 class CountsPipeline:
@@ -519,7 +528,15 @@ class CountsPipeline:
             starts[need.revision] = min(start, starts.get(need.revision, start))
             who = (request.namespace, request.inference_service)
             askers.setdefault(counter, []).append(
-                _Ask(need.revision, who, start, request.at, request.window_start, policy.spec.interval)
+                _Ask(
+                    need.revision,
+                    who,
+                    start,
+                    request.at,
+                    request.window_start,
+                    policy.spec.interval,
+                    born=_from_birth(need, request),
+                )
             )
         refreshes: dict[tuple[CounterQuery, datetime], tuple[_Refresh, bool]] = {}
         for counter, at in sorted(wanted, key=lambda item: item[1]):
@@ -563,9 +580,11 @@ class CountsPipeline:
         if failure is not None:
             counts = failure
         else:
-            counts = book.tally(need.revision, request.window_start, request.at)
-            pods = book.pods_seen(need.revision, request.window_start, request.at)
-            oom_kills = book.oom_kills(need.revision, request.window_start, request.at)
+            born = _from_birth(need, request)
+            start = request.restarts_start(born)
+            counts = book.tally(need.revision, start, request.at, from_birth=born)
+            pods = book.pods_seen(need.revision, start, request.at)
+            oom_kills = book.oom_kills(need.revision, start, request.at, from_birth=born)
         counted.measurements[id(need)] = count_measurement(
             need.measure or REQUESTS,
             need.unit,
@@ -592,7 +611,13 @@ class CountsPipeline:
             book = self.book(counter)
             for ask in askers:
                 book.asked(
-                    ask.revision, ask.who, ask.start, ask.at, starts=(ask.step_start,), interval=ask.interval
+                    ask.revision,
+                    ask.who,
+                    ask.start,
+                    ask.at,
+                    starts=(ask.step_start,),
+                    interval=ask.interval,
+                    born=ask.born,
                 )
             last = self._last.get(counter)
             if last is not None and abs(last.at - at) <= self.tolerance:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from canary.evidence import REQUESTS, CountSeries, ErrorClass, EvidenceStatus, Histogram
-from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, RevisionKey
+from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD, RevisionKey
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.counters import (
     MAX_POINTS_PER_SERIES,
@@ -262,6 +262,76 @@ def test_backfill_is_needed_once() -> None:
     assert not book.needs_backfill(REV, at(3))
     assert book.needs_backfill(REV, at(-60))  # an older start than was filled
     assert totals(book, 0, 5) == (1, 0)
+
+
+# -- a canary's restart counters, counted from its birth ------------------------------------------
+
+
+def restarted(pod: str, container: str = "kserve-container") -> SeriesId:
+    """kube-state-metrics' restart counter of one container (the container rides in code_class)."""
+    return SeriesId(COUNTER_FIELD, pod, container)
+
+
+def oom_marker(pod: str, container: str = "kserve-container") -> SeriesId:
+    return SeriesId(OOM_FIELD, pod, container)
+
+
+# p0 was OOM-killed once while loading its model, before the book ever sampled the revision; p1
+# restarts (not an OOM kill) between the two samples.
+WARM_UP = ((20, {restarted("p0"): 1.0, oom_marker("p0"): 1.0, restarted("p1"): 0.0}),)
+LATER = ((30, {restarted("p0"): 1.0, oom_marker("p0"): 1.0, restarted("p1"): 1.0}),)
+
+
+def restart_book(*, born: bool) -> CounterBook:
+    book = CounterBook(tolerance=TOLERANCE)
+    book.asked(REV, "rollout", at(20), at(30), born=born)
+    for seconds, values in WARM_UP + LATER:
+        assert book.record(REV, at(seconds), sample(values))
+    return book
+
+
+def restarts(book: CounterBook, start: float, *, from_birth: bool) -> tuple[int, int]:
+    tally, _ = book.tally(REV, at(start), at(30), from_birth=from_birth)
+    assert tally is not None
+    return tally.requests, book.oom_kills(REV, at(start), at(30), from_birth=from_birth)
+
+
+def test_a_canary_counted_from_birth_keeps_the_restarts_before_its_first_sample() -> None:
+    born = restart_book(born=True)
+    # From birth, whatever the range's start: the warm-up OOM kill and p1's restart.
+    assert restarts(born, 10, from_birth=True) == (2, 1)
+    assert restarts(born, 25, from_birth=True) == (2, 1)
+    # A later range of the same revision (its second step) reads differences, as always.
+    assert restarts(born, 25, from_birth=False) == (1, 0)
+    # The same counters not counted from birth (the stable revision): the first sample is the baseline.
+    baseline = restart_book(born=False)
+    assert restarts(baseline, 10, from_birth=True) == (1, 0)
+    assert restarts(baseline, 10, from_birth=False) == (1, 0)
+
+
+def test_a_warm_up_oom_kill_is_an_alarm_in_the_first_sample_of_a_canary_counted_from_birth() -> None:
+    for born, alarmed in ((True, 1), (False, 0)):
+        book = CounterBook(tolerance=TOLERANCE)
+        book.asked(REV, "rollout", at(20), at(20), born=born)
+        book.record(REV, at(20), sample(WARM_UP[0][1]))
+        assert book.new_oom_kills(REV) == alarmed
+        book.record(REV, at(30), sample(LATER[0][1]))
+        assert book.new_oom_kills(REV) == 0  # p1's restart is no OOM kill; p0's was counted already
+
+
+def test_a_backfill_keeps_counting_from_birth() -> None:
+    book = CounterBook(tolerance=TOLERANCE)
+    book.asked(REV, "rollout", at(20), at(30), born=True)
+    book.replay(REV, [(at(seconds), sample(values)) for seconds, values in WARM_UP + LATER])
+    assert restarts(book, 10, from_birth=True) == (2, 1)
+
+
+def test_only_a_revision_not_sampled_yet_can_be_counted_from_birth() -> None:
+    book = CounterBook(tolerance=TOLERANCE)
+    book.record(REV, at(20), sample(WARM_UP[0][1]))  # already tracked with a baseline
+    book.asked(REV, "rollout", at(20), at(30), born=True)
+    book.record(REV, at(30), sample(LATER[0][1]))
+    assert restarts(book, 10, from_birth=True) == (1, 0)
 
 
 # ---------------------------------------------------------------------------------------------

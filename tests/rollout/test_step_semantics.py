@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from canary.evidence import Evidence
+from canary.kserve.status_model import KServeSim
 from canary.rollout import (
     Action,
     EvaluationVerdict,
@@ -22,6 +23,7 @@ from canary.rollout.bookkeeping import TIMER_SLACK
 from .helpers import (
     HEALTHY_EVIDENCE,
     EvidenceMaker,
+    Harness,
     in_sequence,
     make_policy,
     no_data,
@@ -287,3 +289,28 @@ def test_a_tick_firing_just_before_the_interval_ends_evaluates_then_not_a_tick_l
     assert len(harness.requests) == asked + 1, "half the slack early: evaluated now"
     harness.tick(60 - 2 * TIMER_SLACK.total_seconds())
     assert len(harness.requests) == asked + 1, "twice the slack early: not yet"
+
+
+def test_the_canary_warm_up_is_counted_while_it_is_pending_and_in_its_first_step_only() -> None:
+    """EvidenceRequest.canary_born: until the first step's window ends, the canary's restarts and OOM
+    kills count from the rollout's start (a GPU model OOM-killed while loading, before it was Ready);
+    later steps and the bake count their own window only (the warm-up was judged in the first)."""
+    harness = Harness(make_policy(bake="5m"), KServeSim.serving())
+    harness.start_rollout()
+    started = harness.state.started_at
+    assert started is not None
+    for _ in range(3):  # not Ready yet: absolute checks are evaluated while it is pending
+        harness.tick(60)
+    assert harness.state.phase is Phase.PENDING
+    harness.sim.make_ready()
+    harness.sim.reconcile()
+    harness.run(lambda decision: decision.new_state.phase is Phase.SUCCEEDED)
+    first_step = min(request.window_start for request in harness.requests if request.compare_with_stable)
+    seen: dict[str, set[object]] = {}
+    for request in harness.requests:
+        if request.compare_with_stable:
+            kind = "first step" if request.window_start == first_step else "later steps"
+        else:
+            kind = "pending" if request.window_start == started else "bake"
+        seen.setdefault(kind, set()).add(request.canary_born)
+    assert seen == {"pending": {started}, "first step": {started}, "later steps": {None}, "bake": {None}}

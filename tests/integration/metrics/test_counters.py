@@ -275,6 +275,45 @@ def test_restarts_from_the_restart_counters_live_and_backfilled(production: Scen
     assert [answer.canary["oom"].value for answer in evidence] == [1, 0]  # the queue-proxy's is no OOM
 
 
+def test_a_canary_oom_killed_while_warming_up_counts_in_its_first_step(production: Scenario) -> None:
+    """resnet's canary: pods created at AT-400, one storage-initializer OOMKilled at AT-380, Ready
+    about AT-355; the rollout's first step starts at AT-300, after the kill. Its warm-up belongs to
+    the first step (EvidenceRequest.canary_born): the kill is counted live and after a restart
+    (backfilled), and is not when the step is not the first (the same window, no canary_born)."""
+    policy = make_policy(
+        [
+            {"name": "restarts", "metric": "restarts", "max": 0},
+            {"name": "oom", "metric": "oom-kills", "max": 0, "critical": True},
+        ],
+        namespace="kn121",
+        name="resnet",
+    )
+    canary, stable = "resnet-predictor-00008", "resnet-predictor-00007"
+    born, step_start = AT - timedelta(seconds=390), AT - timedelta(seconds=300)
+    pods = revision_of(production.simulation, canary).pods
+    kills = [r for pod in pods for r in pod.restarts if r.at <= AT_SECONDS]
+    assert [r.reason for r in kills] == ["OOMKilled"] and kills[0].at < step_start.timestamp()
+
+    def request(at: datetime, first_step: bool) -> EvidenceRequest:
+        plain = _request(
+            policy, "kn121", canary, stable, at=at, window_start=step_start, inference_service="resnet"
+        )
+        return replace(plain, canary_born=born if first_step else None)
+
+    ticks = [step_start + timedelta(seconds=index * 30) for index in range(1, 11)]
+    for first_step, counted in ((True, 1), (False, 0)):
+        with production.source() as live:
+            for tick in ticks:
+                evidence = live.collect(policy, request(tick, first_step))
+                assert evidence.canary["oom"].value == counted, (tick, first_step)
+        with production.source() as fresh:  # a restarted controller: the same counts, backfilled
+            again = fresh.collect(policy, request(AT, first_step))
+        for answer in (evidence, again):
+            oom, restarts = answer.canary["oom"], answer.canary["restarts"]
+            assert (oom.status, oom.value, oom.samples) == (EvidenceStatus.OK, counted, len(pods))
+            assert (restarts.status, restarts.value) == (EvidenceStatus.OK, counted)
+
+
 def test_a_backfill_split_by_the_sample_budget_gives_the_same_counts(production: Scenario) -> None:
     policy = make_policy(CHECKS, metrics={"requests": "knative-opencensus"})
     request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")

@@ -6,6 +6,8 @@ tolerance where ``increase()`` extrapolates; hostile names cannot leave their se
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from canary_sandbox.kserve_metrics import E2E_BUCKETS, TTFT_BUCKETS
 from canary.evidence import CanaryQuery, Evidence, EvidenceStatus
 from canary.metrics.explain_queries import EXTRAPOLATED_NOTE, QUANTILE_NOTE, canary_queries
 from tests.integration.metrics.support import (
+    AT,
     AT_SECONDS,
     ODD_DECOY,
     ODD_NAMESPACE,
@@ -176,6 +179,25 @@ def test_a_storage_initializer_oom_and_pods_born_in_the_window(production: Scena
         "warmup": max(pod.ready - pod.created for pod in revision.pods if pod.ready),
     }
     assert all(evidence.canary[name].value == value for name, value in shown.items())
+
+
+def test_a_warm_up_oom_counted_in_the_first_step_is_what_its_query_shows(production: Scenario) -> None:
+    """The first step began after resnet's canary was OOM-killed while loading (AT-380): the judged
+    count and the query explain shows both cover the canary's life from the rollout's start, and
+    both leave the kill out of a later step's window."""
+    checks: list[dict[str, Any]] = [
+        {"name": "oom", "metric": "oom-kills", "max": 0},
+        {"name": "restarts", "metric": "restarts", "max": 0},
+    ]
+    built = make_policy(checks, namespace="kn121", name="resnet")
+    plain = make_request(built, "kn121", "resnet-predictor-00008", "resnet-predictor-00007", window=300.0,
+                         inference_service="resnet")  # fmt: skip
+    for born, expected in ((AT - timedelta(seconds=390), 1.0), (None, 0.0)):
+        with production.source() as source:
+            evidence = source.collect(built, replace(plain, canary_born=born))
+        shown = {name: value_of(production, query) for name, query in evidence.canary_queries.items()}
+        assert shown == {"oom": expected, "restarts": expected}, born
+        assert all(evidence.canary[name].value == value for name, value in shown.items())
 
 
 def test_custom_promql_and_overrides_are_the_controllers_canary_query(production: Scenario) -> None:
