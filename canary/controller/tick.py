@@ -18,7 +18,11 @@ Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
    :class:`~canary.metrics.prometheus.PrometheusEvidenceSource`) reports the canaries OOM-killed
    since its last sample; their rollouts are due at once, with ``alarm`` (an extra look before the
    interval: :func:`canary.rollout.core.decide`), so a critical signal is judged within a tick or
-   two of becoming queryable, not up to an interval later.
+   two of becoming queryable, not up to an interval later. A canary warming up (Pending, or in its
+   first step before its first evaluation) is handed to the source to watch (``watch_warm_up``), so
+   a kill while its model loads is an alarm too; an alarm its rollout cannot act on yet (the first
+   step's clock has not started, or started this very tick) is kept, an interval at most, until an
+   evaluation is due with it.
 5. **Decide and write** on a bounded worker pool (:meth:`Reconciler.finish`, which keeps its order:
    ledger → state → patch, each fenced with ``fence(key)`` and conditional on the resourceVersion
    read in 2).
@@ -141,6 +145,9 @@ class TickRunner:
         self._not_owned: set[str] = set()  # keys another replica drives (or drove) meanwhile
         self._canaries: dict[tuple[str, str], str] = {}  # (namespace, canary revision): the rollout's key
         self._alarmed: set[str] = set()  # keys to look at now, with alarm (see step 4)
+        # An alarm its rollout could not act on yet (the first step's clock not started): kept, for
+        # an interval at most, until an evaluation is due with it.
+        self._alarm_since: dict[str, datetime] = {}
         self.last: TickOutcome | None = None
 
     # -- what there is -------------------------------------------------------------------------
@@ -153,6 +160,7 @@ class TickRunner:
                 self._waiting_since.pop(key, None)
                 self._triggered.discard(key)
                 self._alarmed.discard(key)
+                self._alarm_since.pop(key, None)
                 self._reconciler.forget(key)
             self._canaries = {canary: key for canary, key in self._canaries.items() if key in intervals}
             self._carried = [key for key in self._carried if key in intervals]
@@ -322,7 +330,39 @@ class TickRunner:
         if prepared.request is not None:
             with self._lock:
                 self._canaries[(prepared.request.namespace, prepared.request.canary_revision)] = key
+                self._alarm_since.pop(key, None)
+        elif prepared.state.warm_up_counted:
+            self._watch_warm_up(key, prepared, now, alarm)
+        else:
+            with self._lock:
+                self._alarm_since.pop(key, None)
         return prepared
+
+    def _watch_warm_up(self, key: str, prepared: Prepared, now: datetime, alarm: bool) -> None:
+        """A canary warming up with no evaluation due: its restart counters join the per-tick
+        sample (an OOM kill while it loads is an alarm within a tick or two, not an interval after
+        its first step started), and an alarm it could not act on yet is kept for the next tick."""
+        state = prepared.state
+        revision, born = state.revision, state.started_at
+        if revision is None or born is None:
+            return
+        namespace = prepared.policy.metadata.namespace
+        with self._lock:
+            self._canaries[(namespace, revision)] = key
+            if alarm:
+                since = self._alarm_since.setdefault(key, now)
+                if (now - since).total_seconds() <= self._intervals.get(key, 0.0):
+                    self._alarmed.add(key)
+                    self._triggered.add(key)
+                else:
+                    self._alarm_since.pop(key, None)  # its regular evaluation has come meanwhile
+        watch = getattr(self._evidence, "watch_warm_up", None)
+        if not callable(watch):
+            return
+        try:
+            watch(prepared.policy, revision, born, now)
+        except Exception as error:  # a watch is a shortcut; the first evaluation still comes
+            log.warning("warm-up watch failed", key=key, error=str(error))
 
     def _take_alarms(self, judged_now: set[str]) -> set[str]:
         """Step 4: the rollouts whose canary the evidence source saw OOM-killed (returned); those

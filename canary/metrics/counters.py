@@ -286,6 +286,9 @@ class CounterBook:
     def tracked(self) -> set[RevisionKey]:
         return set(self._tracks)
 
+    def is_tracked(self, revision: RevisionKey) -> bool:
+        return revision in self._tracks
+
     def snapshots(self, revision: RevisionKey) -> tuple[Snapshot, ...]:
         track = self._tracks.get(revision)
         return tuple(track.snapshots) if track is not None else ()
@@ -499,7 +502,8 @@ class CounterBook:
         """The whole tally over [start, end] (None when nothing is known), and its last snapshot.
 
         ``from_birth``: everything since the revision's birth up to ``end`` when it is counted from
-        birth (``asked(born=True)`` before its first sample), whatever ``start``."""
+        birth (``asked(born=True)`` before its first sample), whatever ``start`` and whatever
+        snapshots were pruned since."""
         track = self._tracks.get(revision)
         span = self._span(track, start, end) if track is not None else None
         if track is None or span is None:
@@ -536,11 +540,11 @@ class CounterBook:
 
     @staticmethod
     def _born(track: _Track, start: datetime) -> Snapshot | None:
-        """Zero, standing at ``start``, for a revision counted from birth whose first sample is still
-        kept (its totals hold everything since birth); None otherwise."""
-        first = track.snapshots[0]
-        if first.at != track.born_at:
+        """Zero, standing at ``start``, for a revision counted from birth (every snapshot's totals
+        hold everything since its birth, whichever snapshots pruning left); None otherwise."""
+        if track.born_at is None:
             return None
+        first = track.snapshots[0]
         return Snapshot(min(start, first.at), array("q"), first.layout, 0)
 
     def pods_seen(self, revision: RevisionKey, start: datetime, end: datetime) -> int:

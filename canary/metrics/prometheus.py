@@ -105,7 +105,7 @@ from canary.metrics.plan import (
     parse_single,
     plan_rollout,
 )
-from canary.policy.model import GpuLabelStyle, PromotionPolicy, RequestsProfile
+from canary.policy.model import GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 
 __all__ = ["PrometheusEvidenceSource"]
 
@@ -267,6 +267,22 @@ class PrometheusEvidenceSource:
         return evidence
 
     # -- detection ------------------------------------------------------------------------------
+
+    def watch_warm_up(self, policy: PromotionPolicy, revision: str, born: datetime, at: datetime) -> None:
+        """``revision`` is ``policy``'s canary, warming up and not evaluated yet (Pending, or in its
+        first step before its first evaluation): its restart counters join every tick's sample from
+        now on, counted from its birth, so an OOM kill while it loads is an alarm (take_alarms)
+        within a tick or two instead of waiting for an evaluation. Only for policies whose
+        restarts or OOM kills come from the restart counters."""
+        counted = {MetricKind.RESTARTS, MetricKind.OOM_KILLS} - {
+            MetricKind(measure) for measure in policy.spec.metrics.queries if measure in _RESTART_MEASURES
+        }
+        if not any(check.metric in counted for check in policy.spec.checks):
+            return
+        namespace = policy.metadata.namespace
+        self.counts.watch(
+            RevisionKey(namespace, revision), (namespace, policy.spec.target.inference_service), born, at
+        )
 
     def take_alarms(self) -> set[tuple[str, str]]:
         """``(namespace, revision)`` of the revisions whose containers were OOM-killed in a per-tick
@@ -453,6 +469,9 @@ class Counted:
     measurements: dict[int, Measurement] = field(default_factory=dict)  # id(need) -> measurement
     series: dict[int, dict[str, CountSeries]] = field(default_factory=dict)  # rollout -> side -> counts
     http_requests: dict[int, int] = field(default_factory=dict)  # rollout -> round trips spent for it
+
+
+_RESTART_MEASURES = frozenset({MetricKind.RESTARTS.value, MetricKind.OOM_KILLS.value})
 
 
 def _from_birth(need: Need, request: EvidenceRequest) -> bool:
@@ -645,6 +664,16 @@ class CountsPipeline:
                 if revision not in refresh.failures and book.new_oom_kills(revision) > 0
             )
             return refresh, True
+
+    def watch(self, revision: RevisionKey, who: Hashable, born: datetime, at: datetime) -> None:
+        """Sample ``revision``'s restart counters in every tick from now on, counted from birth (a
+        canary warming up, not evaluated yet): an OOM kill then raises an alarm within a tick
+        instead of waiting for the first evaluation. Once the revision is tracked (asked for, or
+        watched before), nothing changes."""
+        with self._lock:
+            book = self.book(RESTARTS_COUNTER)
+            if not book.is_tracked(revision):
+                book.asked(revision, who, born, at, born=True)
 
     def take_alarms(self) -> set[RevisionKey]:
         """The revisions OOM-killed in a sample since the last call (each reported once)."""

@@ -1274,10 +1274,7 @@ class _Tick:
     def warming(self, mode: EvaluationMode) -> bool:
         """Whether the canary's warm-up belongs to this evaluation: until it became Ready, and in the
         first step, restarts and OOM kills count from the rollout's start (EvidenceRequest.canary_born)."""
-        step = self.state.step
-        return mode is EvaluationMode.PENDING or (
-            mode is EvaluationMode.STEP and step is not None and step.index == 0
-        )
+        return mode is not EvaluationMode.BAKE and self.state.warm_up_counted
 
     def request(
         self,

@@ -315,6 +315,20 @@ class RolloutState:
         """Whether a rollout is under way (paused or not)."""
         return self.underlying_phase.is_rollout_active
 
+    @property
+    def warm_up_counted(self) -> bool:
+        """Whether the canary's warm-up is part of what is judged now: while it is Pending and in the
+        first step, its restarts and OOM kills count from the rollout's start (``started_at``;
+        EvidenceRequest.canary_born, docs/design.md §3.5). Later steps and the bake judge their own
+        window only."""
+        step = self.step
+        return (
+            self.phase in (Phase.PENDING, Phase.PROGRESSING)
+            and step is not None
+            and step.index == 0
+            and self.started_at is not None
+        )
+
     def was_rolled_back(self, revision: str) -> bool:
         return any(entry.revision == revision for entry in self.rolled_back)
 

@@ -66,6 +66,7 @@ class RecordingSource:
         self.calls: list[list[tuple[str, datetime]]] = []
         self.alarms: set[tuple[str, str]] = set()  # what take_alarms reports next (once)
         self.alarms_in_sample: set[tuple[str, str]] = set()  # raised by the next collect_many
+        self.watched: list[tuple[str, str, datetime]] = []  # watch_warm_up: (policy, revision, born)
         if not many:
             self.collect_many = None  # type: ignore[assignment]
 
@@ -86,6 +87,9 @@ class RecordingSource:
     def take_alarms(self) -> set[tuple[str, str]]:
         alarms, self.alarms = self.alarms, set()
         return alarms
+
+    def watch_warm_up(self, policy: PromotionPolicy, revision: str, born: datetime, at: datetime) -> None:
+        self.watched.append((policy.key, revision, born))
 
 
 @dataclass
@@ -395,6 +399,38 @@ def test_an_alarm_makes_its_rollout_due_now_and_evaluated_before_its_interval(wo
     world.source.alarms = {(NS, "m2-predictor-00002")}
     runner.run_tick()  # taken at the tick's start: m2 due again, looked at again
     assert world.source.calls[-1] == [(f"{NS}/m2", world.clock.now)]
+
+
+def test_a_canary_warming_up_is_watched_and_its_alarm_waits_for_its_step_to_be_judged(world: World) -> None:
+    """Every model's first step has just started (no evaluation due): each canary is handed to the
+    evidence source to watch from its rollout's start. m2's canary is OOM-killed at that very moment:
+    its step's window is still empty, so nothing can be judged; the alarm is kept, and m2 is judged
+    in the next tick, 5 s later, instead of a whole interval later."""
+    runner = world.runner()
+    _wait(lambda: world.reconciler.reads.synced(NS))
+    runner.run_tick()
+    for name in MODELS:
+        world.push(name)
+    world.emulator.settle()
+    world.settle(runner)  # the clock stands still: every first step started at this very moment
+    states = {name: world.reconciler.reads.state(NS, name).state() for name in MODELS}
+    watched = {(key, revision): born for key, revision, born in world.source.watched}
+    assert watched == {
+        (f"{NS}/{name}", f"{name}-predictor-00002"): states[name].started_at for name in MODELS
+    }
+    assert world.source.calls == [], "no evaluation was due"
+
+    world.source.alarms = {(NS, "m2-predictor-00002")}
+    outcome = runner.run_tick()
+    assert outcome.due == [f"{NS}/m2"] and world.source.calls == [], "the step's window is empty"
+    assert runner.due(world.clock()) == [f"{NS}/m2"], "the alarm is kept"
+
+    world.clock.now += timedelta(seconds=5)
+    outcome = runner.run_tick()
+    assert world.source.calls == [[(f"{NS}/m2", world.clock.now)]], "m2 alone, judged now"
+    assert outcome.outcomes[f"{NS}/m2"].evaluated
+    world.clock.now += timedelta(seconds=5)
+    assert f"{NS}/m2" not in runner.due(world.clock()), "judged: the alarm is used"
 
 
 def test_a_rollout_is_due_in_the_tick_that_fires_just_before_its_interval_ends(world: World) -> None:

@@ -314,6 +314,41 @@ def test_a_canary_oom_killed_while_warming_up_counts_in_its_first_step(productio
             assert (restarts.status, restarts.value) == (EvidenceStatus.OK, counted)
 
 
+def test_a_watched_canary_oom_killed_while_warming_up_is_an_alarm_before_any_evaluation(
+    production: Scenario,
+) -> None:
+    """resnet's canary is watched (PrometheusEvidenceSource.watch_warm_up) from its rollout's start
+    while only bert's rollout is evaluated, every 10 s: the canary's storage-initializer OOM kill
+    (AT-380) is an alarm in the first tick whose sample holds it, once — whether the watch began
+    before its pods existed or after the kill (its first sample counted from birth). Unwatched, a
+    revision nobody evaluates raises nothing."""
+    resnet = make_policy([{"name": "oom", "metric": "oom-kills", "max": 0, "critical": True}], namespace="kn121",
+                         name="resnet")  # fmt: skip
+    bert = make_policy([{"name": "restarts", "metric": "restarts", "max": 3}], namespace="kn119", name="bert")
+    canary = "resnet-predictor-00008"
+    kills = [r.at for pod in revision_of(production.simulation, canary).pods for r in pod.restarts]
+    assert len(kills) == 1
+    start = AT - timedelta(seconds=420)
+    ticks = [start + timedelta(seconds=index * 10) for index in range(20)]
+    for watch_from in (AT - timedelta(seconds=410), AT - timedelta(seconds=330), None):
+        alarms: list[datetime] = []
+        with production.source() as source:
+            for tick in ticks:
+                if watch_from is not None and tick >= watch_from:
+                    source.watch_warm_up(resnet, canary, AT - timedelta(seconds=410), tick)
+                request = _request(bert, "kn119", "bert-predictor-00005", None, at=tick, window_start=start,
+                                   inference_service="bert")  # fmt: skip
+                source.collect(bert, request)
+                if ("kn121", canary) in source.take_alarms():
+                    alarms.append(tick)
+        if watch_from is None:
+            assert alarms == []
+            continue
+        (raised,) = alarms
+        first_look = max(kills[0], watch_from.timestamp())
+        assert first_look <= raised.timestamp() <= first_look + STEP + 10, (watch_from, raised)
+
+
 def test_a_backfill_split_by_the_sample_budget_gives_the_same_counts(production: Scenario) -> None:
     policy = make_policy(CHECKS, metrics={"requests": "knative-opencensus"})
     request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
