@@ -264,6 +264,36 @@ def test_backfill_is_needed_once() -> None:
     assert totals(book, 0, 5) == (1, 0)
 
 
+def test_equal_tallies_kept_with_snapshots_share_their_histograms_and_stay_exact() -> None:
+    """Two revisions (and two ticks of one) whose requests fell in the same buckets hold one copy of
+    those bucket counts; adding tallies up never changes what another snapshot holds."""
+
+    def buckets(fast: float, slow: float) -> dict[SeriesId, float]:
+        return {
+            ok(): fast + slow,
+            SeriesId(BUCKET_FIELD, "p0", "2xx", 0.1): fast,
+            SeriesId(BUCKET_FIELD, "p0", "2xx", math.inf): fast + slow,
+        }
+
+    other = RevisionKey("ml", "llama-predictor-00003")
+    book = CounterBook(tolerance=TOLERANCE)
+    for revision in (REV, other):
+        for tick, (fast, slow) in enumerate([(0, 0), (3, 1), (6, 2), (9, 3)]):
+            book.record(revision, at(tick * 5), sample(buckets(fast, slow)))
+    kept = [snapshot.since_previous for snapshot in book.snapshots(REV)[1:] + book.snapshots(other)[1:]]
+    assert all(tally is not None for tally in kept)
+    shared = {id(tally.histograms) for tally in kept if tally is not None}
+    assert len(shared) == 1, "every tick saw 3 fast and 1 slow request: one copy"
+    series = book.count_series(REV, at(0), at(15))
+    pooled = CountSeries.total(series.tallies)
+    assert pooled is not None and pooled.histograms["latency"] == Histogram((0.1,), (9,), 12)
+    first = series.tallies[0] + series.tallies[1]
+    assert first.histograms["latency"] == Histogram((0.1,), (6,), 8)
+    assert series.tallies[0].histograms["latency"] == Histogram((0.1,), (3,), 4), (
+        "the shared copy is untouched"
+    )
+
+
 # -- a canary's restart counters, counted from its birth ------------------------------------------
 
 
