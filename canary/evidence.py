@@ -151,10 +151,11 @@ class EvidenceRequest:
     # Where the rollout's evidence begins (its first step's start): counts are wanted over
     # [history_start, at] so the judge can pool steps; None means the window's start.
     history_start: datetime | None = None
-    # Set while the rollout is in its first step: when the rollout of the canary began. The canary
-    # revision is new to the rollout, so every restart of its pods is its own; restarts and OOM kills
-    # before the first step's window (a GPU model OOM-killed while loading, before it ever became
-    # Ready) are counted in the first step instead of falling before every window (docs/design.md §3.5).
+    # Set while the canary is Pending and in its first step (RolloutState.warm_up_counted): when the
+    # rollout of the canary began. The canary revision is new to the rollout, so every restart of its
+    # pods is its own; restarts and OOM kills before the first step's window (a GPU model OOM-killed
+    # while loading, before it ever became Ready) are counted there instead of falling before every
+    # window (docs/design.md §3.5).
     canary_born: datetime | None = None
 
     def restarts_start(self, side_is_canary: bool) -> datetime:
