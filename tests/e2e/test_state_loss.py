@@ -111,9 +111,22 @@ def test_deleting_the_state_after_a_rollback_never_writes_the_rolled_back_revisi
 
 def test_a_deleted_state_is_written_again_at_once_not_an_interval_later(stack: Stack) -> None:
     assert wait_until(lambda: phase(stack, "slow") == "Idle", 30)
+    deleted = configmap(stack, "kserve-canary-slow")
+    assert deleted is not None and deleted.metadata is not None
     client.CoreV1Api(stack.api).delete_namespaced_config_map("kserve-canary-slow", NS)
-    assert wait_until(lambda: stack.state(NS, "slow") is None, 5), "the deletion is seen"
-    assert wait_until(lambda: phase(stack, "slow") == "Idle", 20), "within seconds of a 10m interval"
+    # The deletion is answered once it is done; the state written again is a new object (a new uid).
+    # (Polling for the moment it is absent races with a rewrite that comes "at once": sooner than a poll.)
+
+    def written_again() -> bool:
+        found = configmap(stack, "kserve-canary-slow")
+        return (
+            found is not None
+            and found.metadata is not None
+            and found.metadata.uid != deleted.metadata.uid
+            and phase(stack, "slow") == "Idle"
+        )
+
+    assert wait_until(written_again, 20), "within seconds of a 10m interval"
 
 
 def test_state_of_a_deleted_and_recreated_inference_service_is_never_used(stack: Stack) -> None:
