@@ -66,7 +66,8 @@ def test_output_json_yaml_and_wide(cluster: Cluster) -> None:
             progressing("llama-predictor-00002"), command=json.dumps({"command": "pause", "by": "alice"})
         ),
     )
-    rows = json.loads(status(cluster, "-o", "json").stdout)
+    as_json = status(cluster, "-o", "json").stdout
+    rows = json.loads(as_json)
     assert rows == [
         {
             "model": "ml/llama",
@@ -87,7 +88,7 @@ def test_output_json_yaml_and_wide(cluster: Cluster) -> None:
     wide = status(cluster, "-o", "wide").stdout.splitlines()
     assert "COMMAND" in wide[0].split()
     assert wide[1].split()[7:9] == [wide[1].split()[7], "pause"]
-    assert status(cluster, "--format", "json").stdout == status(cluster, "-o", "json").stdout
+    assert status(cluster, "--format", "json").stdout == as_json
 
 
 def test_no_rollouts_found(cluster: Cluster) -> None:
