@@ -31,9 +31,19 @@ SLOW_TO_LOAD = RevisionBehaviour(median_ms=80, ready_after_s=4.0)  # a GPU model
 REGRESSES_UNDER_LOAD = RevisionBehaviour(median_ms=80, load_sensitivity=3.0)  # p99 grows with its share
 LEAKS_GPU_MEMORY = RevisionBehaviour(gpu_base_mib=30000, gpu_mib_per_request=400, oom_at_mib=40000)
 NEVER_READY = RevisionBehaviour(ready_after_s=None)
+DOES_NOT_FIT = RevisionBehaviour(ready_after_s=None, oom_while_loading_s=2.0)  # OOM-killed while loading
 
 
-def policy(name: str, *, window: str = "4s", extra: str = "", checks: str = "", tail: int = 99) -> str:
+def policy(
+    name: str,
+    *,
+    window: str = "4s",
+    extra: str = "",
+    checks: str = "",
+    tail: int = 99,
+    interval: str = "1s",
+    deadline: str = "12s",
+) -> str:
     """``tail``: the latency percentile checked. Tests about restarts and state rather than about the
     judge use a p90, shown met on about a hundred requests where a p99 needs several hundred (see
     tests/rollout/test_sequential_judge.py): their rollouts then take seconds, not half a minute."""
@@ -45,9 +55,9 @@ spec:
   target: {{inferenceService: {name}}}
   steps: [10, 30, 50, 100]
   window: {window}
-  interval: 1s
+  interval: {interval}
   minRequests: 10
-  progressDeadline: 12s
+  progressDeadline: {deadline}
   failureLimit: 2
 {extra}  checks:
     - {{name: p{tail}, metric: latency, quantile: {tail / 100:g}, max: 2s, maxIncrease: 50%}}
@@ -64,6 +74,7 @@ SCENARIOS: dict[str, tuple[RevisionBehaviour, str]] = {
     "regress": (REGRESSES_UNDER_LOAD, policy("regress")),
     "oom": (LEAKS_GPU_MEMORY, policy("oom", window="30s")),
     "neverready": (NEVER_READY, policy("neverready")),
+    "loadoom": (DOES_NOT_FIT, policy("loadoom", window="40s", interval="40s", deadline="5m")),
     "human": (HEALTHY, policy("human", window="8s")),
     "race": (HEALTHY, policy("race")),
 }
@@ -226,6 +237,35 @@ def test_an_oom_kill_rolls_back_within_one_interval_of_being_visible(
     assert (oom["verdict"], oom["critical"]) == ("fail", True)
     # The 30s window never elapsed: a critical failure does not wait for the window or failureLimit.
     assert written_percentages(stack, "oom") == [10, 0]
+
+
+def test_a_model_oom_killed_while_loading_is_rolled_back_on_the_alarm_not_at_an_interval(
+    stack: Stack, controller: ControllerProcess
+) -> None:
+    """loadoom's v2 does not fit its GPU: OOM-killed 2 s into loading, every time, never Ready. Its
+    interval is 40 s and its deadline 5 m. The canary is watched from its rollout's start and counted
+    from its birth, so the first kill is an alarm: the rollback comes within seconds of it, long
+    before the first evaluation an interval after the start would have come."""
+    assert_outcome(stack, "loadoom", "RolledBack")
+    rollback = delivered(stack, "loadoom", "rolled-back")
+    oom = next(check for check in rollback["checks"] if check["name"] == "oom")
+    assert (oom["verdict"], oom["critical"]) == ("fail", True), story(stack, "loadoom")
+    assert written_percentages(stack, "loadoom") == [10, 0]
+    writes = [
+        entry.time
+        for entry in stack.emulator.requests.entries(
+            method="PATCH", path_contains="/inferenceservices/loadoom"
+        )
+        if entry.status == 200 and entry.user_agent.startswith("kserve-canary/")
+    ]
+    started, rolled_back = writes
+    assert rolled_back - started < 30, "rolled back by the alarm, not by an evaluation 40 s in"
+    alarms = [
+        line
+        for line in controller.log_lines()
+        if line.get("key") == f"{NS}/loadoom" and str(line.get("event", "")).startswith("critical signal")
+    ]
+    assert alarms, "the kill was an alarm"
 
 
 def test_a_canary_that_never_becomes_ready_is_rolled_back_at_its_deadline(

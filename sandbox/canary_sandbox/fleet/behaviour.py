@@ -35,6 +35,9 @@ class RevisionBehaviour:
     gpu_mib_per_request: float = 0.0  # memory that leaks (or grows) per request served
     oom_at_mib: float | None = None  # the container is OOM-killed above this
     ready_after_s: float | None = 3.0  # None: never becomes Ready
+    # A model that does not fit its GPU: the container is OOM-killed this many seconds into loading
+    # its weights, every time it starts (with ready_after_s=None it never becomes Ready).
+    oom_while_loading_s: float | None = None
 
 
 @dataclass
@@ -54,6 +57,7 @@ class PodSimulator:
     last_terminated_reason: str | None = None
     gpu_used_mib: float = 0.0
     served_since_start: int = 0
+    loading_s: float = 0.0  # how long the container has been loading (not Ready yet)
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)  # noqa: S311 - a reproducible simulation, not crypto
@@ -84,6 +88,18 @@ class PodSimulator:
             self.last_terminated_reason = "OOMKilled"
             self.served_since_start = 0
             self.gpu_used_mib = behaviour.gpu_base_mib
+
+    def load(self, dt: float) -> None:
+        """``dt`` more seconds of loading (the pod is not Ready): a model that does not fit is
+        OOM-killed, and kubelet starts it loading again."""
+        limit = self.behaviour.oom_while_loading_s
+        if limit is None:
+            return
+        self.loading_s += dt
+        if self.loading_s >= limit:
+            self.restarts += 1
+            self.last_terminated_reason = "OOMKilled"
+            self.loading_s = 0.0
 
     @property
     def gpu_free_mib(self) -> float:

@@ -120,6 +120,9 @@ class SimulatedFleet:
                 self._learn_revision(namespace, name, isvc, model)
                 with self._lock:
                     self._sync_pods(namespace, name, by_model.get(name, []))
+                    for key in sorted(self._of_model.get((namespace, name), ())):
+                        if self._pod_meta[key][2] is None:  # not Ready: still loading
+                            self._pods[key].load(dt)
                     self._route(namespace, name, isvc, model, dt)
 
     def _learn_revision(

@@ -51,3 +51,13 @@ def test_the_same_seed_gives_the_same_counters() -> None:
     first.serve(1000, 0.3)
     second.serve(1000, 0.3)
     assert (first.buckets, first.requests) == (second.buckets, second.requests)
+
+
+def test_a_model_that_does_not_fit_is_oom_killed_each_time_it_loads() -> None:
+    pod = PodSimulator("p", "r", "ml", RevisionBehaviour(ready_after_s=None, oom_while_loading_s=2.0), seed=1)
+    for _ in range(9):
+        pod.load(0.5)  # 4.5 s of loading: killed at 2 s and at 4 s
+    assert (pod.restarts, pod.last_terminated_reason) == (2, "OOMKilled")
+    fits = PodSimulator("q", "r", "ml", RevisionBehaviour(), seed=1)
+    fits.load(60.0)
+    assert (fits.restarts, fits.last_terminated_reason) == (0, None)
