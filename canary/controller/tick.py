@@ -19,8 +19,9 @@ Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
    since its last sample; their rollouts are due at once, with ``alarm`` (an extra look before the
    interval: :func:`canary.rollout.core.decide`), so a critical signal is judged within a tick or
    two of becoming queryable, not up to an interval later. A canary warming up (Pending, or in its
-   first step before its first evaluation) is handed to the source to watch (``watch_warm_up``), so
-   a kill while its model loads is an alarm too; an alarm its rollout cannot act on yet (the first
+   first step before its first evaluation) is handed to the source to watch (``watch_warm_up``), and
+   sampled even in a tick where nothing needs evidence (``sample_warm_up``), so a kill while its
+   model loads is an alarm too; an alarm its rollout cannot act on yet (the first
    step's clock has not started, or started this very tick) is kept, an interval at most, until an
    evaluation is due with it.
 5. **Decide and write** on a bounded worker pool (:meth:`Reconciler.finish`, which keeps its order:
@@ -148,6 +149,7 @@ class TickRunner:
         # An alarm its rollout could not act on yet (the first step's clock not started): kept, for
         # an interval at most, until an evaluation is due with it.
         self._alarm_since: dict[str, datetime] = {}
+        self._watched_now = False  # a canary warming up was watched in this tick (run_tick's thread)
         self.last: TickOutcome | None = None
 
     # -- what there is -------------------------------------------------------------------------
@@ -212,6 +214,7 @@ class TickRunner:
         now = self._clock()
         outcome = TickOutcome(at=now)
         api_before = _api_counts(self._metrics)
+        self._watched_now = False
         self._take_alarms(set())  # raised since the last tick's collect (or by another caller)
         due = self.due(now)
         outcome.due = list(due)
@@ -253,6 +256,8 @@ class TickRunner:
                 order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
                 for index in order:
                     futures[batch[index].key] = self._submit(batch[index], evidences[index])
+        if self._watched_now:
+            self._sample_warm_up(now)
         # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
         # what is not done by then finishes on the pool, and its rollout is not read again until then.
         for key, future in futures.items():
@@ -363,6 +368,23 @@ class TickRunner:
             watch(prepared.policy, revision, born, now)
         except Exception as error:  # a watch is a shortcut; the first evaluation still comes
             log.warning("warm-up watch failed", key=key, error=str(error))
+            return
+        self._watched_now = True
+
+    def _sample_warm_up(self, now: datetime) -> None:
+        """The tick's sample of the canaries warming up, if no collect took it (nothing else needed
+        evidence): a kill while a model loads must not wait for another rollout's evaluation. Its
+        alarms are looked at at once (the next tick now)."""
+        sample = getattr(self._evidence, "sample_warm_up", None)
+        if not callable(sample):
+            return
+        try:
+            sample(now)
+        except Exception as error:  # a shortcut, as the watch
+            log.warning("warm-up sample failed", error=str(error))
+            return
+        if self._take_alarms(set()):
+            self._wake()
 
     def _take_alarms(self, judged_now: set[str]) -> set[str]:
         """Step 4: the rollouts whose canary the evidence source saw OOM-killed (returned); those

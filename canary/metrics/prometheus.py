@@ -284,6 +284,12 @@ class PrometheusEvidenceSource:
             RevisionKey(namespace, revision), (namespace, policy.spec.target.inference_service), born, at
         )
 
+    def sample_warm_up(self, at: datetime) -> None:
+        """The tick's sample of the restart counters, if no collect has taken one within half a
+        scrape interval of ``at``: the canaries watched while they warm up are sampled even when no
+        rollout needs evidence in this tick (one query at most; none when nothing is tracked)."""
+        self.counts.sample_restarts(at)
+
     def take_alarms(self) -> set[tuple[str, str]]:
         """``(namespace, revision)`` of the revisions whose containers were OOM-killed in a per-tick
         sample since the last call: the controller evaluates their rollouts now instead of at their
@@ -664,6 +670,14 @@ class CountsPipeline:
                 if revision not in refresh.failures and book.new_oom_kills(revision) > 0
             )
             return refresh, True
+
+    def sample_restarts(self, at: datetime) -> None:
+        """Sample every revision the restart book tracks at ``at`` unless a sample within the
+        tolerance exists (see :meth:`watch`)."""
+        book = self.books.get(RESTARTS_COUNTER)
+        if book is None or not book.tracked():
+            return
+        self._refresh(RESTARTS_COUNTER, {}, [], at)
 
     def watch(self, revision: RevisionKey, who: Hashable, born: datetime, at: datetime) -> None:
         """Sample ``revision``'s restart counters in every tick from now on, counted from birth (a

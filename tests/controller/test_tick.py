@@ -67,6 +67,8 @@ class RecordingSource:
         self.alarms: set[tuple[str, str]] = set()  # what take_alarms reports next (once)
         self.alarms_in_sample: set[tuple[str, str]] = set()  # raised by the next collect_many
         self.watched: list[tuple[str, str, datetime]] = []  # watch_warm_up: (policy, revision, born)
+        self.warm_up_samples: list[datetime] = []  # sample_warm_up calls
+        self.alarms_in_warm_up_sample: set[tuple[str, str]] = set()  # raised by the next sample_warm_up
         if not many:
             self.collect_many = None  # type: ignore[assignment]
 
@@ -90,6 +92,11 @@ class RecordingSource:
 
     def watch_warm_up(self, policy: PromotionPolicy, revision: str, born: datetime, at: datetime) -> None:
         self.watched.append((policy.key, revision, born))
+
+    def sample_warm_up(self, at: datetime) -> None:
+        self.warm_up_samples.append(at)
+        self.alarms |= self.alarms_in_warm_up_sample
+        self.alarms_in_warm_up_sample = set()
 
 
 @dataclass
@@ -403,9 +410,10 @@ def test_an_alarm_makes_its_rollout_due_now_and_evaluated_before_its_interval(wo
 
 def test_a_canary_warming_up_is_watched_and_its_alarm_waits_for_its_step_to_be_judged(world: World) -> None:
     """Every model's first step has just started (no evaluation due): each canary is handed to the
-    evidence source to watch from its rollout's start. m2's canary is OOM-killed at that very moment:
-    its step's window is still empty, so nothing can be judged; the alarm is kept, and m2 is judged
-    in the next tick, 5 s later, instead of a whole interval later."""
+    evidence source to watch from its rollout's start, and sampled in ticks where nothing needs
+    evidence. That sample sees m2's canary OOM-killed at that very moment: m2 is due at once, but its
+    step's window is still empty, so nothing can be judged; the alarm is kept, and m2 is judged in
+    the next tick, 5 s later, instead of a whole interval later."""
     runner = world.runner()
     _wait(lambda: world.reconciler.reads.synced(NS))
     runner.run_tick()
@@ -420,7 +428,12 @@ def test_a_canary_warming_up_is_watched_and_its_alarm_waits_for_its_step_to_be_j
     }
     assert world.source.calls == [], "no evaluation was due"
 
-    world.source.alarms = {(NS, "m2-predictor-00002")}
+    world.source.alarms_in_warm_up_sample = {(NS, "m2-predictor-00002")}
+    runner.trigger(f"{NS}/m3")  # as a watch event does: m3 is looked at, and nothing needs evidence
+    outcome = runner.run_tick()
+    assert outcome.due == [f"{NS}/m3"] and world.source.calls == []
+    assert world.source.warm_up_samples[-1] == world.clock.now, "the watched canaries were sampled"
+    assert runner.due(world.clock()) == [f"{NS}/m2"], "the kill that sample saw: due at once"
     outcome = runner.run_tick()
     assert outcome.due == [f"{NS}/m2"] and world.source.calls == [], "the step's window is empty"
     assert runner.due(world.clock()) == [f"{NS}/m2"], "the alarm is kept"

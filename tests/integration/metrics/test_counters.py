@@ -314,14 +314,16 @@ def test_a_canary_oom_killed_while_warming_up_counts_in_its_first_step(productio
             assert (restarts.status, restarts.value) == (EvidenceStatus.OK, counted)
 
 
+@pytest.mark.parametrize("others", ["bert evaluated", "nothing else"])
 def test_a_watched_canary_oom_killed_while_warming_up_is_an_alarm_before_any_evaluation(
-    production: Scenario,
+    production: Scenario, others: str
 ) -> None:
-    """resnet's canary is watched (PrometheusEvidenceSource.watch_warm_up) from its rollout's start
-    while only bert's rollout is evaluated, every 10 s: the canary's storage-initializer OOM kill
-    (AT-380) is an alarm in the first tick whose sample holds it, once — whether the watch began
-    before its pods existed or after the kill (its first sample counted from birth). Unwatched, a
-    revision nobody evaluates raises nothing."""
+    """resnet's canary is watched (PrometheusEvidenceSource.watch_warm_up) from its rollout's start,
+    every 10 s, while bert's rollout is evaluated (its collect takes the tick's sample) or nothing else
+    needs evidence (sample_warm_up takes it): the canary's storage-initializer OOM kill (AT-380) is an
+    alarm in the first tick whose sample holds it, once — whether the watch began before its pods
+    existed or after the kill (its first sample counted from birth). Unwatched, a revision nobody
+    evaluates raises nothing. sample_warm_up after a collect in the same tick asks Prometheus nothing."""
     resnet = make_policy([{"name": "oom", "metric": "oom-kills", "max": 0, "critical": True}], namespace="kn121",
                          name="resnet")  # fmt: skip
     bert = make_policy([{"name": "restarts", "metric": "restarts", "max": 3}], namespace="kn119", name="bert")
@@ -336,9 +338,15 @@ def test_a_watched_canary_oom_killed_while_warming_up_is_an_alarm_before_any_eva
             for tick in ticks:
                 if watch_from is not None and tick >= watch_from:
                     source.watch_warm_up(resnet, canary, AT - timedelta(seconds=410), tick)
-                request = _request(bert, "kn119", "bert-predictor-00005", None, at=tick, window_start=start,
-                                   inference_service="bert")  # fmt: skip
-                source.collect(bert, request)
+                if others == "bert evaluated":
+                    request = _request(bert, "kn119", "bert-predictor-00005", None, at=tick, window_start=start,
+                                       inference_service="bert")  # fmt: skip
+                    source.collect(bert, request)
+                    before = http_queries(production.url)
+                    source.sample_warm_up(tick)
+                    assert http_queries(production.url) == before, "the collect's sample serves the tick"
+                else:
+                    source.sample_warm_up(tick)
                 if ("kn121", canary) in source.take_alarms():
                     alarms.append(tick)
         if watch_from is None:
