@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Most slow tests wait on real time (scrapes, windows, processes), not on the CPU: three workers on two
 # cores; a module's tests stay on one worker so its fixtures (a Prometheus, a stack) start once.
-PYTEST_PARALLEL ?= -n 3 --dist loadscope
+PYTEST_PARALLEL ?= -n 3 --dist loadscope --no-loadscope-reorder
 
 .PHONY: setup prometheus browser demo test test-fast lint typecheck bench schema clean
 
