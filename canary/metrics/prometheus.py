@@ -274,10 +274,11 @@ class PrometheusEvidenceSource:
         now on, counted from its birth, so an OOM kill while it loads is an alarm (take_alarms)
         within a tick or two instead of waiting for an evaluation. Only for policies whose
         restarts or OOM kills come from the restart counters."""
-        counted = {MetricKind.RESTARTS, MetricKind.OOM_KILLS} - {
-            MetricKind(measure) for measure in policy.spec.metrics.queries if measure in _RESTART_MEASURES
-        }
-        if not any(check.metric in counted for check in policy.spec.checks):
+        overrides = policy.spec.metrics.queries
+        restarts = (MetricKind.RESTARTS, MetricKind.OOM_KILLS)
+        if not any(
+            check.metric in restarts and check.metric.value not in overrides for check in policy.spec.checks
+        ):
             return
         namespace = policy.metadata.namespace
         self.counts.watch(
@@ -477,11 +478,8 @@ class Counted:
     http_requests: dict[int, int] = field(default_factory=dict)  # rollout -> round trips spent for it
 
 
-_RESTART_MEASURES = frozenset({MetricKind.RESTARTS.value, MetricKind.OOM_KILLS.value})
-
-
 def _from_birth(need: Need, request: EvidenceRequest) -> bool:
-    """Whether ``need`` reads a canary's restart counters from its birth (its rollout's first step)."""
+    """Whether ``need`` reads a canary's restart counters from its birth (Pending, the first step)."""
     assert isinstance(need.ask, CountsAsk)
     canary = need.side is Side.CANARY and request.canary_born is not None
     return canary and need.ask.counter == RESTARTS_COUNTER

@@ -1235,9 +1235,7 @@ class _Tick:
         window_end = self.window_end(mode, window_start)
         if self.probing:
             if self.due(self.now, window_start, window_end):
-                self.requested = self.request(
-                    checks, window_start, stable if compare else None, compare, born=self.warming(mode)
-                )
+                self.requested = self.request(checks, window_start, stable if compare else None, compare)
             return None
         evidence = self.evidence
         if evidence is None:
@@ -1271,19 +1269,8 @@ class _Tick:
             return True  # an extra look, now: a critical signal moved (see decide)
         return is_due(at, window_start, window_end, last, self.plan.interval)
 
-    def warming(self, mode: EvaluationMode) -> bool:
-        """Whether the canary's warm-up belongs to this evaluation: until it became Ready, and in the
-        first step, restarts and OOM kills count from the rollout's start (EvidenceRequest.canary_born)."""
-        return mode is not EvaluationMode.BAKE and self.state.warm_up_counted
-
     def request(
-        self,
-        checks: tuple[Check, ...],
-        window_start: datetime,
-        stable: str | None,
-        compare: bool,
-        *,
-        born: bool = False,
+        self, checks: tuple[Check, ...], window_start: datetime, stable: str | None, compare: bool
     ) -> EvidenceRequest:
         assert self.state.revision is not None
         since = self.state.evidence_since if compare else None
@@ -1297,7 +1284,8 @@ class _Tick:
             checks=checks,
             compare_with_stable=compare,
             history_start=since if since is not None and since < window_start else None,
-            canary_born=self.state.started_at if born else None,
+            # Pending and the first step: the canary's warm-up is its own evidence (never while baking).
+            canary_born=self.state.started_at if self.state.warm_up_counted else None,
         )
 
     def record_evaluation(
