@@ -210,8 +210,8 @@ def _tally(first: Snapshot, last: Snapshot) -> Tally:
 # The histograms of the tallies kept with each snapshot, shared between equal ones. A step keeps a
 # tally per tick for each revision (120 in a 10-minute step at a 5 s tick); at the request rates of
 # a canary step most ticks see a few requests, so most of those tallies repeat the same bucket counts,
-# and their histograms (a dict, a Histogram and a tuple per bucket layout: about half of a snapshot's
-# 1.1 kB) are held once. Cleared when full; what snapshots hold stays theirs.
+# and their histograms (a dict, a Histogram and a tuple per bucket layout: most of a kept tally) are
+# held once. Cleared when full; what snapshots hold stays theirs.
 _SHARED_HISTOGRAMS: dict[tuple[object, ...], dict[str, Histogram]] = {}
 _SHARED_HISTOGRAMS_MAX = 100_000
 
