@@ -168,10 +168,12 @@ def explain_due(
     return change
 
 
-# A number, or a duration written by format_duration ("1m30s", "761ms"): one "#" each, so that
-# "held 1m30s of 10m" and "held 2m of 10m" read alike (masking digits alone left "#m#s" and "#m":
-# a new "reason" every other interval, and an explain write every five).
-_NUMBER = re.compile(r"(?:\d[\d,.]*(?:ms|[smhd])(?![A-Za-z]))+|\d[\d,.]*")
+# A number, or a duration written by format_duration ("1m30s", "761ms") or as an estimate ("~84 min",
+# "~2.5 h"): one "#" each, so that "held 1m30s of 10m" and "held 2m of 10m" read alike (masking
+# digits alone left "#m#s" and "#m": a new "reason" every other interval, and an explain write every
+# five), and so do "~84 min" and "~2.5 h" (a not-yet check's time to go crossed 90 minutes: a new
+# log line at info for every rollout waiting on a slow canary, every interval).
+_NUMBER = re.compile(r"\d[\d,.]*\s(?:min|h)\b|(?:\d[\d,.]*(?:ms|[smhd])(?![A-Za-z]))+|\d[\d,.]*")
 
 
 def text_shape(text: str) -> str:

@@ -27,6 +27,7 @@ from canary.rollout.persistence import (
     text_shape,
 )
 from canary.rollout.records import ExplainCheck, ExplainDocument
+from canary.rollout.sampled import _minutes
 from canary.rollout.state import (
     CommandKind,
     EvaluationRecord,
@@ -214,6 +215,18 @@ def test_a_reason_reads_alike_whatever_its_durations_and_counts(
     assert explain_change(_explain(reasons=(reason(held, window, requests, needed),)), _explain(
         reasons=(reason(90, 600, 7, 100),)
     )) == ""  # fmt: skip
+
+
+@given(st.floats(0.1, 1e6), st.floats(0.1, 1e6))
+def test_a_not_yet_estimate_reads_alike_whatever_its_unit(first: float, second: float) -> None:
+    """"~84 min at this rate" and "~2.5 h at this rate" say the same thing with other numbers: a
+    check's time to go crossing 90 minutes is not a new reason (a log line at info, an explain
+    write)."""
+
+    def statement(seconds: float) -> str:
+        return f"p99: not-yet — about 832 more needed (~{_minutes(seconds)} at this rate)"
+
+    assert text_shape(statement(first)) == text_shape(statement(second))
 
 
 def test_a_reason_with_other_words_is_another_reason() -> None:
