@@ -86,6 +86,7 @@ from canary.metrics.counters import (
 )
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
 from canary.metrics.explain_queries import canary_queries
+from canary.metrics.heap import collector_paused
 from canary.metrics.plan import (
     COUNTED_MEASURES,
     VALUE_FIELD,
@@ -700,6 +701,17 @@ class CountsPipeline:
         starts: Mapping[RevisionKey, datetime | None],
         at: datetime,
     ) -> _Refresh:
+        # The answer lives only until it is recorded; the collector waits (canary.metrics.heap).
+        with collector_paused():
+            return self._sample_and_record(counter, book, starts, at)
+
+    def _sample_and_record(
+        self,
+        counter: CounterQuery,
+        book: CounterBook,
+        starts: Mapping[RevisionKey, datetime | None],
+        at: datetime,
+    ) -> _Refresh:
         revisions = sorted(starts)
         try:
             promql = render_counters(counter, revisions)
@@ -1020,6 +1032,12 @@ class PeaksPipeline:
             return refresh, True
 
     def _sample(
+        self, query: PeakQuery, book: PeakBook, starts: Mapping[RevisionKey, datetime | None], at: datetime
+    ) -> _PeakRefresh:
+        with collector_paused():  # as CountsPipeline._sample
+            return self._sample_and_record(query, book, starts, at)
+
+    def _sample_and_record(
         self, query: PeakQuery, book: PeakBook, starts: Mapping[RevisionKey, datetime | None], at: datetime
     ) -> _PeakRefresh:
         revisions = sorted(starts)
