@@ -23,6 +23,12 @@ not a Prometheus answer at all (not JSON, truncated JSON, an empty body, a proxy
 without ``status``/``data``) is ``malformed-response``; a connection that failed is ``unreachable``.
 Details never carry a secret: no header values, and the URL only as ``scheme://host[:port]``. Nothing
 raises out of :meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
+
+An instant query may be asked with a typed decoder (:func:`vector_decoder`, msgspec): a well-formed
+answer is then read straight from the body's bytes into compact typed series, in one pass and without
+a ``dict`` per series (the evidence pipeline's per-tick sample: a hundred thousand series at 1,000
+rollouts). An answer that does not fit the type is read as any other, so what is wrong with it is
+named the same way.
 """
 
 from __future__ import annotations
@@ -37,9 +43,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 from urllib.parse import urlencode, urlsplit
 
+import msgspec
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
@@ -174,6 +181,28 @@ class QueryAnswer:
     warnings: tuple[str, ...] = ()
 
 
+S = TypeVar("S")
+
+
+class VectorData(msgspec.Struct, Generic[S]):
+    """``data`` of an instant vector answer, its series typed (see :func:`vector_decoder`)."""
+
+    resultType: str
+    result: list[S]
+
+
+class VectorEnvelope(msgspec.Struct, Generic[S]):
+    status: str
+    data: VectorData[S] | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+def vector_decoder(series: type[S]) -> msgspec.json.Decoder[VectorEnvelope[S]]:
+    """A decoder of instant vector answers whose series are ``series`` (a :class:`msgspec.Struct`
+    naming the labels and value it reads; other labels are skipped)."""
+    return msgspec.json.Decoder(VectorEnvelope[series])  # type: ignore[valid-type]
+
+
 @dataclass(frozen=True, slots=True)
 class QueryFailure:
     error_class: ErrorClass
@@ -252,13 +281,25 @@ class PrometheusClient:
 
     # -- the public calls -----------------------------------------------------------------------
 
-    def instant(self, promql: str, at: datetime) -> QueryOutcome:
-        """Evaluate ``promql`` at ``at`` (``time=``; Prometheus' clock is never used)."""
+    def instant(
+        self, promql: str, at: datetime, *, typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+    ) -> QueryOutcome:
+        """Evaluate ``promql`` at ``at`` (``time=``; Prometheus' clock is never used). ``typed``: read
+        a well-formed vector answer with this decoder (:func:`vector_decoder`); the answer's
+        ``result`` is then a list of its typed series."""
         params = {"time": f"{as_utc(at).timestamp():.3f}", "timeout": f"{self.config.timeout:g}"}
 
         def call() -> object:
-            if len(urlencode({"query": promql, **params})) <= self.config.max_get_length:
+            short = len(urlencode({"query": promql, **params})) <= self.config.max_get_length
+            if short and typed is None:
                 return self._connect.custom_query(query=promql, params=params, timeout=self._http_timeout)
+            if short:  # the library would decode the body once more, into dicts
+                return self._session.get(
+                    f"{self._connect.url}/api/v1/query",
+                    params={"query": promql, **params},
+                    headers=dict(self.config.headers),
+                    timeout=self._http_timeout,
+                )
             # The library sends parameters in the URL even with method="POST", and long URLs fail
             # behind proxies (414, or silently truncated): send long queries as a form body instead.
             return self._session.post(
@@ -268,15 +309,23 @@ class PrometheusClient:
                 timeout=self._http_timeout,
             )
 
-        return self._outcome(promql, call)
+        return self._outcome(promql, call, typed)
 
-    def _outcome(self, promql: str, call: Callable[[], object]) -> QueryOutcome:
+    def _outcome(
+        self,
+        promql: str,
+        call: Callable[[], object],
+        typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
+    ) -> QueryOutcome:
         started = self._clock()
-        attempt, http_requests = self._with_retries(call)
+        attempt, http_requests = self._with_retries(call, typed)
         duration = self._clock() - started
         if attempt.failure is not None:
             return QueryOutcome(promql, None, attempt.failure, http_requests, duration)
         data = attempt.payload
+        if isinstance(data, VectorData):
+            answer = QueryAnswer(data.resultType, data.result, attempt.warnings)
+            return QueryOutcome(promql, answer, None, http_requests, duration)
         if not isinstance(data, dict) or "resultType" not in data or "result" not in data:
             failure = _malformed(attempt, "data without resultType and result")
             return QueryOutcome(promql, None, failure, http_requests, duration)
@@ -344,16 +393,20 @@ class PrometheusClient:
             return _malformed(attempt, "data is not a list of names"), http_requests
         return [str(item) for item in attempt.payload], http_requests
 
-    def _with_retries(self, call: Callable[[], object]) -> tuple[_Attempt, int]:
+    def _with_retries(
+        self, call: Callable[[], object], typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+    ) -> tuple[_Attempt, int]:
         # Only what certainly never ran is tried again (see the module docstring): `retryable`.
         return retrying(
             self.config.retry,
-            lambda _: self._attempt(call),
+            lambda _: self._attempt(call, typed),
             again=lambda attempt: attempt.failure is not None and attempt.retryable,
             sleep=self._sleep,
         )
 
-    def _attempt(self, call: Callable[[], object]) -> _Attempt:
+    def _attempt(
+        self, call: Callable[[], object], typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+    ) -> _Attempt:
         self._captured.response = None
         origin = redact_url(self.config.url)
         try:
@@ -388,6 +441,14 @@ class PrometheusClient:
             return _Attempt(
                 failure=QueryFailure(ErrorClass.SERVER, f"{origin}: no HTTP response was seen{seen}")
             )
+        if typed is not None and response.status_code == 200:
+            try:
+                envelope = typed.decode(response.content)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass  # not of the type: read as any answer below, which names what is wrong with it
+            else:
+                if envelope.status == "success" and envelope.data is not None:
+                    return _Attempt(payload=envelope.data, warnings=tuple(envelope.warnings))
         return _classify(response, self._secrets(response))
 
     def _read_timeout_detail(self, origin: str) -> str:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+import msgspec
 import structlog
 
 from canary.evidence import (
@@ -68,9 +69,11 @@ from canary.metrics.client import (
     PrometheusConfig,
     QueryFailure,
     QueryOutcome,
+    VectorEnvelope,
     redact_url,
 )
 from canary.metrics.counters import (
+    COUNTER_VECTOR,
     BackfillChunk,
     CounterBook,
     PeakBook,
@@ -168,7 +171,7 @@ class PrometheusEvidenceSource:
         self._pool_lock = threading.Lock()
         self.scrape_interval = scrape_interval
         self.counts = CountsPipeline(
-            self._ask,
+            functools.partial(self._ask, typed=COUNTER_VECTOR),  # typed series (counters.CounterSeries)
             self._ask_range,
             scrape_interval=scrape_interval,
             sample_budget=backfill_sample_budget,
@@ -396,9 +399,11 @@ class PrometheusEvidenceSource:
             failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
             return QueryOutcome(promql, None, failure, 1, 0.0)
 
-    def _ask(self, promql: str, at: datetime) -> QueryOutcome:
+    def _ask(
+        self, promql: str, at: datetime, typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+    ) -> QueryOutcome:
         try:
-            return self.client.instant(promql, at)
+            return self.client.instant(promql, at, typed=typed)
         except Exception as error:  # the last line of defence: a query never crashes an evaluation
             _log.exception("unexpected error while querying Prometheus", query=promql)
             failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -482,6 +483,40 @@ def test_parse_vector_reads_series_converts_le_and_skips_revisions_not_asked() -
         SeriesId(BUCKET_FIELD, "p0", "2xx", 0.25): 10.0,
         SeriesId(BUCKET_FIELD, "p0", "2xx", math.inf): 12.0,
     }
+
+
+def test_the_identities_kept_share_one_string_per_label_value() -> None:
+    """Each label value of a decoded answer is a string object of its own: the series kept from it
+    hold one pod name, revision and namespace per pod, not one per series (the memory of a thousand
+    rollouts' identities)."""
+    pod = "resnet-predictor-00002-deployment-7d9f8c6b5-x2k9p"
+    answer = json.loads(
+        json.dumps(
+            [
+                {
+                    "metric": {
+                        "namespace": "interned-ns",
+                        "revision": "interned-rev-00002",
+                        "pod": pod,
+                        "code_class": "2xx",
+                        "evidence_field": "bucket",
+                        "le": le,
+                    },
+                    "value": [1, "3"],
+                }
+                for le in ("100", "250", "+Inf")
+            ]
+        )
+    )
+    revision = RevisionKey("interned-ns", "interned-rev-00002")
+    parsed = parse_counter_vector(_vector(answer), [revision], divisor=1000.0)
+    assert not isinstance(parsed, QueryFailure)
+    series = list(parsed[revision].values)
+    assert len(series) == 3
+    assert all(one.pod is series[0].pod and one.code_class is series[0].code_class for one in series)
+    again = parse_counter_vector(_vector(json.loads(json.dumps(answer))), [revision], divisor=1000.0)
+    assert not isinstance(again, QueryFailure)
+    assert {id(one.pod) for one in again[revision].values} == {id(series[0].pod)}
 
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
