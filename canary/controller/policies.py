@@ -35,18 +35,27 @@ __all__ = ["Conflict", "PolicyRegistry", "ReloadReport", "tree_fingerprint"]
 
 
 def tree_fingerprint(paths: Sequence[str | os.PathLike[str]]) -> str:
-    """A cheap digest of everything a load would read (dot-entries included: ``..data`` swaps)."""
+    """A cheap digest of everything a load would read (dot-entries included: ``..data`` swaps).
+
+    Per entry: where a symbolic link points (a ConfigMap update swaps ``..data``; the links through
+    it stay) and the inode, size and modification time of what it reaches. A link is read where it is, not
+    resolved: every link in the tree is an entry of its own, and resolving each path again (a system
+    call per component) was most of a reload of a thousand policies, every few seconds."""
     digest = hashlib.sha256()
     for given in paths:
         root = Path(given)
+        digest.update(f"{root}\0{os.path.realpath(root)}\n".encode())
         for directory, dirs, files in os.walk(root, followlinks=False):
             dirs.sort()
             for name in sorted(files + dirs):
                 entry = os.path.join(directory, name)
                 try:
-                    resolved = os.path.realpath(entry)
+                    target = os.readlink(entry) if os.path.islink(entry) else ""
                     stat = os.stat(entry)
-                    digest.update(f"{entry}\0{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+                    # The inode too: a link outside the tree may now reach another file of the same size
+                    # and time (a synced snapshot), which resolving it used to catch.
+                    reached = f"{stat.st_dev}:{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}"
+                    digest.update(f"{entry}\0{target}\0{reached}\n".encode())
                 except OSError:
                     digest.update(f"{entry}\0missing\n".encode())
         if root.is_file():
