@@ -9,11 +9,12 @@ every state object of ours, and is always written with a resourceVersion precond
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -72,18 +73,41 @@ def state_configmap_name(inference_service: str) -> str:
     return f"kserve-canary-{inference_service}"
 
 
-# Every evaluation reads its rollout's stored state and latest evaluation, which change only on a
-# write: parsed once per text, not once per look (both records are frozen). 1,000 rollouts spent
-# about a tenth of the controller's CPU parsing the same JSON again. A text that cannot be read
-# raises each time (lru_cache keeps no exceptions).
-@functools.lru_cache(maxsize=2048)
-def _parsed_state(text: str) -> RolloutState:
-    return RolloutState.from_json(text)
+T = TypeVar("T")
 
 
-@functools.lru_cache(maxsize=2048)
-def _parsed_explain(text: str) -> ExplainDocument:
-    return ExplainDocument.from_json(text)
+class _ParsedByRollout(Generic[T]):
+    """Every evaluation reads its rollout's stored state and latest evaluation, which change only on
+    a write: each is parsed once per text, not once per look (1,000 rollouts spent about a tenth of
+    the controller's CPU parsing the same JSON again). One parsed record per rollout, its current
+    text's: a cache keyed by the text kept the records of texts already replaced as well, up to its
+    size (2,048 explain documents at 1,000 rollouts, about half of them superseded). Beyond ``size``
+    rollouts the least recently read is dropped. A text that cannot be read raises each time and
+    nothing is kept. Thread-safe."""
+
+    def __init__(self, parse: Callable[[str], T], size: int = 2048) -> None:
+        self._parse = parse
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[str, T]] = OrderedDict()
+
+    def get(self, rollout: str, text: str) -> T:
+        with self._lock:
+            found = self._entries.get(rollout)
+            if found is not None and found[0] == text:
+                self._entries.move_to_end(rollout)
+                return found[1]
+        parsed = self._parse(text)
+        with self._lock:
+            self._entries[rollout] = (text, parsed)
+            self._entries.move_to_end(rollout)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return parsed
+
+
+_STATES: _ParsedByRollout[RolloutState] = _ParsedByRollout(RolloutState.from_json)
+_EXPLAINS: _ParsedByRollout[ExplainDocument] = _ParsedByRollout(ExplainDocument.from_json)
 
 
 @dataclass(frozen=True)
@@ -112,7 +136,7 @@ class StoredState:
 
     def state(self) -> RolloutState:
         """The stored state (a fresh one when nothing is stored). Raises :class:`StateFormatError`."""
-        return _parsed_state(self.state_json) if self.state_json else RolloutState()
+        return _STATES.get(self.key, self.state_json) if self.state_json else RolloutState()
 
     def command(self) -> CommandRequest | None:
         """The pending operator command. Raises :class:`CommandFormatError`."""
@@ -120,7 +144,7 @@ class StoredState:
 
     def explain(self) -> ExplainDocument | None:
         """The latest evaluation. Raises :class:`ExplainFormatError`."""
-        return _parsed_explain(self.explain_json) if self.explain_json else None
+        return _EXPLAINS.get(self.key, self.explain_json) if self.explain_json else None
 
     def past_rollouts(self) -> PastRollouts:
         """The record of past rollouts (empty when none is stored).
