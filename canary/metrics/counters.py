@@ -752,18 +752,25 @@ def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKe
     texts = [value for value in key[:6] if isinstance(value, str)]
     if isinstance(identified, str) or len(texts) < 6:
         return identified
+    identified = _kept(identified)
+    if len(_IDENTITIES) >= _IDENTITIES_MAX:
+        _IDENTITIES.clear()
+    _IDENTITIES[(*map(intern, texts), divisor)] = identified
+    return identified
+
+
+def _kept(identified: tuple[RevisionKey, SeriesId]) -> tuple[RevisionKey, SeriesId]:
+    """An identity as the caches keep it: one key object per revision, which its series share, and
+    interned label values."""
     revision, series = identified
-    identified = (
-        _REVISIONS.setdefault(revision, revision),  # one key object per revision, its series share it
+    if len(_REVISIONS) >= _IDENTITIES_MAX:
+        _REVISIONS.clear()
+    return (
+        _REVISIONS.setdefault(revision, revision),
         series._replace(
             kind=intern(series.kind), pod=intern(series.pod), code_class=intern(series.code_class)
         ),
     )
-    if len(_IDENTITIES) >= _IDENTITIES_MAX:
-        _IDENTITIES.clear()
-        _REVISIONS.clear()
-    _IDENTITIES[(*map(intern, texts), divisor)] = identified
-    return identified
 
 
 def _read_series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKey, SeriesId] | str:
@@ -815,9 +822,10 @@ def _typed_series_id(
     labels = json.loads(raw)  # valid JSON: the typed decoder read it; read as the generic path does
     if not isinstance(labels, dict):
         return f"an unreadable series: {_brief(raw.decode(errors='replace'))}"
-    identified = _series_id(labels, divisor)
+    identified = _read_series_id(labels, divisor)  # not through _IDENTITIES: one cache is enough
     if isinstance(identified, str):
         return identified
+    identified = _kept(identified)
     if len(known) >= _IDENTITIES_MAX:
         known.clear()
     known[raw] = identified
