@@ -9,9 +9,11 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import structlog
 import typer
 
 from canary.cli.policies import secret_scope
+from canary.controller.allocator import tune_allocator
 from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import Controller, ControllerConfig, PolicySource
 from canary.controller.startup import preflight_or_exit
@@ -89,7 +91,10 @@ def run_controller(
     cluster_name: str = "",
     dashboard_url: str = "",
 ) -> None:
+    allocator = tune_allocator()  # before any thread starts (canary.controller.allocator)
     configure_logging(log_format, extra_processors=[redact_processor])
+    if allocator:
+        structlog.get_logger("canary.controller").debug("glibc allocator set", **allocator)
     # A wrong input is one line on stderr and exit code 2, not a traceback (canary.controller.startup).
     api_client = preflight_or_exit(
         kubeconfig=kubeconfig,
