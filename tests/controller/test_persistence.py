@@ -219,7 +219,7 @@ def test_a_reason_reads_alike_whatever_its_durations_and_counts(
 
 @given(st.floats(0.1, 1e6), st.floats(0.1, 1e6))
 def test_a_not_yet_estimate_reads_alike_whatever_its_unit(first: float, second: float) -> None:
-    """"~84 min at this rate" and "~2.5 h at this rate" say the same thing with other numbers: a
+    """ "~84 min at this rate" and "~2.5 h at this rate" say the same thing with other numbers: a
     check's time to go crossing 90 minutes is not a new reason (a log line at info, an explain
     write)."""
 
