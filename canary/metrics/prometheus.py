@@ -571,6 +571,7 @@ class CountsPipeline:
         for counter, at in sorted(wanted, key=lambda item: item[1]):
             refreshes[(counter, at)] = self._refresh(counter, wanted[(counter, at)], askers[counter], at)
         charged: set[tuple[int, CounterQuery, datetime]] = set()
+        tallies: dict[tuple[object, ...], tuple[tuple[Tally | None, Snapshot | None], int, int]] = {}
         with self._lock:
             for need in needs:
                 if not isinstance(need.ask, CountsAsk):
@@ -583,10 +584,19 @@ class CountsPipeline:
                     counted.http_requests[need.rollout] = (
                         counted.http_requests.get(need.rollout, 0) + refresh.http_requests
                     )
-                self._answer(counted, need, request, refresh)
+                self._answer(counted, need, request, refresh, tallies)
         return counted
 
-    def _answer(self, counted: Counted, need: Need, request: EvidenceRequest, refresh: _Refresh) -> None:
+    def _answer(
+        self,
+        counted: Counted,
+        need: Need,
+        request: EvidenceRequest,
+        refresh: _Refresh,
+        tallies: dict[tuple[object, ...], tuple[tuple[Tally | None, Snapshot | None], int, int]],
+    ) -> None:
+        """``tallies``: the ranges already added up in this call (a rollout's checks read the same
+        revision over the same range: p99 and error rate of one canary)."""
         assert isinstance(need.ask, CountsAsk)
         book = self.book(need.ask.counter)
         failure = refresh.failures.get(need.revision)
@@ -611,9 +621,15 @@ class CountsPipeline:
         else:
             born = _from_birth(need, request)
             start = request.restarts_start(born)
-            counts = book.tally(need.revision, start, request.at, from_birth=born)
-            pods = book.pods_seen(need.revision, start, request.at)
-            oom_kills = book.oom_kills(need.revision, start, request.at, from_birth=born)
+            key = (need.ask.counter, need.revision, start, request.at, born)
+            known = tallies.get(key)
+            if known is None:
+                known = tallies[key] = (
+                    book.tally(need.revision, start, request.at, from_birth=born),
+                    book.pods_seen(need.revision, start, request.at),
+                    book.oom_kills(need.revision, start, request.at, from_birth=born),
+                )
+            counts, pods, oom_kills = known
         counted.measurements[id(need)] = count_measurement(
             need.measure or REQUESTS,
             need.unit,
