@@ -18,7 +18,6 @@ the environment wins; on another C library (musl, macOS) nothing is done.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Mapping
 

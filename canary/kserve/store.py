@@ -81,9 +81,8 @@ class _ParsedByRollout(Generic[T]):
     a write: each is parsed once per text, not once per look (1,000 rollouts spent about a tenth of
     the controller's CPU parsing the same JSON again). One parsed record per rollout, its current
     text's: a cache keyed by the text kept the records of texts already replaced as well, up to its
-    size (2,048 explain documents at 1,000 rollouts, about half of them superseded). Beyond ``size``
-    rollouts the least recently read is dropped. A text that cannot be read raises each time and
-    nothing is kept. Thread-safe."""
+    size. Beyond ``size`` rollouts the least recently read is dropped. A text that cannot be read
+    raises each time and nothing is kept. Thread-safe."""
 
     def __init__(self, parse: Callable[[str], T], size: int = 2048) -> None:
         self._parse = parse

@@ -724,8 +724,7 @@ def _shown(value: float) -> str:
 # the book's dict lookups identity hits. Cleared when full (a fleet churning pods), never stale: the
 # key holds every label the identity is read from. What is kept is interned: each label value in an
 # answer is a string of its own, and a pod's thirty series kept thirty copies of its name, and of its
-# revision's and namespace's (a third of the controller's Python heap at 1,000 rollouts, by
-# tracemalloc).
+# revision's and namespace's.
 _IDENTITIES: dict[tuple[object, ...], tuple[RevisionKey, SeriesId]] = {}
 _IDENTITIES_MAX = 500_000
 _REVISIONS: dict[RevisionKey, RevisionKey] = {}  # the one key object of each revision identified
