@@ -20,6 +20,9 @@ holds its first step, from outside the controller:
 * the OOM rollback delay: from the first Prometheus sample showing the OOM kill (the scrape that made
   it queryable) to the rollback ``PATCH`` in the emulator's request log.
 
+``--hold M``: after the window, keep reading RSS until M minutes into the first steps (their window
+is 10 minutes; the current step keeps a counter snapshot per revision per tick).
+
 ``--idle N``: N governed InferenceServices, Ready, nothing to roll out, states already stored (a
 restart of a controller that governs them): start to first decision, and to every rollout decided.
 
@@ -90,6 +93,7 @@ class Result:
     cpu_share: float = 0.0
     rss_mib: float = 0.0  # at the window's end
     rss_peak_mib: float = 0.0  # the highest of one reading a second through the window
+    rss_through_step: list[tuple[float, float]] = field(default_factory=list)  # (minutes, MiB), --hold
     tick_p99: float = 0.0
     due_per_tick: float = 0.0
     decided_per_tick: float = 0.0
@@ -273,7 +277,8 @@ def api_counts(stack: Stack, since: float, until: float) -> tuple[int, int, int,
 # -- the scenarios ---------------------------------------------------------------------------------
 
 
-def rollouts(size: int, interval: float, console: Console) -> Result:
+def rollouts(size: int, interval: float, console: Console, hold: float = 0.0) -> Result:
+    """``hold``: minutes into the first steps to keep reading RSS after the window (0: not at all)."""
     result = Result(size, interval)
     models = names(size)
     fleet_tick = max(1.0, size / 200)  # the same traffic in fewer, larger steps for big fleets
@@ -308,6 +313,7 @@ def rollouts(size: int, interval: float, console: Console) -> Result:
             stack.set_storage_uri(NS, name, V2)
         if not wait(lambda: holding_first_step(stack, models), 3 * interval + size / 5, 2.0):
             result.notes.append("not every rollout held its first step before the window")
+        steps_held = time.monotonic()  # every rollout holds its first step (10 min) from about now
         # Steady state: every rollout has had its first evaluation (stored with its first verdict and
         # explain) — on an overloaded controller that takes longer than one interval, and the
         # start-up wave (first verdicts, "started" Events) is not what a fleet at 30 s costs.
@@ -368,6 +374,17 @@ def rollouts(size: int, interval: float, console: Console) -> Result:
         result.decided_per_tick = delta("decided") / timer_ticks
         result.carried = delta("carried")
         wait(lambda: rollback_patch_at(stack) is not None, 4 * interval, 1.0)
+        if hold > 0:
+            # Through the step: the current step keeps a counter snapshot per revision per tick.
+            readings: list[tuple[float, float]] = []
+            while (minutes := (time.monotonic() - steps_held) / 60) < hold:
+                readings.append((minutes, rss_mib(controller.process.pid)))
+                time.sleep(15)
+            result.rss_through_step = readings
+            shown = ", ".join(f"{minutes:.1f} min {rss:.0f}" for minutes, rss in readings[::4])
+            result.notes.append(
+                f"RSS MiB through the first step (minutes since every rollout held it): {shown}"
+            )
         visible, patched = oom_visible_at(stack), rollback_patch_at(stack)
         if visible is not None and patched is not None:
             result.rollback_delay = patched - visible
@@ -502,6 +519,14 @@ def report(
                 result.rollback_delay <= limit,
             )
     for result in results:
+        if result.rss_through_step:
+            top = max(rss for _, rss in result.rss_through_step)
+            last = result.rss_through_step[-1][0]
+            target(
+                f"N={result.size}: ≤ 300 MiB through the first step (to {last:.1f} min of 10)",
+                f"peak {top:.0f} MiB",
+                top <= 300,
+            )
         if result.size >= 1000:
             target(
                 f"N={result.size} at {result.interval:g} s: ≤ 10 % of a core and ≤ 300 MiB (peak RSS)",
@@ -528,10 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=int, default=10_000, help="0: skip")
     parser.add_argument("--idle-baseline", type=int, default=100, help="the same start with this many")
     parser.add_argument("--interval", type=float, default=30.0)
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="minutes into the first steps to keep reading RSS (0: no)"
+    )
     args = parser.parse_args(argv)
     console = Console(width=220)
     sizes = [int(size) for size in args.sizes.split(",") if size]
-    results = [rollouts(size, args.interval, console) for size in sizes]
+    results = [rollouts(size, args.interval, console, args.hold) for size in sizes]
     idle_result = None
     if args.idle:
         base_first, _, _ = idle(args.idle_baseline, args.interval, console)
