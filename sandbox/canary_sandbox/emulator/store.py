@@ -699,12 +699,20 @@ class ObjectStore:
             return from_storage(resource, terminating)
         if resource is r.NAMESPACES:
             self._empty_namespace(name)
-        deleted = self._remove(resource, old, actor, old)
         orphan = (options.get("propagationPolicy") or "") == "Orphan" or options.get(
             "orphanDependents"
         ) is True
         uid = old["metadata"]["uid"]
-        self.scheduler.schedule(self.garbage_collection_delay, lambda: self._collect_dependents(uid, orphan))
+        if orphan:
+            # The garbage collector orphans the dependents before the owner goes (the orphan
+            # finalizer): a dependent's own owner check, still pending from its creation, must never
+            # find the owner gone and the reference kept, and delete it.
+            self._collect_dependents(uid, orphan=True)
+        deleted = self._remove(resource, old, actor, old)
+        if not orphan:
+            self.scheduler.schedule(
+                self.garbage_collection_delay, lambda: self._collect_dependents(uid, orphan=False)
+            )
         return deleted
 
     def _remove(

@@ -301,6 +301,31 @@ def test_orphan_propagation_keeps_dependents_and_drops_the_reference(
     assert core.read_namespaced_config_map("owned", NAMESPACE).metadata.owner_references is None
 
 
+def test_an_owner_deleted_with_orphan_before_its_dependents_owner_check_ran_orphans_them(
+    emulator: Emulator, core: client.CoreV1Api, isvcs: Isvcs
+) -> None:
+    # A dependent's owner check is scheduled when it is created; here the owner goes (Orphan) before
+    # the emulator's ticker gets to it — what a loaded machine does between two quick API calls.
+    owner = isvcs.create(isvc_manifest())
+    reference = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceService",
+        "name": "llama",
+        "uid": owner["metadata"]["uid"],
+    }
+    with emulator.lock:  # the ticker waits: nothing runs between the two writes
+        emulator.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "owned", "namespace": NAMESPACE, "ownerReferences": [reference]},
+            }
+        )
+        emulator.store.delete(INFERENCESERVICES, NAMESPACE, "llama", options={"propagationPolicy": "Orphan"})
+    emulator.settle()
+    assert core.read_namespaced_config_map("owned", NAMESPACE).metadata.owner_references is None
+
+
 def test_a_dependent_whose_owner_uid_does_not_exist_is_garbage_collected(
     emulator: Emulator, core: client.CoreV1Api, isvcs: Isvcs
 ) -> None:
