@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -99,3 +100,18 @@ def run(
         timeout=timeout,
         check=False,
     )
+
+
+def interrupt_and_wait(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """Ctrl-C ``process`` and wait for it to exit, draining its pipes meanwhile (``wait()`` with an
+    unread pipe can block the child on a write); its stderr. A child that has not exited by then is
+    made to print every thread's stack (SIGABRT: start it with ``PYTHONFAULTHANDLER=1``) and the test
+    fails with them: where it hung, not just that it did."""
+    process.send_signal(signal.SIGINT)
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        _, err = process.communicate(timeout=10)
+        pytest.fail(f"no exit within {timeout:g} s of Ctrl-C; its threads:\n{(err or '')[-8000:]}")
+    return err or ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import time
 
@@ -14,7 +13,7 @@ import yaml
 
 from canary.cli.output import human_duration
 from canary.rollout.state import Phase, RolloutState
-from tests.cli.support import BIN, Cluster, environment, progressing, run, state_files
+from tests.cli.support import BIN, Cluster, environment, interrupt_and_wait, progressing, run, state_files
 
 LONG = "llm-chat-assistant-long-enough-to-be-cut-at-80-columns"  # labels: at most 63
 
@@ -106,7 +105,7 @@ def test_watch_reprints_on_change_and_ctrl_c_exits_0(cluster: Cluster) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=environment(cluster.home, KUBECONFIG=str(cluster.kubeconfig)),
+        env=environment(cluster.home, KUBECONFIG=str(cluster.kubeconfig), PYTHONFAULTHANDLER="1"),
     )
     try:
         assert process.stdout is not None
@@ -119,9 +118,9 @@ def test_watch_reprints_on_change_and_ctrl_c_exits_0(cluster: Cluster) -> None:
         while "llama-predictor-00003" not in seen and time.monotonic() < deadline:
             seen += process.stdout.readline()
         assert "llama-predictor-00003" in seen, seen
-        process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
-        assert "Traceback" not in (process.stderr.read() if process.stderr else "")
+        stderr = interrupt_and_wait(process)
+        assert process.returncode == 0
+        assert "Traceback" not in stderr
     finally:
         process.kill()
         process.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ from canary.policy.units import Unit
 from canary.report.rollout import limit_values
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import Phase
+from tests.cli.support import interrupt_and_wait
 from tests.dashboard.conftest import CANARY, Api, Controller, World, start_dashboard
 
 
@@ -416,7 +418,6 @@ def test_the_request_log_never_shows_the_token(world: World, capfd: pytest.Captu
 
 
 def test_run_dashboard_prints_its_url_serves_and_exits_0_on_ctrl_c(world: World) -> None:
-    import signal
     import subprocess
     import sys
 
@@ -426,7 +427,11 @@ def test_run_dashboard_prints_its_url_serves_and_exits_0_on_ctrl_c(world: World)
         f"sys.exit(run_dashboard(kubeconfig={str(world.kubeconfig)!r}, context=None, namespaces=['ml']))"
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
         assert process.stdout is not None
@@ -439,8 +444,8 @@ def test_run_dashboard_prints_its_url_serves_and_exits_0_on_ctrl_c(world: World)
         assert len(token) >= 43
         listed = requests.get(f"{origin}/api/rollouts", headers={TOKEN_HEADER: token}, timeout=10)
         assert [row["name"] for row in listed.json()["rollouts"]] == ["llama"]
-        process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
+        interrupt_and_wait(process)
+        assert process.returncode == 0
     finally:
         if process.poll() is None:
             process.kill()

@@ -27,10 +27,13 @@ SERIES = 30_000  # a few thousand are enough to set off young collections at the
 
 @pytest.fixture
 def collector_enabled() -> Iterator[None]:
+    """The collector enabled for the test, and as it was before it afterwards (a test disables it)."""
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:
+        gc.enable()
+    else:
         gc.disable()
 
 
