@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
@@ -100,6 +101,21 @@ def run(
         timeout=timeout,
         check=False,
     )
+
+
+def popen_with_ctrl_c(args: list[str], **options: Any) -> subprocess.Popen[str]:
+    """``subprocess.Popen`` for a child that must stop on Ctrl-C, whatever this process inherited: a
+    child inherits an *ignored* SIGINT (never a handler), and pytest-xdist's workers run with SIGINT
+    ignored when started without a terminal (a background job, a CI runner) — the child's Python then
+    leaves it ignored and Ctrl-C does nothing. Called from the main thread (as tests are)."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(args, **options)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def interrupt_and_wait(process: subprocess.Popen[str], timeout: float = 30.0) -> str:

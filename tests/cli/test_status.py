@@ -13,7 +13,16 @@ import yaml
 
 from canary.cli.output import human_duration
 from canary.rollout.state import Phase, RolloutState
-from tests.cli.support import BIN, Cluster, environment, interrupt_and_wait, progressing, run, state_files
+from tests.cli.support import (
+    BIN,
+    Cluster,
+    environment,
+    interrupt_and_wait,
+    popen_with_ctrl_c,
+    progressing,
+    run,
+    state_files,
+)
 
 LONG = "llm-chat-assistant-long-enough-to-be-cut-at-80-columns"  # labels: at most 63
 
@@ -100,7 +109,7 @@ def test_no_rollouts_found(cluster: Cluster) -> None:
 
 def test_watch_reprints_on_change_and_ctrl_c_exits_0(cluster: Cluster) -> None:
     cluster.save("ml", "llama", state_files(progressing("llama-predictor-00002")))
-    process = subprocess.Popen(
+    process = popen_with_ctrl_c(
         [str(BIN / "kserve-canary"), "status", "--watch"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -19,7 +19,7 @@ from canary.policy.units import Unit
 from canary.report.rollout import limit_values
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import Phase
-from tests.cli.support import interrupt_and_wait
+from tests.cli.support import interrupt_and_wait, popen_with_ctrl_c
 from tests.dashboard.conftest import CANARY, Api, Controller, World, start_dashboard
 
 
@@ -426,7 +426,7 @@ def test_run_dashboard_prints_its_url_serves_and_exits_0_on_ctrl_c(world: World)
         "import sys; from canary.dashboard.server import run_dashboard; "
         f"sys.exit(run_dashboard(kubeconfig={str(world.kubeconfig)!r}, context=None, namespaces=['ml']))"
     )
-    process = subprocess.Popen(
+    process = popen_with_ctrl_c(
         [sys.executable, "-c", code],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
