@@ -172,8 +172,13 @@ class Snapshot:
     )
     # The tally from the previous snapshot to this one, computed once when this one is recorded:
     # every evaluation reads the consecutive tallies since its start (up to a window of ticks, for
-    # two revisions), and they never change (None for a revision's first snapshot).
+    # two revisions), and they never change (None for a revision's first snapshot, and in a book that
+    # keeps no per-tick tallies).
     since_previous: Tally | None = None
+    # What the snapshots dropped just before this one saw (CounterBook._compact): their pods, and
+    # whether any had request series. A range from a kept snapshot to another sees them all.
+    pods_between: frozenset[str] = frozenset()
+    series_between: bool = False
 
     def total(self, index: int | None) -> int:
         return self.totals[index] if index is not None and index < len(self.totals) else 0
@@ -296,16 +301,27 @@ class CounterBook:
     :param idle: a revision nobody asked about for this long (in sample time) is forgotten, and so is
         a series absent for this long.
     :param max_snapshots: a hard cap per revision, whatever the ranges asked for.
+    :param per_tick: keep every tick of the current step and the tally between consecutive
+        snapshots (:meth:`count_series`: the judge reads a step's requests tick by tick). False for a
+        book only read over whole ranges (:meth:`tally`, :meth:`oom_kills`, :meth:`pods_seen`,
+        :meth:`new_oom_kills`: the restart counters): it keeps the snapshots standing for the range
+        starts and evaluations asked for and the last two, and nothing per tick.
     """
 
     def __init__(
-        self, *, tolerance: timedelta, idle: timedelta = timedelta(minutes=15), max_snapshots: int = 20_000
+        self,
+        *,
+        tolerance: timedelta,
+        idle: timedelta = timedelta(minutes=15),
+        max_snapshots: int = 20_000,
+        per_tick: bool = True,
     ) -> None:
         if max_snapshots < 2:
             raise ValueError("max_snapshots must be at least 2")
         self.tolerance = tolerance
         self.idle = idle
         self.max_snapshots = max_snapshots
+        self.per_tick = per_tick
         self._tracks: dict[RevisionKey, _Track] = {}
 
     # -- what is tracked ------------------------------------------------------------------------
@@ -384,7 +400,9 @@ class CounterBook:
             pods = track.snapshots[-1].pods  # one set for a revision's snapshots while its pods stay
         totals = array("q", track.totals)
         since_previous = (
-            _tally_of(track.snapshots[-1], at, totals, track.layout, kept=True) if track.snapshots else None
+            _tally_of(track.snapshots[-1], at, totals, track.layout, kept=True)
+            if track.snapshots and self.per_tick
+            else None
         )
         snapshot = Snapshot(
             at, totals, track.layout, present, sample.invalid, pods, track.oom_kills, since_previous
@@ -520,7 +538,7 @@ class CounterBook:
         chosen = track.snapshots[first : last + 1]
         if chosen[-1].invalid:
             return CountSeries(EvidenceStatus.INVALID_VALUE, detail=chosen[-1].invalid, query=query)
-        if not any(snapshot.series for snapshot in chosen):
+        if not _any_series(chosen):
             return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
         tallies = tuple(_step(a, b) for a, b in itertools.pairwise(chosen))
         return CountSeries(EvidenceStatus.OK, tallies, query=query)
@@ -539,7 +557,7 @@ class CounterBook:
             return None, None
         first, last = span
         chosen = track.snapshots[first : last + 1]
-        if not any(snapshot.series for snapshot in chosen):
+        if not _any_series(chosen):
             return None, chosen[-1]
         base = self._born(track, start) if from_birth else None
         return _tally(base or chosen[0], chosen[-1]), chosen[-1]
@@ -583,7 +601,9 @@ class CounterBook:
         if track is None or span is None:
             return 0
         first, last = span
-        return len(frozenset().union(*(snapshot.pods for snapshot in track.snapshots[first : last + 1])))
+        chosen = track.snapshots[first : last + 1]
+        # The first one's own pods: what was dropped before it lies before the range.
+        return len(chosen[0].pods.union(*(snapshot.pods | snapshot.pods_between for snapshot in chosen[1:])))
 
     # -- forgetting -----------------------------------------------------------------------------
 
@@ -626,19 +646,31 @@ class CounterBook:
         snapshots = track.snapshots
         if len(snapshots) < 3 or not track.asks:
             return
-        # Settled: what lies before every asker's current step (the latest of its range starts).
-        # The current step stays at the resolution it was sampled at, as its own evidence is judged.
-        horizon = min(
-            min(max(track.anchors.get(who, ()), default=start), at) for who, (start, at) in track.asks.items()
-        )
+        if self.per_tick:
+            # Settled: what lies before every asker's current step (the latest of its range starts).
+            # The current step stays at the resolution it was sampled at, as its own evidence is judged.
+            horizon = min(
+                min(max(track.anchors.get(who, ()), default=start), at)
+                for who, (start, at) in track.asks.items()
+            )
+        else:
+            # Nothing is read tick by tick: what lies before every asker's latest evaluation is
+            # settled (a step's start is seen after the evaluation that moved the traffic, and
+            # becomes a range start only at the next one), except the last two (new_oom_kills).
+            horizon = min(*(at for _, at in track.asks.values()), snapshots[-2].at)
         if track.settled is not None and horizon <= track.settled:
             return  # no evaluation since the last compaction
         first = 1  # the oldest snapshot always stays (it stands for the oldest start)
         if track.settled is not None:
-            first = max(first, bisect.bisect_right(snapshots, track.settled, key=_at))
+            # Per tick, what was compacted stays as it is; without per-tick tallies the last settled
+            # one is looked at again (it stayed only as the boundary), or every tick would stay.
+            again = 0 if self.per_tick else 1
+            first = max(first, bisect.bisect_right(snapshots, track.settled, key=_at) - again)
         # The last settled one always stays (the next tally starts from it), and so does everything
-        # after the horizon (a step that starts there may read from any of them).
-        last = bisect.bisect_right(snapshots, horizon, key=_at) - 1
+        # after the horizon (a step that starts there may read from any of them), and the last two
+        # whatever the horizon: new_oom_kills reads the latest sample against the one before it (a
+        # step starting at the latest sample made a dropped one-before repeat an alarm).
+        last = min(bisect.bisect_right(snapshots, horizon, key=_at) - 1, len(snapshots) - 2)
         if last < first:
             return
         tolerance = self.tolerance
@@ -653,9 +685,11 @@ class CounterBook:
                 index = _start_index(snapshots, start, tolerance)
                 if first <= index <= last:
                     keep.add(index)
-        grain = timedelta(seconds=min(track.grains.values(), default=0.0))
+        # The past at the grain of evaluations is for count_series, which a book without per-tick
+        # tallies never answers.
+        grain = timedelta(seconds=min(track.grains.values(), default=0.0) if self.per_tick else 0.0)
         kept: list[Snapshot] = list(snapshots[:first])
-        joined = False  # a snapshot was dropped since the last one kept
+        dropped: list[Snapshot] = []  # since the last one kept
         for index in range(first, last + 1):
             snapshot = snapshots[index]
             if index not in keep and grain:
@@ -665,12 +699,29 @@ class CounterBook:
                 if wide and snapshot.at - kept[-1].at >= grain - tolerance:
                     keep.add(index)
             if index not in keep:
-                joined = True
+                dropped.append(snapshot)
                 continue
-            if joined:
-                joined_tally = _tally_of(kept[-1], snapshot.at, snapshot.totals, snapshot.layout, kept=True)
-                snapshot = replace(snapshot, since_previous=joined_tally)
-                joined = False
+            if dropped:
+                joined_tally = (
+                    _tally_of(kept[-1], snapshot.at, snapshot.totals, snapshot.layout, kept=True)
+                    if self.per_tick
+                    else None
+                )
+                pods_between = snapshot.pods_between.union(
+                    *(gone.pods | gone.pods_between for gone in dropped)
+                )
+                series_between = snapshot.series_between or any(
+                    gone.series or gone.series_between for gone in dropped
+                )
+                if pods_between == snapshot.pods:
+                    pods_between = snapshot.pods  # one set while the pods stay, as record() shares it
+                snapshot = replace(
+                    snapshot,
+                    since_previous=joined_tally,
+                    pods_between=pods_between or _NO_PODS,
+                    series_between=series_between,
+                )
+                dropped = []
             kept.append(snapshot)
         kept.extend(snapshots[last + 1 :])
         track.snapshots = kept
@@ -680,6 +731,14 @@ class CounterBook:
 
 def _at(snapshot: Snapshot) -> datetime:
     return snapshot.at
+
+
+def _any_series(chosen: Sequence[Snapshot]) -> bool:
+    """Whether any sample in the range of ``chosen`` had request series (the first one's own only:
+    what was dropped before it lies before the range)."""
+    return bool(chosen[0].series) or any(
+        snapshot.series or snapshot.series_between for snapshot in chosen[1:]
+    )
 
 
 def _start_index(snapshots: Sequence[Snapshot], start: datetime, tolerance: timedelta) -> int:
@@ -698,6 +757,7 @@ def _start_index(snapshots: Sequence[Snapshot], start: datetime, tolerance: time
 
 
 _NO_SERIES = "no request series"
+_NO_PODS: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------

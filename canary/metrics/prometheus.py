@@ -537,7 +537,11 @@ class CountsPipeline:
     def book(self, counter: CounterQuery) -> CounterBook:
         book = self.books.get(counter)
         if book is None:
-            book = self.books[counter] = CounterBook(tolerance=self.tolerance, idle=self._idle)
+            # Only the requests family is judged tick by tick (count_series); the restart counters
+            # are read over whole ranges, and their book keeps nothing per tick.
+            book = self.books[counter] = CounterBook(
+                tolerance=self.tolerance, idle=self._idle, per_tick=counter.profile is not None
+            )
         return book
 
     def serve(

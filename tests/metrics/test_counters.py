@@ -821,3 +821,97 @@ def test_every_range_asked_reads_what_the_uncompacted_book_reads(
             if total is not None and expected is not None:
                 assert (total.requests, total.errors) == (expected.requests, expected.errors)
     assert len(compacted.snapshots(REV)) <= len(reference.snapshots(REV))
+
+
+# -- a book read only over whole ranges (the restart counters) keeps nothing per tick -------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0.5, max_value=8.0),  # seconds since the previous tick
+            st.frozensets(st.sampled_from(["p0", "p1", "p2"]), max_size=3),  # the pods present
+            st.integers(min_value=0, max_value=2),  # restarts of each pod present in it
+            st.booleans(),  # those restarts were OOM kills
+            st.sampled_from([None, None, None, 0.0, 0.5, 1.0]),  # an evaluation, its step started x ago
+        ),
+        min_size=3,
+        max_size=60,
+    ),
+    st.booleans(),  # the revision is counted from birth (a canary's restarts)
+    st.booleans(),  # the book keeps per-tick tallies (the requests book) or not (the restart book)
+)
+def test_a_compacted_book_reads_every_range_asked_as_the_whole_book_does(
+    ticks: list[tuple[float, frozenset[str], int, bool, float | None]], born: bool, per_tick: bool
+) -> None:
+    """Whichever snapshots compaction drops, every range a rollout reads (from its first step's
+    start or its current step's to the latest sample) reads the same restarts, OOM kills, pods and presence of series as a book that keeps
+    every sample, and the latest sample's OOM kills (the alarm) are the same."""
+    compacted = CounterBook(tolerance=TOLERANCE, per_tick=per_tick)
+    reference = CounterBook(tolerance=TOLERANCE)
+    counts: dict[str, float] = {}
+    moment, last_evaluation, asked = 0.0, 0.0, False
+    for gap, pods, restarts_each, oom, drawn in ticks:
+        moment += gap
+        now = at(moment)
+        step = 0.0 if not asked else drawn  # a revision is tracked from its rollout's first ask
+        if step is not None:
+            step_start = at(last_evaluation + step * (moment - last_evaluation))
+            for book in (compacted, reference):
+                book.asked(REV, "rollout", at(0), now, starts=(step_start,), interval=30.0, born=born)
+            asked = True
+        values: dict[SeriesId, float] = {}
+        for pod in sorted(pods):
+            counts[pod] = counts.get(pod, 0.0) + restarts_each
+            values[restarted(pod)] = counts[pod]
+            if oom:
+                values[oom_marker(pod)] = 1.0
+        for book in (compacted, reference):
+            assert book.record(REV, now, sample(values))
+        compacted.prune(now)
+        assert compacted.new_oom_kills(REV) == reference.new_oom_kills(REV)
+        if step is None:
+            continue
+        last_evaluation = moment
+        for start in (at(0), step_start):  # the ranges it reads: its history and its step
+            for from_birth in {False, born}:
+                got, want = (
+                    compacted.tally(REV, start, now, from_birth=from_birth),
+                    reference.tally(REV, start, now, from_birth=from_birth),
+                )
+                assert (got[0] is None) == (want[0] is None)
+                if got[0] is not None and want[0] is not None:
+                    assert (got[0].start, got[0].end, got[0].requests) == (
+                        want[0].start,
+                        want[0].end,
+                        want[0].requests,
+                    )
+                assert compacted.oom_kills(REV, start, now, from_birth=from_birth) == reference.oom_kills(
+                    REV, start, now, from_birth=from_birth
+                )
+            assert compacted.pods_seen(REV, start, now) == reference.pods_seen(REV, start, now)
+            assert (
+                compacted.count_series(REV, start, now).status
+                == reference.count_series(REV, start, now).status
+            )
+
+
+def test_a_book_without_per_tick_tallies_keeps_the_range_starts_what_follows_the_last_evaluation_and_the_last_two() -> (
+    None
+):
+    book = CounterBook(tolerance=TOLERANCE, per_tick=False)
+    kept: dict[int, list[int]] = {}
+    for tick in range(126):  # 10.5 minutes at a 5 s tick, evaluated every 30 s, one step from 0 s
+        now = at(tick * 5)
+        if tick % 6 == 0:
+            book.asked(REV, "rollout", at(0), now, starts=(at(0),), interval=30.0)
+        book.record(REV, now, sample({restarted("p0"): 0.0, restarted("p1"): float(tick // 40)}))
+        book.prune(now)
+        kept[tick] = [round((snapshot.at - T0).total_seconds()) for snapshot in book.snapshots(REV)]
+    assert kept[120] == [0, 595, 600]  # evaluated at 600 s: the start, and the last two
+    assert kept[125] == [0, *range(600, 626, 5)]  # a step starting after 600 s may be read from any
+    assert all(snapshot.since_previous is None for snapshot in book.snapshots(REV))
+    tally, _ = book.tally(REV, at(0), at(625))
+    assert tally is not None and tally.requests == 3
+    assert book.pods_seen(REV, at(0), at(625)) == 2
