@@ -915,3 +915,24 @@ def test_a_book_without_per_tick_tallies_keeps_the_range_starts_what_follows_the
     tally, _ = book.tally(REV, at(0), at(625))
     assert tally is not None and tally.requests == 3
     assert book.pods_seen(REV, at(0), at(625)) == 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**40), min_size=2, max_size=8))
+def test_totals_of_any_size_are_kept_exactly(increments: list[int]) -> None:
+    """Snapshots keep their totals in the narrowest array that holds them (2, 4 or 8 bytes a total):
+    a total past each width is still exact."""
+    book = CounterBook(tolerance=TOLERANCE)
+    served = 0
+    for tick, increment in enumerate(increments):
+        served += increment
+        assert book.record(REV, at(tick * 5), sample({ok(): float(served), err(): float(served // 7)}))
+    expected = served - increments[0]  # the first sample is the baseline
+    whole, _ = book.tally(REV, at(0), at(5 * (len(increments) - 1)))
+    assert whole is not None and (whole.requests, whole.errors) == (
+        expected + served // 7 - increments[0] // 7,
+        served // 7 - increments[0] // 7,
+    )
+    assert sum(t.requests for t in book.count_series(REV, at(0), at(5 * len(increments))).tallies) == (
+        whole.requests
+    )
