@@ -28,8 +28,9 @@ import bisect
 import itertools
 import json
 import math
+import operator
 from array import array
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from sys import intern
@@ -126,7 +127,7 @@ class _Layout:
         self.index: dict[tuple[str, str | float], int] = {}
         self.classes: list[tuple[str, int]] = []  # (class, index)
         self.measures: dict[str, list[tuple[float, int]]] = {}  # measure: [(le, index)], le ascending
-        self.edges: dict[tuple[str, int], tuple[tuple[float, ...], tuple[int, ...], int | None]] = {}
+        self.edges: dict[tuple[str, int], _Slots] = {}
 
     def slot(self, key: tuple[str, str | float]) -> int:
         found = self.index.get(key)
@@ -142,19 +143,33 @@ class _Layout:
                 self.classes.append((str(bound), found))
         return found
 
-    def histogram_slots(
-        self, measure: str, known: int
-    ) -> tuple[tuple[float, ...], tuple[int, ...], int | None]:
+    def histogram_slots(self, measure: str, known: int) -> _Slots:
         """For a snapshot holding the first ``known`` keys: the finite bounds of ``measure``, their
-        indices and the +Inf index (memoised: every tally of a revision asks the same)."""
+        indices, the +Inf index, and what picks the finite ones out of a sequence of totals
+        (memoised: every tally of a revision asks the same)."""
         cached = self.edges.get((measure, known))
         if cached is None:
             present = [(le, index) for le, index in self.measures.get(measure, ()) if index < known]
             finite = [(le, index) for le, index in present if le != _INF]
             infinite = next((index for le, index in present if le == _INF), None)
-            cached = (tuple(le for le, _ in finite), tuple(index for _, index in finite), infinite)
+            indices = tuple(index for _, index in finite)
+            cached = _Slots(tuple(le for le, _ in finite), indices, infinite, _picker(indices))
             self.edges[(measure, known)] = cached
         return cached
+
+
+class _Slots(NamedTuple):
+    edges: tuple[float, ...]
+    indices: tuple[int, ...]
+    infinite: int | None
+    pick: Callable[[Sequence[int]], tuple[int, ...]]
+
+
+def _picker(indices: tuple[int, ...]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """``sequence -> tuple(sequence[i] for i in indices)``, in C for two indices or more."""
+    if len(indices) >= 2:
+        return operator.itemgetter(*indices)
+    return lambda sequence: tuple(sequence[index] for index in indices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,20 +269,21 @@ def _tally_of(
     """The tally from ``first`` to the totals ``totals`` (over ``layout``) at ``at``; ``kept``: it is
     kept with a snapshot (its histograms are shared with equal ones)."""
     known = len(totals)
-
-    def total(index: int | None) -> int:
-        return totals[index] if index is not None and index < known else 0
-
-    requests = sum(total(index) for _, index in layout.classes) - first.requests
-    errors = total(layout.index.get(("", _SERVER))) - first.of_class(_SERVER)
-    client_errors = total(layout.index.get(("", _CLIENT))) - first.of_class(_CLIENT)
+    base: Sequence[int] = first.totals
+    if len(base) < known:  # keys that came after ``first`` were 0 in it
+        base = [*base, *itertools.repeat(0, known - len(base))]
+    change = list(map(operator.sub, totals, base))  # per key known at ``at``: every tally reads most
+    requests = sum(change[index] for _, index in layout.classes if index < known)
+    server, client = layout.index.get(("", _SERVER)), layout.index.get(("", _CLIENT))
+    errors = change[server] if server is not None and server < known else 0
+    client_errors = change[client] if client is not None and client < known else 0
     histograms: dict[str, Histogram] = {}
     for measure in layout.measures:
-        edges, slots, infinite = layout.histogram_slots(measure, known)
+        edges, slots, infinite, pick = layout.histogram_slots(measure, known)
         if not slots and infinite is None:
             continue  # this measure's first bucket came after ``at``
-        at_most = tuple(totals[index] - first.total(index) for index in slots)
-        whole = totals[infinite] - first.total(infinite) if infinite is not None else max(at_most, default=0)
+        at_most = pick(change)
+        whole = change[infinite] if infinite is not None else max(at_most, default=0)
         histograms[measure] = Histogram(edges, at_most, whole)
     return Tally(first.at, at, requests, errors, client_errors, _shared(histograms) if kept else histograms)
 
@@ -303,6 +319,8 @@ class _Track:
     anchors: dict[Hashable, tuple[datetime, ...]] = field(default_factory=dict)
     grains: dict[Hashable, float] = field(default_factory=dict)
     settled: datetime | None = None
+    # Every series seen in the last ``idle`` was in the latest sample: none can be idle.
+    complete: bool = False
 
 
 class CounterBook:
@@ -394,8 +412,11 @@ class CounterBook:
         if track.snapshots and at <= track.snapshots[-1].at:
             return False
         # OOM markers are not counters: they say which containers' increments are OOM kills.
-        oom = {(series.pod, series.code_class) for series in sample.values if series.kind == OOM_FIELD}
-        values = {series: value for series, value in sample.values.items() if series.kind != OOM_FIELD}
+        values = sample.values
+        oom: Collection[tuple[str, str]] = ()
+        if OOM_FIELD in {series.kind for series in values}:  # only the restart counters have them
+            oom = {(series.pod, series.code_class) for series in values if series.kind == OOM_FIELD}
+            values = {series: value for series, value in values.items() if series.kind != OOM_FIELD}
         if not track.snapshots and track.from_birth:
             track.born_at = at
             self._advance(track, at, values, oom)  # nothing known before: every series counts whole
@@ -406,6 +427,7 @@ class CounterBook:
                 self._add(track, series, 0)
         else:
             self._advance(track, at, values, oom)
+        track.complete = len(track.seen) == len(values)
         present = sum(1 for series in values if series.kind == COUNTER_FIELD) or len(values)
         pods = frozenset(series.pod for series in values)
         if track.snapshots and track.snapshots[-1].pods == pods:
@@ -447,19 +469,35 @@ class CounterBook:
         values: Mapping[SeriesId, float],
         oom: Collection[tuple[str, str]] = frozenset(),
     ) -> None:
-        last, seen = track.last, track.seen
         # The common case, every tick for every revision: no pod restarted now or recently, no OOM
         # marker. The same rules as below with the branches that cannot apply left out (a thousand
-        # rollouts sample tens of thousands of series a tick).
-        quiet = not track.stale and not track.gone and not oom
-        if quiet and not any(value < last.get(series, value) for series, value in values.items()):
+        # rollouts sample a hundred thousand series a tick): the increments are found first, and
+        # only when no series went down are they added.
+        if not track.stale and not track.gone and not oom:
+            previous_of, slots = track.last.get, track.slots
+            known: list[tuple[int, int]] = []  # (total's index, increment)
+            born: list[tuple[SeriesId, int]] = []  # series born after the baseline: counted whole
             for series, value in values.items():
-                previous = last.get(series)
-                last[series] = value
-                seen[series] = at
-                # A series born after the baseline counts whole (a new pod, a first 5xx).
-                self._add(track, series, round(value) if previous is None else round(value - previous))
-            return
+                previous = previous_of(series)
+                if previous is None:
+                    born.append((series, round(value)))  # a new pod, a first 5xx
+                elif value < previous:
+                    break  # a pod restarted: the rules below
+                else:
+                    index = slots.get(series)
+                    if index is None:
+                        born.append((series, round(value - previous)))
+                    else:
+                        known.append((index, round(value - previous)))
+            else:
+                totals = track.totals
+                for index, increment in known:
+                    totals[index] += increment
+                for series, increment in born:
+                    self._add(track, series, increment)
+                track.last.update(values)
+                track.seen.update(dict.fromkeys(values, at))
+                return
         reset_pods = {
             (series.kind, series.pod)
             for series, value in values.items()
@@ -517,26 +555,17 @@ class CounterBook:
     # -- reading --------------------------------------------------------------------------------
 
     def _span(self, track: _Track, start: datetime, end: datetime) -> tuple[int, int] | None:
-        """Indices of the snapshots standing for ``start`` and ``end``; None without a snapshot."""
+        """Indices of the snapshots standing for ``start`` and ``end``; None without a snapshot.
+
+        ``end``: the last one at most a tolerance after it. ``start``: among those up to that one,
+        the nearest within a tolerance (the earlier of two as near), else the last one before it,
+        else the first. By bisection: every evaluation of every rollout reads two revisions' spans
+        from a step of snapshots."""
         snapshots = track.snapshots
-        last = None
-        for index in range(len(snapshots) - 1, -1, -1):
-            if snapshots[index].at <= end + self.tolerance:
-                last = index
-                break
-        if last is None:
+        last = bisect.bisect_right(snapshots, end + self.tolerance, key=_at) - 1
+        if last < 0:
             return None
-        near = [
-            index
-            for index in range(last + 1)
-            if abs((snapshots[index].at - start).total_seconds()) <= self.tolerance.total_seconds()
-        ]
-        if near:
-            first = min(near, key=lambda index: abs((snapshots[index].at - start).total_seconds()))
-        else:
-            before = [index for index in range(last + 1) if snapshots[index].at < start]
-            first = before[-1] if before else 0
-        return first, last
+        return _start_index(snapshots, start, self.tolerance, last), last
 
     def count_series(
         self, revision: RevisionKey, start: datetime, end: datetime, *, query: str = ""
@@ -628,15 +657,16 @@ class CounterBook:
                 del self._tracks[revision]
                 continue
             oldest = min(start for start, _ in track.asks.values())
-            keep_from = 0
-            for index, snapshot in enumerate(track.snapshots):
-                if snapshot.at <= oldest - self.tolerance:
-                    keep_from = index  # the snapshot standing for the oldest start stays
-            if keep_from:
+            # The last one at least a tolerance before the oldest start stays: it, or one after it,
+            # stands for that start.
+            keep_from = bisect.bisect_right(track.snapshots, oldest - self.tolerance, key=_at) - 1
+            if keep_from > 0:
                 del track.snapshots[:keep_from]
             track.anchors = {who: starts for who, starts in track.anchors.items() if who in track.asks}
             track.grains = {who: grain for who, grain in track.grains.items() if who in track.asks}
             self._compact(track)
+            if track.complete and track.snapshots and track.snapshots[-1].at >= now - self.idle:
+                continue  # every series seen was in the latest sample, which is not idle
             for series in [series for series, when in track.seen.items() if when < now - self.idle]:
                 del track.seen[series]
                 track.last.pop(series, None)
@@ -753,19 +783,23 @@ def _any_series(chosen: Sequence[Snapshot]) -> bool:
     )
 
 
-def _start_index(snapshots: Sequence[Snapshot], start: datetime, tolerance: timedelta) -> int:
-    """The snapshot standing for a range's ``start``, as :meth:`CounterBook._span` picks it: the
-    nearest within ``tolerance``, else the last one before, else the first."""
-    index = bisect.bisect_left(snapshots, start, key=_at)
+def _start_index(
+    snapshots: Sequence[Snapshot], start: datetime, tolerance: timedelta, last: int | None = None
+) -> int:
+    """The snapshot standing for a range's ``start`` among those up to ``last`` (all by default), as
+    :meth:`CounterBook._span` picks it: the nearest within ``tolerance`` (the earlier of two as
+    near), else the last one before, else the first."""
+    last = len(snapshots) - 1 if last is None else last
+    after = bisect.bisect_left(snapshots, start, key=_at)  # the first one not before start
     best: int | None = None
-    for candidate in (index - 1, index):
-        if 0 <= candidate < len(snapshots):
+    for candidate in (after - 1, after):
+        if 0 <= candidate <= last:
             distance = abs(snapshots[candidate].at - start)
             if distance <= tolerance and (best is None or distance < abs(snapshots[best].at - start)):
                 best = candidate
     if best is not None:
         return best
-    return max(index - 1, 0)
+    return max(min(after - 1, last), 0)
 
 
 _NO_SERIES = "no request series"

@@ -936,3 +936,85 @@ def test_totals_of_any_size_are_kept_exactly(increments: list[int]) -> None:
     assert sum(t.requests for t in book.count_series(REV, at(0), at(5 * len(increments))).tallies) == (
         whole.requests
     )
+
+
+def _standing_for(times: list[float], start: float, end: float, tolerance: float) -> tuple[int, int] | None:
+    """The snapshots standing for a range, by the definition, one snapshot at a time: the last one at
+    most a tolerance after ``end``; of those up to it the nearest to ``start`` within a tolerance
+    (the earliest of equals), else the last one before ``start``, else the first."""
+    upto = [index for index, moment in enumerate(times) if moment <= end + tolerance]
+    if not upto:
+        return None
+    last = upto[-1]
+    near = [index for index in range(last + 1) if abs(times[index] - start) <= tolerance]
+    if near:
+        return min(near, key=lambda index: abs(times[index] - start)), last
+    before = [index for index in range(last + 1) if times[index] < start]
+    return (before[-1] if before else 0), last
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=30),  # seconds between samples
+    st.integers(min_value=-10, max_value=200),  # the range's start and length, in half seconds
+    st.integers(min_value=0, max_value=200),
+)
+def test_a_range_is_read_from_the_snapshots_the_definition_names(
+    gaps: list[int], start: int, length: int
+) -> None:
+    """The book finds a range's snapshots by bisection (every evaluation reads two revisions' ranges
+    from a step of snapshots); it picks the ones the definition picks."""
+    times = list(itertools.accumulate(gaps))
+    book = book_of(*((moment, {ok(): float(index)}) for index, moment in enumerate(times)))
+    begin, finish = start / 2, (start + length) / 2
+    expected = _standing_for([float(moment) for moment in times], begin, finish, TOLERANCE.total_seconds())
+    tally, last = book.tally(REV, at(begin), at(finish))
+    if expected is None:
+        assert (tally, last) == (None, None)
+        return
+    assert tally is not None and last is not None
+    first_index, last_index = expected
+    assert (tally.start, tally.end) == (at(times[first_index]), at(times[last_index]))
+    assert tally.requests == last_index - first_index
+
+
+def test_pruning_keeps_the_snapshot_standing_for_the_oldest_start_between_two_samples() -> None:
+    book = CounterBook(tolerance=TOLERANCE)
+    book.asked(REV, "rollout", at(15), at(15))
+    for seconds in range(0, 101, 10):
+        book.record(REV, at(seconds), sample({ok(): float(seconds)}))
+    before = book.tally(REV, at(15), at(100))[0]
+    book.prune(at(100))
+    after = book.tally(REV, at(15), at(100))[0]
+    assert before is not None and after is not None
+    # No sample within a tolerance of 15 s: the last one before it (10 s) stands for it.
+    assert (after.start, after.requests) == (before.start, before.requests) == (at(10), 90)
+    assert book.snapshots(REV)[0].at == at(10)
+
+
+@pytest.mark.parametrize(("absent_ticks", "counted"), [(50, 5), (70, 45)])
+def test_a_series_absent_longer_than_idle_is_forgotten_and_counts_whole_when_it_comes_back(
+    absent_ticks: int, counted: int
+) -> None:
+    """p1 serves 40 requests, disappears (a pod gone from the scrape) while p0 goes on, and comes back
+    at 45: within the idle time (5 min = 60 ticks) its counter goes on from 40 (5 new); after it,
+    the series was forgotten and its whole 45 counts."""
+    book = CounterBook(tolerance=TOLERANCE, idle=timedelta(minutes=5))
+    tick = 0
+
+    def step(values: dict[SeriesId, float]) -> None:
+        nonlocal tick
+        now = at(tick * 5)
+        book.asked(REV, "rollout", at(0), now)
+        book.record(REV, now, sample(values))
+        book.prune(now)
+        tick += 1
+
+    step({ok("p0"): 0.0, ok("p1"): 0.0})
+    step({ok("p0"): 0.0, ok("p1"): 40.0})
+    for _ in range(absent_ticks):
+        step({ok("p0"): 0.0})
+    before = tick
+    step({ok("p0"): 0.0, ok("p1"): 45.0})
+    tally, _ = book.tally(REV, at((before - 1) * 5), at(before * 5))
+    assert tally is not None and tally.requests == counted
