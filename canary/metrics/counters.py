@@ -300,7 +300,10 @@ class _Track:
 
     snapshots: list[Snapshot] = field(default_factory=list)
     last: dict[SeriesId, float] = field(default_factory=dict)  # the last raw value of each series
-    seen: dict[SeriesId, datetime] = field(default_factory=dict)  # when each series was last present
+    # The series of ``last`` missing from the latest sample, and when each was last present (a
+    # series in the latest sample was present then). Not a time per series per tick: 4,000
+    # revisions' series are in every sample, and a dict of them per revision was megabytes.
+    absent: dict[SeriesId, datetime] = field(default_factory=dict)
     stale: dict[SeriesId, float] = field(default_factory=dict)  # reset pods' series not yet re-counted
     gone: set[SeriesId] = field(default_factory=set)  # reset pods' series absent since the restart
     layout: _Layout = field(default_factory=_Layout)
@@ -319,8 +322,6 @@ class _Track:
     anchors: dict[Hashable, tuple[datetime, ...]] = field(default_factory=dict)
     grains: dict[Hashable, float] = field(default_factory=dict)
     settled: datetime | None = None
-    # Every series seen in the last ``idle`` was in the latest sample: none can be idle.
-    complete: bool = False
 
 
 class CounterBook:
@@ -422,12 +423,11 @@ class CounterBook:
             self._advance(track, at, values, oom)  # nothing known before: every series counts whole
         elif not track.snapshots:
             track.last = dict(values)
-            track.seen = dict.fromkeys(values, at)
             for series in values:  # everything is baseline: the totals start at zero
                 self._add(track, series, 0)
         else:
             self._advance(track, at, values, oom)
-        track.complete = len(track.seen) == len(values)
+            self._note_absent(track, values, track.snapshots[-1].at)
         present = sum(1 for series in values if series.kind == COUNTER_FIELD) or len(values)
         pods = frozenset(series.pod for series in values)
         if track.snapshots and track.snapshots[-1].pods == pods:
@@ -496,7 +496,6 @@ class CounterBook:
                 for series, increment in born:
                     self._add(track, series, increment)
                 track.last.update(values)
-                track.seen.update(dict.fromkeys(values, at))
                 return
         reset_pods = {
             (series.kind, series.pod)
@@ -528,7 +527,6 @@ class CounterBook:
             else:
                 increment = round(value - previous)
             track.last[series] = value
-            track.seen[series] = at
             self._add(track, series, increment)
             if (series.pod, series.code_class) in oom and series.kind == COUNTER_FIELD:
                 track.oom_kills += increment
@@ -665,13 +663,28 @@ class CounterBook:
             track.anchors = {who: starts for who, starts in track.anchors.items() if who in track.asks}
             track.grains = {who: grain for who, grain in track.grains.items() if who in track.asks}
             self._compact(track)
-            if track.complete and track.snapshots and track.snapshots[-1].at >= now - self.idle:
-                continue  # every series seen was in the latest sample, which is not idle
-            for series in [series for series, when in track.seen.items() if when < now - self.idle]:
-                del track.seen[series]
+            # A series absent for ``idle`` is forgotten (all of them when the latest sample is that old).
+            if track.snapshots and track.snapshots[-1].at < now - self.idle:
+                idle = list(track.last)
+            else:
+                idle = [series for series, when in track.absent.items() if when < now - self.idle]
+            for series in idle:
+                track.absent.pop(series, None)
                 track.last.pop(series, None)
                 track.stale.pop(series, None)
                 track.gone.discard(series)
+
+    @staticmethod
+    def _note_absent(track: _Track, values: Mapping[SeriesId, float], previous: datetime) -> None:
+        """Keep ``absent`` true after a sample whose values are ``values``, the one before it taken at
+        ``previous`` (what was present in it and is missing now was last present then)."""
+        if track.absent:
+            for series in [series for series in track.absent if series in values]:
+                del track.absent[series]
+        if len(track.last) != len(values):  # ``last`` holds ``values`` and the ones missing
+            for series in track.last:
+                if series not in values and series not in track.absent:
+                    track.absent[series] = previous
 
     def _compact(self, track: _Track) -> None:
         """Keep the past steps at the grain of evaluations, not of ticks.
@@ -834,6 +847,9 @@ def _shown(value: float) -> str:
 _IDENTITIES: dict[tuple[object, ...], tuple[RevisionKey, SeriesId]] = {}
 _IDENTITIES_MAX = 500_000
 _REVISIONS: dict[RevisionKey, RevisionKey] = {}  # the one key object of each revision identified
+# The one identity object of each series identified: the typed reading of a sample and the generic one
+# (a backfill's range answers) each cache identities by what they read, and share these.
+_KEPT: dict[tuple[RevisionKey, SeriesId], tuple[RevisionKey, SeriesId]] = {}
 
 
 def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKey, SeriesId] | str:
@@ -867,15 +883,22 @@ def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKe
 def _kept(identified: tuple[RevisionKey, SeriesId]) -> tuple[RevisionKey, SeriesId]:
     """An identity as the caches keep it: one key object per revision, which its series share, and
     interned label values."""
+    found = _KEPT.get(identified)
+    if found is not None:
+        return found  # read before, by the other reading (typed or generic) or another divisor
     revision, series = identified
     if len(_REVISIONS) >= _IDENTITIES_MAX:
         _REVISIONS.clear()
-    return (
+    if len(_KEPT) >= _IDENTITIES_MAX:
+        _KEPT.clear()
+    kept = (
         _REVISIONS.setdefault(revision, revision),
         series._replace(
             kind=intern(series.kind), pod=intern(series.pod), code_class=intern(series.code_class)
         ),
     )
+    _KEPT[kept] = kept
+    return kept
 
 
 def _read_series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKey, SeriesId] | str:

@@ -1018,3 +1018,17 @@ def test_a_series_absent_longer_than_idle_is_forgotten_and_counts_whole_when_it_
     step({ok("p0"): 0.0, ok("p1"): 45.0})
     tally, _ = book.tally(REV, at((before - 1) * 5), at(before * 5))
     assert tally is not None and tally.requests == counted
+
+
+def test_a_series_back_from_a_short_absence_is_not_forgotten_later() -> None:
+    """p1 misses two samples (a slow scrape), comes back and stays: more than ``idle`` after its
+    absence it still counts its increments, not its whole value."""
+    book = CounterBook(tolerance=TOLERANCE, idle=timedelta(minutes=5))
+    for tick in range(100):  # 5 s apart: the absence (ticks 3-4) ends 8 minutes before the last
+        now = at(tick * 5)
+        book.asked(REV, "rollout", at(0), now)
+        values = {ok("p0"): 0.0} if tick in (3, 4) else {ok("p0"): 0.0, ok("p1"): float(1000 + tick)}
+        book.record(REV, now, sample(values))
+        book.prune(now)
+    tally, _ = book.tally(REV, at(0), at(99 * 5))
+    assert tally is not None and tally.requests == 99  # 1099 - 1000: its increments only

@@ -102,3 +102,19 @@ def test_a_well_formed_sample_is_read_typed(server: FaultyPrometheus) -> None:
     assert isinstance(result, list) and all(isinstance(one, CounterSeries) for one in result)
     assert not isinstance(typed, QueryFailure) and typed == generic
     assert sum(len(sample.values) for sample in typed.values()) == 2
+
+
+def test_both_readings_keep_one_identity_object_per_series(server: FaultyPrometheus) -> None:
+    """A backfill reads a revision generically, every tick after it typed: the series identities
+    both keep are the same objects (a thousand rollouts' series were held twice)."""
+    labels = {"namespace": "ml", "revision": ASKED[1].revision, "pod": "p-shared", "code_class": "2xx"}
+    series = [
+        {"metric": {**labels, "evidence_field": "count"}, "value": [AT.timestamp(), "12"]},
+        {"metric": {**labels, "evidence_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
+    ]
+    typed, generic, _ = _both(server, _body(series))
+    assert not isinstance(typed, QueryFailure) and not isinstance(generic, QueryFailure)
+    typed_ids = sorted(typed[ASKED[1]].values, key=repr)
+    generic_ids = sorted(generic[ASKED[1]].values, key=repr)
+    assert len(typed_ids) == 2
+    assert all(one is other for one, other in zip(typed_ids, generic_ids, strict=True))
