@@ -306,7 +306,9 @@ class Controller:
         )
         # Per governed key: the policy, whether it is an object's (its secrets come from its
         # namespace's Secret), and its destinations (built on first use).
-        self._destinations: dict[str, tuple[PromotionPolicy, bool, list[Destination]]] = {}
+        # Per policy: the policy and whether it came from an object, and its destinations once built
+        # (None: not yet, or the policy changed since).
+        self._destinations: dict[str, tuple[PromotionPolicy, bool, list[Destination] | None]] = {}
         self._elector: LeaderElector | None = None
         self._sharded: ShardedElector | None = None
         self._held_shards: frozenset[int] = frozenset()
@@ -516,8 +518,12 @@ class Controller:
         for key, loaded in active.items():
             cached = self._destinations.get(key)
             from_object = loaded.object is not None
-            if cached is None or cached[0] != loaded.policy or cached[1] != from_object:
-                self._destinations[key] = (loaded.policy, from_object, [])
+            if (
+                cached is None
+                or cached[1] != from_object
+                or (cached[0] is not loaded.policy and cached[0] != loaded.policy)
+            ):
+                self._destinations[key] = (loaded.policy, from_object, None)
         self.metrics.policies.labels("loaded").set(len(active))
         invalid = {error.path for error in self._registry.errors if not error.conflict}
         invalid_objects = {path for path in invalid if path.startswith("promotionpolicy/")}
@@ -541,7 +547,8 @@ class Controller:
         cached = self._destinations.get(policy.key)
         # Identity first: comparing two policies field by field on every reconcile was 3 % of the
         # controller's CPU at 1,000 rollouts; an equal new object (a reload) is compared once.
-        if cached is not None and cached[2] and (cached[0] is policy or cached[0] == policy):
+        # A policy without notify targets has no destinations, built once all the same.
+        if cached is not None and cached[2] is not None and (cached[0] is policy or cached[0] == policy):
             if cached[0] is not policy:
                 self._destinations[policy.key] = (policy, cached[1], cached[2])
             return cached[2]

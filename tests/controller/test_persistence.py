@@ -7,6 +7,7 @@ stores every state.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import timedelta
 
@@ -232,6 +233,22 @@ def test_a_not_yet_estimate_reads_alike_whatever_its_unit(first: float, second: 
 def test_a_reason_with_other_words_is_another_reason() -> None:
     assert text_shape("held 2m of 10m") != text_shape("paused 2m of 10m")
     assert text_shape("2xx") == "#xx" and text_shape("5 seconds") == "# seconds"
+
+
+# The masking pattern as it was first written, three alternatives each starting with a digit; the
+# product's factors the digit out (faster), and must mask exactly the same.
+_UNFACTORED = re.compile(r"\d[\d,.]*\s(?:min|h)\b|(?:\d[\d,.]*(?:ms|[smhd])(?![A-Za-z]))+|\d[\d,.]*")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["1", "23", "4.5", "6,7", " ", "min", "h", "ms", "m", "s", "d", "x", "~", "%", "of"]),
+        max_size=20,
+    ).map("".join)
+)
+def test_the_factored_mask_masks_what_the_three_alternatives_mask(text: str) -> None:
+    assert text_shape(text) == _UNFACTORED.sub("#", text)
 
 
 def test_explain_writes_are_rate_limited_per_rollout() -> None:

@@ -246,6 +246,22 @@ def test_a_valid_object_governs_and_its_status_is_written_only_when_it_changes(s
     assert stack.spec_writes() == [], "the controller never writes a PromotionPolicy's spec"
 
 
+def test_a_policy_without_notify_targets_builds_its_destinations_once(stack: Stack) -> None:
+    """Every reconcile asks for the policy's destinations; a policy that names none has none, and that
+    is kept like any other answer (an empty list was taken for "not built yet" and rebuilt on every
+    reconcile: a tenth of the controller's time at 1,000 rollouts, by py-spy)."""
+    install_crd(stack.api)
+    stack.model("llama")
+    stack.apply_policy(policy_object("llama", "llama"))
+    controller = stack.start(policy_sources=frozenset({PolicySource.CRD}))
+    assert wait_until(lambda: (stack.condition("llama", "Promoted") or {}).get("reason") == "NoRollout")
+    loaded = controller._registry.get("ml/llama")
+    assert loaded is not None and not loaded.policy.spec.notify
+    built = controller._policy_destinations(loaded.policy)
+    assert built == []
+    assert controller._policy_destinations(loaded.policy) is built
+
+
 # -- an invalid object ----------------------------------------------------------------------------
 
 
