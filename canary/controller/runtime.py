@@ -305,9 +305,7 @@ class Controller:
             may_deliver=self._is_leading,
         )
         # Per governed key: the policy, whether it is an object's (its secrets come from its
-        # namespace's Secret), and its destinations (built on first use).
-        # Per policy: the policy and whether it came from an object, and its destinations once built
-        # (None: not yet, or the policy changed since).
+        # namespace's Secret), and its destinations once built (None: not yet, or the policy changed).
         self._destinations: dict[str, tuple[PromotionPolicy, bool, list[Destination] | None]] = {}
         self._elector: LeaderElector | None = None
         self._sharded: ShardedElector | None = None

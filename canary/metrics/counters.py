@@ -336,7 +336,7 @@ class CounterBook:
         snapshots (:meth:`count_series`: the judge reads a step's requests tick by tick). False for a
         book only read over whole ranges (:meth:`tally`, :meth:`oom_kills`, :meth:`pods_seen`,
         :meth:`new_oom_kills`: the restart counters): it keeps the snapshots standing for the range
-        starts and evaluations asked for and the last two, and nothing per tick.
+        starts asked for, those since each asker's latest evaluation and the last two, and no tally.
     """
 
     def __init__(
@@ -420,13 +420,13 @@ class CounterBook:
             values = {series: value for series, value in values.items() if series.kind != OOM_FIELD}
         if not track.snapshots and track.from_birth:
             track.born_at = at
-            self._advance(track, at, values, oom)  # nothing known before: every series counts whole
+            self._advance(track, values, oom)  # nothing known before: every series counts whole
         elif not track.snapshots:
             track.last = dict(values)
             for series in values:  # everything is baseline: the totals start at zero
                 self._add(track, series, 0)
         else:
-            self._advance(track, at, values, oom)
+            self._advance(track, values, oom)
             self._note_absent(track, values, track.snapshots[-1].at)
         present = sum(1 for series in values if series.kind == COUNTER_FIELD) or len(values)
         pods = frozenset(series.pod for series in values)
@@ -465,7 +465,6 @@ class CounterBook:
     def _advance(
         self,
         track: _Track,
-        at: datetime,
         values: Mapping[SeriesId, float],
         oom: Collection[tuple[str, str]] = frozenset(),
     ) -> None:
