@@ -198,13 +198,6 @@ class Snapshot:
     def total(self, index: int | None) -> int:
         return self.totals[index] if index is not None and index < len(self.totals) else 0
 
-    def of_class(self, code_class: str) -> int:
-        return self.total(self.layout.index.get(("", code_class)))
-
-    @property
-    def requests(self) -> int:
-        return sum(self.total(index) for _, index in self.layout.classes)
-
     @property
     def by_class(self) -> dict[str, int]:
         """Requests per response class ("" for unknown)."""
@@ -482,12 +475,8 @@ class CounterBook:
                     born.append((series, round(value)))  # a new pod, a first 5xx
                 elif value < previous:
                     break  # a pod restarted: the rules below
-                else:
-                    index = slots.get(series)
-                    if index is None:
-                        born.append((series, round(value - previous)))
-                    else:
-                        known.append((index, round(value - previous)))
+                else:  # a series with a last value has its total (_add gave it one)
+                    known.append((slots[series], round(value - previous)))
             else:
                 totals = track.totals
                 for index, increment in known:
