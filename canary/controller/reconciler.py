@@ -49,7 +49,7 @@ from canary.kserve.view import observe
 from canary.notify import Destination, Notification, NotificationDispatcher
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
-from canary.rollout.core import decide, evidence_request
+from canary.rollout.core import decide, evidence_request, landed_write
 from canary.rollout.decision import Decision
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
@@ -154,6 +154,10 @@ class Reconciler:
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
         self._last_logged: dict[str, str] = {}  # what the last decision logged said, per rollout
+        # The id of the last write this process told, per rollout: a write found in the spec that
+        # is not this one was made (and perhaps never told) by another process, or by this one
+        # before an error cut its reconcile short.
+        self._told_write: dict[str, str] = {}
         self._announcements = Announcements()
         # Decisions not written (canary.rollout.persistence): the next reconcile decides on them as
         # long as the stored ConfigMap is the one they were decided on.
@@ -381,6 +385,7 @@ class Reconciler:
             policy, observed, state, evidence, now, ledger=ledger, gates=gate_results, alarm=prepared.alarm
         )
         outcome = ReconcileOutcome(key, decision=decision, evaluated=prepared.request is not None)
+        self._tell_landed(prepared, outcome)
 
         # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo.
         recorded = ledger_after(decision, ledger, observed.uid)
@@ -443,10 +448,27 @@ class Reconciler:
         if self._gates is not None and decision.gate_calls and not self._dry_run:
             # After the state (with each gate's first-call time) is stored: a restart keeps the deadline.
             self._gates.submit(policy, decision.gate_calls)
+        if decision.action.writes:
+            self._told_write[key] = decision.id
         self._log(policy, decision, bound)
         self._export(policy, decision)
         self._announce(policy, decision, prepared.destinations, observed.uid, outcome, now)
         return outcome
+
+    def _tell_landed(self, prepared: Prepared, outcome: ReconcileOutcome) -> None:
+        """Tell a write of the stored intent that the spec already shows, unless this process told
+        it: the process that patched it may have been killed before its log line and notification
+        (or its patch's answer was lost). At least once: a process that did tell it and stopped
+        before the next reconcile adopted the intent is told again, with the same decision id."""
+        key = prepared.key
+        landed = landed_write(prepared.policy, prepared.observed, prepared.state, prepared.now)
+        if landed is None or self._told_write.get(key) == landed.id or self._dry_run:
+            return
+        self._told_write[key] = landed.id
+        self._log(prepared.policy, landed, prepared.bound)
+        self._announce(
+            prepared.policy, landed, prepared.destinations, prepared.observed.uid, outcome, prepared.now
+        )
 
     def _store_reason(
         self, prepared: Prepared, new_state: RolloutState, explain: ExplainDocument | None

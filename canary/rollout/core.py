@@ -65,6 +65,7 @@ from canary.rollout.state import (
     MAX_REASON_CHARS,
     MAX_ROLLED_BACK,
     CommandKind,
+    EvaluationRecord,
     EvaluationVerdict,
     GateProgress,
     HistoryEntry,
@@ -79,7 +80,7 @@ from canary.rollout.state import (
 )
 from canary.rollout.vocabulary import Action, EventReason, Severity, decision_id
 
-__all__ = ["decide", "evidence_request"]
+__all__ = ["decide", "evidence_request", "landed_write"]
 
 
 def decide(
@@ -109,6 +110,22 @@ def decide(
     return _Tick(
         policy, observed, state, evidence, now, probing=False, ledger=ledger, gates=gates, alarm=alarm
     ).run()
+
+
+def landed_write(
+    policy: PromotionPolicy, observed: ObservedInferenceService, state: RolloutState, now: datetime
+) -> Decision | None:
+    """The write ``state`` (as stored) records as its intent, when the spec already shows it — or None.
+
+    For the shell to tell a write that a controller made and may not have told: one killed between
+    its patch and its log line or notification, or whose patch answer was lost. Same action, id and
+    numbers as the decision that recorded the intent (a receiver de-duplicates by id). Nothing in it
+    is to be written: the spec has it, and the next :func:`decide` adopts it.
+    """
+    intent = state.intent
+    if intent is None or observed.canary_traffic_percent != intent.weight:
+        return None
+    return _Tick(policy, observed, state, None, now, probing=False).landed()
 
 
 def evidence_request(
@@ -770,25 +787,51 @@ class _Tick:
 
     def reissue(self) -> Decision:
         """The intent recorded earlier has not reached the spec: write it again (idempotent)."""
-        state = self.state
-        intent = state.intent
+        intent = self.state.intent
         assert intent is not None
+        return self.recorded_write(
+            intent, "Writing", f"; the spec still shows {_weight_text(self.observed.canary_traffic_percent)}."
+        )
+
+    def landed(self) -> Decision:
+        """The intent recorded earlier is in the spec: the write it describes, told again."""
+        intent = self.state.intent
+        assert intent is not None
+        return self.recorded_write(
+            intent,
+            "Wrote",
+            "; the spec shows it. Told again: the controller that wrote it may have stopped before "
+            "telling it (a restart, a lost answer).",
+        )
+
+    def recorded_write(self, intent: WeightRecord, verb: str, ending: str) -> Decision:
+        """The decision that recorded ``intent``: its action, its id and — the evaluation that
+        recorded the intent was stored with it (same write, same moment) — its verdict and requests,
+        so a write is never told without the numbers behind it, even when the process that decided
+        it died before it could log or notify."""
+        state = self.state
         action, event = reissued_action(intent, state.step)
         if intent.weight == 0 and state.phase is Phase.PENDING:
             # The 0 of a pre-rollout gate (start_pinned): a start, never a rollback (the ledger
             # would otherwise remember a revision that was never rolled back).
             action, event = Action.START, EventReason.CANARY_STARTED
         severity = Severity.WARNING if action is Action.ROLLBACK else Severity.INFO
+        record = state.evaluation
+        decided_on = record if record.at is not None and record.at == intent.at else None
+        basis = (
+            f", decided on a {decided_on.verdict} evaluation with {_requests_of(decided_on.requests)}"
+            if decided_on is not None and decided_on.verdict is not None
+            else ""
+        )
         return self.finish(
             action,
             event,
-            f"Writing canaryTrafficPercent {_weight_text(intent.weight)} for {state.revision} "
-            f"(intent recorded "
-            f"{describe_time(intent.at)}); the spec still shows "
-            f"{_weight_text(self.observed.canary_traffic_percent)}.",
+            f"{verb} canaryTrafficPercent {_weight_text(intent.weight)} for {state.revision} "
+            f"(intent recorded {describe_time(intent.at)}{basis}){ending}",
             weight=intent.weight,
             severity=severity,
             id_time=intent.at,
+            decided_on=decided_on,
         )
 
     def pending(self) -> Decision:
@@ -1544,7 +1587,10 @@ class _Tick:
         weight: int | None = None,
         severity: Severity = Severity.INFO,
         id_time: datetime | None = None,
+        decided_on: EvaluationRecord | None = None,
     ) -> Decision:
+        """The decision, with this reconcile's evaluation — or, for a write re-issued after a crash,
+        the stored record of the evaluation that made it (``decided_on``)."""
         if self.severity is Severity.WARNING:
             severity = Severity.WARNING
         state = self.state
@@ -1581,9 +1627,9 @@ class _Tick:
             stable_revision=state.stable_revision,
             previous_weight=self.observed.canary_traffic_percent,
             judgements=evaluation.judgements if evaluation else (),
-            verdict=evaluation.verdict if evaluation else None,
-            requests=evaluation.requests if evaluation else None,
-            evaluated_at=self.evaluated_at,
+            verdict=evaluation.verdict if evaluation else decided_on.verdict if decided_on else None,
+            requests=evaluation.requests if evaluation else decided_on.requests if decided_on else None,
+            evaluated_at=self.evaluated_at or (decided_on.at if decided_on else None),
             resource_version=self.observed.resource_version,
             gate_calls=tuple(self.gate_calls) if action is Action.WAIT else (),
         )
@@ -1595,6 +1641,10 @@ def _seconds(value: float) -> timedelta:
 
 def _duration(delta: timedelta) -> str:
     return format_duration(delta.total_seconds())
+
+
+def _requests_of(requests: float | None) -> str:
+    return "an unknown number of requests" if requests is None else f"{requests:,.0f} requests"
 
 
 def _weight_text(weight: int | None) -> str:

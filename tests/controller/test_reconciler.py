@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import structlog
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
+from canary_sandbox.faultproxy import FaultProxy, ProxyFault
 from canary_sandbox.prometheus import free_port
 from canary_sandbox.stack import inference_service
 from kubernetes import client, config
@@ -28,11 +29,12 @@ from canary.kserve.client import InferenceServiceClient
 from canary.kserve.store import COMMAND_KEY, EXPLAIN_KEY, STATE_KEY, ConfigMapStateStore
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
-from canary.notify import NotificationDispatcher
+from canary.notify import Notification, NotificationDispatcher
 from canary.policy import load_text
 from canary.rollout.persistence import text_shape
 from canary.rollout.records import ExplainFormatError
 from canary.rollout.state import Phase, RolloutState
+from canary.rollout.vocabulary import NotificationAction
 from tests.policy.support import valid_policy
 from tests.rollout.helpers import EvidenceMaker
 
@@ -321,3 +323,74 @@ def test_a_forgotten_rollout_drops_its_series(tmp_path: Path) -> None:
             assert llama_metrics() <= {"kserve_canary_decisions_total", "kserve_canary_decisions_created"}
         finally:
             dispatcher.close(1)
+
+
+def test_a_write_whose_answer_was_lost_is_told_once_with_the_numbers_of_its_evaluation(
+    tmp_path: Path,
+) -> None:
+    """The patch lands, its answer does not: the reconcile ends in an error before its log line and
+    notification. The next one finds the write in the spec and tells it — once, with the decision's
+    id and the verdict and requests of the evaluation that made it — while a write that was told
+    (the first advance) is never told again."""
+    evidence = _MadeEvidence(EvidenceMaker())
+    offset = [timedelta()]
+    kserve = KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0)
+    with serving(tmp_path, kserve) as (emulator, direct), FaultProxy(direct.configuration.host) as proxy:
+        api = client.ApiClient(client.Configuration(host=proxy.url))
+        reconciler = Reconciler(
+            inference_services=InferenceServiceClient(api),
+            store=ConfigMapStateStore(api),
+            evidence=evidence,
+            dispatcher=NotificationDispatcher(),
+            metrics=ControllerMetrics(),
+            clock=lambda: datetime.now(UTC) + offset[0],
+        )
+        loaded = policy_for_llama()
+        reconciler.reconcile(loaded)  # type: ignore[arg-type]
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama",
+            {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+        )  # fmt: skip
+        emulator.settle()
+        told: list[Notification] = []
+        errors: list[Exception] = []
+        after_loss = 0
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(300):
+                try:
+                    outcome = reconciler.reconcile(loaded)  # type: ignore[arg-type]
+                except Exception as error:
+                    errors.append(error)
+                else:
+                    if outcome.error is not None:
+                        errors.append(RuntimeError(outcome.error))
+                    told.extend(outcome.notifications)
+                    if outcome.decision is not None and outcome.decision.weight == 30 and outcome.patched:
+                        # The next write to the InferenceService lands; its answer is lost.
+                        proxy.add(
+                            ProxyFault.drop_response(),
+                            path=r"/inferenceservices/llama$",
+                            method="PATCH",
+                            count=1,
+                        )
+                emulator.settle()
+                after_loss += bool(errors)
+                if after_loss > 6:
+                    break
+                time.sleep(0.02)  # KServe makes the revision Ready in real time
+                offset[0] += timedelta(minutes=1)
+            else:
+                raise AssertionError(f"no lost answer: {[n.summary for n in told]}")
+    assert len(errors) == 1, errors
+    advances = [n for n in told if n.action is NotificationAction.ADVANCED]
+    assert [n.to_weight for n in advances] == [30, 50], [n.summary for n in told]
+    lines = {line["decisionId"]: line for line in logs if line.get("action") == "advance"}
+    landed = lines[advances[1].id]
+    assert landed["weight"] == 50
+    assert landed["verdict"] == "pass" and landed["requests"] >= 100, landed
+    assert "Wrote canaryTrafficPercent 50%" in advances[1].summary
+    assert "decided on a pass evaluation" in advances[1].summary
+    spec = client.CustomObjectsApi(direct).get_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama"
+    )
+    assert spec["spec"]["predictor"]["canaryTrafficPercent"] == 50  # type: ignore[index]

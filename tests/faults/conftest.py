@@ -19,3 +19,14 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
         policies=getattr(module, "POLICIES", None),
     ) as started:
         yield started
+
+
+@pytest.fixture
+def stops_its_controllers(world: World) -> Iterator[None]:
+    """Kills, after the test, the controllers it started and left running — also when it fails: a
+    survivor of a failed test would go on governing the module's namespace and show up in the next
+    test as a writer it did not start."""
+    started = len(world.stack.controllers)
+    yield
+    for controller in world.stack.controllers[started:]:
+        controller.kill()

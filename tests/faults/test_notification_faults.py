@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from canary_sandbox.stack import wait_until
 
 from tests.faults.support import (
@@ -24,6 +25,8 @@ from tests.faults.support import (
 
 NAMESPACE = "notify"
 MODELS = ["flaky", "lost"]
+
+pytestmark = pytest.mark.usefixtures("stops_its_controllers")
 
 
 def test_a_receiver_failing_500_closed_then_slow_delays_nothing_and_everything_arrives(world: World) -> None:

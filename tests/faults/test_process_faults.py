@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from canary_sandbox.stack import wait_until
 
 from tests.faults.support import (
@@ -25,6 +26,7 @@ from tests.faults.support import (
 NAMESPACE = "proc"
 MODELS = ["random", "loop", "replicas"]
 SEED = 11
+pytestmark = pytest.mark.usefixtures("stops_its_controllers")
 LEASE = ["--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5"]
 
 

@@ -34,6 +34,13 @@ def test_a_write_that_did_not_land_before_a_crash_is_reissued_with_the_same_id()
     assert (reissued.action, reissued.weight) == (Action.ADVANCE, 30)
     assert reissued.id == advance.id  # a notification for it is de-duplicated
     assert reissued.summary.startswith("Writing canaryTrafficPercent 30% for llama-predictor-00002")
+    # The numbers behind the write are those of the evaluation that decided it (stored with the
+    # intent), not those of the reconcile that re-issues it: the log line, Event and notification of
+    # a re-issued write still say why it was made.
+    assert advance.verdict is not None and advance.requests is not None
+    assert (reissued.verdict, reissued.requests) == (advance.verdict, advance.requests)
+    assert reissued.evaluated_at == advance.evaluated_at
+    assert f"decided on a {advance.verdict} evaluation with {advance.requests:,.0f} requests" in reissued.summary
     assert harness.sim.percent == 30
     after = harness.tick(30)
     assert after.action is Action.WAIT
@@ -144,6 +151,20 @@ def test_promote_on_command_promotes_on_the_next_decision_once_ready() -> None:
     assert "on command from gina" in promoted.summary
     assert promoted.new_state.phase is Phase.PROMOTING
     assert harness.run(lambda d: d.new_state.phase is Phase.SUCCEEDED).action is Action.WAIT
+
+
+def test_a_reissued_command_write_claims_no_evaluation_it_was_not_decided_on() -> None:
+    harness = progressing()
+    harness.tick(60)  # an evaluation, stored in the state, before the command
+    harness.state = apply_command(harness.state, "abort", harness.now, by="frank").state
+    aborted = harness.tick(1, patch=False)  # decided and stored; the patch is lost
+    assert (aborted.action, aborted.verdict) == (Action.ROLLBACK, None)
+    reissued = harness.tick(5)
+    assert (reissued.action, reissued.weight, reissued.id) == (Action.ROLLBACK, 0, aborted.id)
+    assert harness.state.evaluation.at is not None  # an earlier evaluation is on record ...
+    # ... and is not the basis of the abort's write.
+    assert (reissued.verdict, reissued.requests, reissued.evaluated_at) == (None, None, None)
+    assert "decided on" not in reissued.summary
 
 
 def test_promote_on_command_waits_for_a_ready_canary() -> None:
