@@ -100,6 +100,7 @@ class Result:
     carried: float = 0.0
     first_decision: float = 0.0
     rollback_delay: float | None = None
+    machine_busy: float = 0.0  # the share of all cores busy (every process) through the window
     notes: list[str] = field(default_factory=list)
 
 
@@ -110,6 +111,29 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot, every process (``/proc/stat``)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def reference_loop_seconds() -> float:
+    """Seconds this machine's core takes for a fixed pure-Python loop (ten million additions), the
+    best of three, before the stack starts. A CPU share is a share of *this* core: the same commit
+    measured 11 % of one machine's core and 21 % of another's (of the same kind, on different days),
+    so a share is compared only with one measured beside it, or with this figure beside both."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for number in range(10_000_000):
+            total += number
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def rss_mib(pid: int) -> float:
@@ -328,6 +352,7 @@ def rollouts(size: int, interval: float, console: Console, hold: float = 0.0) ->
             time.time(),
         )  # type: ignore[union-attr]
         cpu0 = cpu_seconds(controller.process.pid)
+        machine0 = machine_jiffies()
         # RSS once a second through the window: its peak is what a memory limit must hold (the
         # end value alone depends on where in its tick the controller was).
         peak_rss = 0.0
@@ -336,6 +361,8 @@ def rollouts(size: int, interval: float, console: Console, hold: float = 0.0) ->
             time.sleep(min(1.0, max(0.0, t0 + window - time.time())))
         t1 = time.time()
         cpu1 = cpu_seconds(controller.process.pid)
+        machine1 = machine_jiffies()
+        result.machine_busy = (machine1[0] - machine0[0]) / max(1, machine1[1] - machine0[1])
         prom1 = prometheus_queries(stack.prometheus.url)  # type: ignore[union-attr]
         text1 = controller.metrics(timeout=60)  # 1,000 rollouts' gauges, on a busy machine
         ticks = window / TICK
@@ -483,7 +510,10 @@ def print_sizes(results: list[Result], console: Console) -> None:
 
 
 def report(
-    results: list[Result], idle_result: tuple[int, float, float, float] | None, console: Console
+    results: list[Result],
+    idle_result: tuple[int, float, float, float] | None,
+    console: Console,
+    reference: float | None = None,
 ) -> bool:
     if results:
         print_sizes(results, console)
@@ -544,6 +574,15 @@ def report(
     for result in results:
         for note in result.notes:
             console.print(f"N={result.size}: {note}")
+        console.print(
+            f"N={result.size}: all cores {result.machine_busy * 100:.0f} % busy through the window (the "
+            "controller shares them with the fleet simulator, the emulator, Prometheus and this benchmark)"
+        )
+    if reference is not None:
+        console.print(
+            f"this machine: the reference loop (scale.reference_loop_seconds) in {reference:.2f} s; CPU "
+            "shares are of this machine's core"
+        )
     return ok
 
 
@@ -559,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console(width=220)
     sizes = [int(size) for size in args.sizes.split(",") if size]
+    reference = reference_loop_seconds()
     results = [rollouts(size, args.interval, console, args.hold) for size in sizes]
     idle_result = None
     if args.idle:
@@ -569,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
             f"start to first decision: {args.idle} idle policies {to_first:.1f} s, {args.idle_baseline} "
             f"{base_first:.1f} s ({to_first / base_first:.2f} ×)"
         )
-    report(results, idle_result, console)
+    report(results, idle_result, console, reference)
     return 0
 
 
