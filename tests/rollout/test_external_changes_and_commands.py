@@ -40,7 +40,9 @@ def test_a_write_that_did_not_land_before_a_crash_is_reissued_with_the_same_id()
     assert advance.verdict is not None and advance.requests is not None
     assert (reissued.verdict, reissued.requests) == (advance.verdict, advance.requests)
     assert reissued.evaluated_at == advance.evaluated_at
-    assert f"decided on a {advance.verdict} evaluation with {advance.requests:,.0f} requests" in reissued.summary
+    assert (
+        f"decided on a {advance.verdict} evaluation with {advance.requests:,.0f} requests" in reissued.summary
+    )
     assert harness.sim.percent == 30
     after = harness.tick(30)
     assert after.action is Action.WAIT
