@@ -797,12 +797,15 @@ class _Tick:
         """The intent recorded earlier is in the spec: the write it describes, told again."""
         intent = self.state.intent
         assert intent is not None
-        return self.recorded_write(
+        told = self.recorded_write(
             intent,
             "Wrote",
             "; the spec shows it. Told again: the controller that wrote it may have stopped before "
             "telling it (a restart, a lost answer).",
         )
+        # The value it replaced is the one known before the intent (the spec already shows the new one).
+        before = self.state.spec_weight
+        return replace(told, previous_weight=before.weight if before is not None else None)
 
     def recorded_write(self, intent: WeightRecord, verb: str, ending: str) -> Decision:
         """The decision that recorded ``intent``: its action, its id and — the evaluation that

@@ -383,7 +383,7 @@ def test_a_write_whose_answer_was_lost_is_told_once_with_the_numbers_of_its_eval
                 raise AssertionError(f"no lost answer: {[n.summary for n in told]}")
     assert len(errors) == 1, errors
     advances = [n for n in told if n.action is NotificationAction.ADVANCED]
-    assert [n.to_weight for n in advances] == [30, 50], [n.summary for n in told]
+    assert [(n.from_weight, n.to_weight) for n in advances] == [(10, 30), (30, 50)], [n.summary for n in told]
     lines = {line["decisionId"]: line for line in logs if line.get("action") == "advance"}
     landed = lines[advances[1].id]
     assert landed["weight"] == 50
