@@ -276,15 +276,17 @@ class Case:
 
 def _decision_for(lines: Sequence[JsonObject], write: Write) -> JsonObject | None:
     """The decision that made ``write``: the latest decision writing that weight up to just after it
-    (a write re-issued after a restart belongs to the decision recorded before the restart)."""
-    candidates = [
-        line
-        for line in lines
-        if line.get("action") in WRITING_ACTIONS
-        and line.get("weight") == write.weight
-        and _epoch(line["timestamp"]) <= write.time + 2.0
+    (a write re-issued after a restart belongs to the decision recorded before the restart) — or,
+    when the process that wrote it was killed before its log line, the line of the controller that
+    found it landed and told it ("Wrote canaryTrafficPercent ...", the same decision id)."""
+    writing = [
+        line for line in lines if line.get("action") in WRITING_ACTIONS and line.get("weight") == write.weight
     ]
-    return candidates[-1] if candidates else None
+    before = [line for line in writing if _epoch(line["timestamp"]) <= write.time + 2.0]
+    if before:
+        return before[-1]
+    landed = [line for line in writing if str(line.get("event", "")).startswith("Wrote canaryTrafficPercent")]
+    return landed[0] if landed else None
 
 
 def _epoch(timestamp: str) -> float:
