@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, Self, TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote_plus, urlencode, urlsplit
 
 import msgspec
 import requests
@@ -230,6 +230,12 @@ class _Attempt:
     content_type: str = ""
 
 
+_FORM = "application/x-www-form-urlencoded"
+# The form-encoded texts of the long queries asked lately (PrometheusClient._quoted): a tick's grouped
+# queries, one per builtin family, each up to the sample limit's chunk; cleared when full.
+_QUOTED_KEPT = 32
+
+
 class PrometheusClient:
     """Instant queries and label look-ups against one Prometheus, with our retry and error classes.
 
@@ -260,6 +266,7 @@ class PrometheusClient:
         # Prometheus gets `timeout` and answers 503 when it runs out; the client waits a bit longer so
         # that answer, not a read timeout, is what normally ends a slow query.
         self._http_timeout = (config.connect_timeout, config.timeout + 1.0)
+        self._quoted_queries: dict[str, str] = {}
         self._connect = PrometheusConnect(
             url=config.url.rstrip("/"),
             headers=dict(config.headers),
@@ -290,7 +297,8 @@ class PrometheusClient:
         params = {"time": f"{as_utc(at).timestamp():.3f}", "timeout": f"{self.config.timeout:g}"}
 
         def call() -> object:
-            short = len(urlencode({"query": promql, **params})) <= self.config.max_get_length
+            body = f"query={self._quoted(promql)}&{urlencode(params)}"
+            short = len(body) <= self.config.max_get_length
             if short and typed is None:
                 return self._connect.custom_query(query=promql, params=params, timeout=self._http_timeout)
             if short:  # the library would decode the body once more, into dicts
@@ -304,12 +312,25 @@ class PrometheusClient:
             # behind proxies (414, or silently truncated): send long queries as a form body instead.
             return self._session.post(
                 f"{self._connect.url}/api/v1/query",
-                data={"query": promql, **params},
-                headers=dict(self.config.headers),
+                data=body,
+                headers={**self.config.headers, "Content-Type": _FORM},
                 timeout=self._http_timeout,
             )
 
         return self._outcome(promql, call, typed)
+
+    def _quoted(self, promql: str) -> str:
+        """``promql`` form-encoded, once per text: the grouped queries of a tick are the same text
+        tick after tick while the tracked revisions stay (about 100 kB at 1,000 rollouts, whose
+        encoding was a twentieth of the controller's CPU)."""
+        if len(promql) <= self.config.max_get_length:
+            return quote_plus(promql)  # short ones are many (custom checks) and cheap: not kept
+        quoted = self._quoted_queries.get(promql)
+        if quoted is None:
+            if len(self._quoted_queries) >= _QUOTED_KEPT:
+                self._quoted_queries.clear()
+            quoted = self._quoted_queries[promql] = quote_plus(promql)
+        return quoted
 
     def _outcome(
         self,

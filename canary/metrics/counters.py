@@ -628,9 +628,20 @@ class CounterBook:
         if track is None or span is None:
             return 0
         first, last = span
-        chosen = track.snapshots[first : last + 1]
-        # The first one's own pods: what was dropped before it lies before the range.
-        return len(chosen[0].pods.union(*(snapshot.pods | snapshot.pods_between for snapshot in chosen[1:])))
+        snapshots = track.snapshots
+        # The first one's own pods: what was dropped before it lies before the range. Consecutive
+        # snapshots share one set while a revision's pods stay (record): each set is added once,
+        # not once per tick (a step's 120 ticks, per revision, per evaluation).
+        previous = snapshots[first].pods
+        seen = set(previous)
+        for index in range(first + 1, last + 1):
+            snapshot = snapshots[index]
+            if snapshot.pods is not previous:
+                previous = snapshot.pods
+                seen.update(previous)
+            if snapshot.pods_between:
+                seen.update(snapshot.pods_between)
+        return len(seen)
 
     # -- forgetting -----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 import requests
@@ -219,6 +220,29 @@ def test_long_queries_are_posted_as_a_form_body(production: Scenario) -> None:
     ranges = [request for request in long_ones if request["path"].startswith("/api/v1/query_range")]
     assert len(ranges) == 2  # request and restart counters
     assert evidence.counts["canary"].status is EvidenceStatus.OK and evidence.counts["canary"].tallies
+
+
+def test_a_long_query_asked_again_is_posted_as_the_same_form_and_another_as_its_own(
+    production: Scenario,
+) -> None:
+    """The form encoding of a long query is kept between ticks (the grouped queries repeat): the
+    body of each POST still says its own query, and Prometheus answers each as asked."""
+    padding = " + ".join(["0"] * 200)  # longer than max_get_length, Prometheus still reads it
+    first = f'count(revision_request_count{{namespace_name="kn118"}}) + {padding}'
+    second = f'count(revision_request_count{{namespace_name="nowhere"}}) + {padding}'
+    with Relay(production.url) as relay:
+        client = PrometheusClient(PrometheusConfig(url=relay.url, max_get_length=300))
+        answers = [client.instant(query, AT) for query in (first, first, second, first)]
+        client.close()
+    assert [request["method"] for request in relay.seen] == ["POST"] * 4
+    asked = [parse_qs(body.decode())["query"] for body in relay.bodies]
+    assert asked == [[first], [first], [second], [first]]
+    counts = [
+        [float(series["value"][1]) for series in answer.answer.result] if answer.answer else None
+        for answer in answers
+    ]
+    assert counts[0] == counts[1] == counts[3] and counts[0] and counts[0][0] > 0, counts
+    assert counts[2] == [], counts  # no series in that namespace: count() of nothing is empty
 
 
 def test_short_range_queries_are_sent_by_get(production: Scenario) -> None:
