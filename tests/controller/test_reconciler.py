@@ -236,6 +236,28 @@ class _MadeEvidence:
         return self.maker(request)
 
 
+def rolling_out_v2(
+    api: client.ApiClient, evidence: _MadeEvidence, offset: list[timedelta]
+) -> tuple[Reconciler, object]:
+    """A reconciler whose clock is the real time moved on by ``offset[0]``, after its first look at
+    ml/llama, and llama's spec changed to s3://m/v2 (the rollout the next reconciles start)."""
+    reconciler = Reconciler(
+        inference_services=InferenceServiceClient(api),
+        store=ConfigMapStateStore(api),
+        evidence=evidence,
+        dispatcher=NotificationDispatcher(),
+        metrics=ControllerMetrics(),
+        clock=lambda: datetime.now(UTC) + offset[0],
+    )
+    loaded = policy_for_llama()
+    reconciler.reconcile(loaded)  # type: ignore[arg-type]
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama",
+        {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
+    )  # fmt: skip
+    return reconciler, loaded
+
+
 def test_a_hold_that_repeats_is_logged_at_debug_and_every_change_at_info(tmp_path: Path) -> None:
     """33 lines a second at 1,000 rollouts said nothing new: a repeated hold goes to debug; the first
     evaluation, another verdict and an action stay at info, each with its numbers."""
@@ -243,21 +265,7 @@ def test_a_hold_that_repeats_is_logged_at_debug_and_every_change_at_info(tmp_pat
     offset = [timedelta()]  # the controller's clock: the real time (the emulator's), moved on by hand
     kserve = KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0)
     with serving(tmp_path, kserve) as (emulator, api):
-        custom = client.CustomObjectsApi(api)
-        reconciler = Reconciler(
-            inference_services=InferenceServiceClient(api),
-            store=ConfigMapStateStore(api),
-            evidence=evidence,
-            dispatcher=NotificationDispatcher(),
-            metrics=ControllerMetrics(),
-            clock=lambda: datetime.now(UTC) + offset[0],
-        )
-        loaded = policy_for_llama()
-        reconciler.reconcile(loaded)  # type: ignore[arg-type]
-        custom.patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama",
-            {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
-        )  # fmt: skip
+        reconciler, loaded = rolling_out_v2(api, evidence, offset)
         emulator.settle()
         decisions: list[dict[str, object]] = []
         with structlog.testing.capture_logs() as logs:
@@ -337,20 +345,7 @@ def test_a_write_whose_answer_was_lost_is_told_once_with_the_numbers_of_its_eval
     kserve = KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0)
     with serving(tmp_path, kserve) as (emulator, direct), FaultProxy(direct.configuration.host) as proxy:
         api = client.ApiClient(client.Configuration(host=proxy.url))
-        reconciler = Reconciler(
-            inference_services=InferenceServiceClient(api),
-            store=ConfigMapStateStore(api),
-            evidence=evidence,
-            dispatcher=NotificationDispatcher(),
-            metrics=ControllerMetrics(),
-            clock=lambda: datetime.now(UTC) + offset[0],
-        )
-        loaded = policy_for_llama()
-        reconciler.reconcile(loaded)  # type: ignore[arg-type]
-        client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", "ml", "inferenceservices", "llama",
-            {"spec": {"predictor": {"model": {"storageUri": "s3://m/v2"}}}},
-        )  # fmt: skip
+        reconciler, loaded = rolling_out_v2(api, evidence, offset)
         emulator.settle()
         told: list[Notification] = []
         errors: list[Exception] = []
