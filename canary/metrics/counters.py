@@ -185,11 +185,6 @@ class Snapshot:
     oom_kills: int = (
         0  # restart counters: the restarts counted while the container's last reason was OOMKilled
     )
-    # The tally from the previous snapshot to this one, computed once when this one is recorded:
-    # every evaluation reads the consecutive tallies since its start (up to a window of ticks, for
-    # two revisions), and they never change (None for a revision's first snapshot, and in a book that
-    # keeps no per-tick tallies).
-    since_previous: Tally | None = None
     # What the snapshots dropped just before this one saw (CounterBook._compact): their pods, and
     # whether any had request series. A range from a kept snapshot to another sees them all.
     pods_between: frozenset[str] = frozenset()
@@ -236,31 +231,8 @@ def _tally(first: Snapshot, last: Snapshot) -> Tally:
     return _tally_of(first, last.at, last.totals, last.layout)
 
 
-# The histograms of the tallies kept with each snapshot, shared between equal ones. A step keeps a
-# tally per tick for each revision (120 in a 10-minute step at a 5 s tick); at the request rates of
-# a canary step most ticks see a few requests, so most of those tallies repeat the same bucket counts,
-# and their histograms (a dict, a Histogram and a tuple per bucket layout: most of a kept tally) are
-# held once. Cleared when full; what snapshots hold stays theirs.
-_SHARED_HISTOGRAMS: dict[tuple[object, ...], dict[str, Histogram]] = {}
-_SHARED_HISTOGRAMS_MAX = 100_000
-
-
-def _shared(histograms: dict[str, Histogram]) -> dict[str, Histogram]:
-    key = tuple(item for measure, h in histograms.items() for item in (measure, h.edges, h.at_most, h.total))
-    found = _SHARED_HISTOGRAMS.get(key)
-    if found is not None:
-        return found
-    if len(_SHARED_HISTOGRAMS) >= _SHARED_HISTOGRAMS_MAX:
-        _SHARED_HISTOGRAMS.clear()
-    _SHARED_HISTOGRAMS[key] = histograms
-    return histograms
-
-
-def _tally_of(
-    first: Snapshot, at: datetime, totals: array[int], layout: _Layout, *, kept: bool = False
-) -> Tally:
-    """The tally from ``first`` to the totals ``totals`` (over ``layout``) at ``at``; ``kept``: it is
-    kept with a snapshot (its histograms are shared with equal ones)."""
+def _tally_of(first: Snapshot, at: datetime, totals: array[int], layout: _Layout) -> Tally:
+    """The tally from ``first`` to the totals ``totals`` (over ``layout``) at ``at``."""
     known = len(totals)
     base: Sequence[int] = first.totals
     if len(base) < known:  # keys that came after ``first`` were 0 in it
@@ -278,13 +250,7 @@ def _tally_of(
         at_most = pick(change)
         whole = change[infinite] if infinite is not None else max(at_most, default=0)
         histograms[measure] = Histogram(edges, at_most, whole)
-    return Tally(first.at, at, requests, errors, client_errors, _shared(histograms) if kept else histograms)
-
-
-def _step(first: Snapshot, last: Snapshot) -> Tally:
-    """The tally between two consecutive snapshots: the one recorded with ``last``."""
-    known = last.since_previous
-    return known if known is not None and known.start == first.at else _tally(first, last)
+    return Tally(first.at, at, requests, errors, client_errors, histograms)
 
 
 @dataclass(slots=True)
@@ -325,11 +291,17 @@ class CounterBook:
     :param idle: a revision nobody asked about for this long (in sample time) is forgotten, and so is
         a series absent for this long.
     :param max_snapshots: a hard cap per revision, whatever the ranges asked for.
-    :param per_tick: keep every tick of the current step and the tally between consecutive
-        snapshots (:meth:`count_series`: the judge reads a step's requests tick by tick). False for a
-        book only read over whole ranges (:meth:`tally`, :meth:`oom_kills`, :meth:`pods_seen`,
-        :meth:`new_oom_kills`: the restart counters): it keeps the snapshots standing for the range
-        starts asked for, those since each asker's latest evaluation and the last two, and no tally.
+    :param per_tick: keep every tick of the current step (:meth:`count_series`: the judge reads a
+        step's requests tick by tick). False for a book only read over whole ranges (:meth:`tally`,
+        :meth:`oom_kills`, :meth:`pods_seen`, :meth:`new_oom_kills`: the restart counters): it keeps
+        the snapshots standing for the range starts asked for, those since each asker's latest
+        evaluation and the last two.
+
+    A snapshot keeps its cumulative totals only. The tally between two consecutive ones is computed
+    when :meth:`count_series` is asked (once per revision per evaluation), not kept: a kept tally and
+    its histograms were about 60 % of the book's memory per revision per tick (400 of 670 bytes at
+    a dozen buckets), which grew with the current step's length for every rollout, while computing
+    them costs about 4 µs each.
     """
 
     def __init__(
@@ -425,14 +397,8 @@ class CounterBook:
         pods = frozenset(series.pod for series in values)
         if track.snapshots and track.snapshots[-1].pods == pods:
             pods = track.snapshots[-1].pods  # one set for a revision's snapshots while its pods stay
-        totals = _packed(track.totals)
-        since_previous = (
-            _tally_of(track.snapshots[-1], at, totals, track.layout, kept=True)
-            if track.snapshots and self.per_tick
-            else None
-        )
         snapshot = Snapshot(
-            at, totals, track.layout, present, sample.invalid, pods, track.oom_kills, since_previous
+            at, _packed(track.totals), track.layout, present, sample.invalid, pods, track.oom_kills
         )
         track.snapshots.append(snapshot)
         if len(track.snapshots) > self.max_snapshots:
@@ -567,7 +533,7 @@ class CounterBook:
             return CountSeries(EvidenceStatus.INVALID_VALUE, detail=chosen[-1].invalid, query=query)
         if not _any_series(chosen):
             return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
-        tallies = tuple(_step(a, b) for a, b in itertools.pairwise(chosen))
+        tallies = tuple(_tally(a, b) for a, b in itertools.pairwise(chosen))
         return CountSeries(EvidenceStatus.OK, tallies, query=query)
 
     def tally(
@@ -694,7 +660,7 @@ class CounterBook:
         :meth:`_span` picks it), and, where evaluations are further apart than one and a half
         evaluation intervals (a backfill after a restart, an outage), one per interval. Every range
         asked for reads the same totals as before, and the current step keeps its per-tick
-        tallies; the past steps' consecutive tallies are per evaluation interval. Without this the
+        snapshots; the past steps' consecutive tallies are per evaluation interval. Without this the
         book grew with a rollout's age: an hour into it, 720 snapshots per revision at a 5 s tick.
         """
         snapshots = track.snapshots
@@ -756,11 +722,6 @@ class CounterBook:
                 dropped.append(snapshot)
                 continue
             if dropped:
-                joined_tally = (
-                    _tally_of(kept[-1], snapshot.at, snapshot.totals, snapshot.layout, kept=True)
-                    if self.per_tick
-                    else None
-                )
                 pods_between = snapshot.pods_between.union(
                     *(gone.pods | gone.pods_between for gone in dropped)
                 )
@@ -771,7 +732,6 @@ class CounterBook:
                     pods_between = snapshot.pods  # one set while the pods stay, as record() shares it
                 snapshot = replace(
                     snapshot,
-                    since_previous=joined_tally,
                     pods_between=pods_between or _NO_PODS,
                     series_between=series_between,
                 )
@@ -836,47 +796,22 @@ def _shown(value: float) -> str:
     return "+Inf" if value > 0 else "-Inf"
 
 
-# The identities of the series seen, by their label values: every tick samples the same tens of
-# thousands of series, and reading each one's labels again (a float parse of ``le``, two tuples)
-# was a tenth of the controller's CPU at 1,000 rollouts. The same objects tick after tick also make
-# the book's dict lookups identity hits. Cleared when full (a fleet churning pods), never stale: the
-# key holds every label the identity is read from. What is kept is interned: each label value in an
-# answer is a string of its own, and a pod's thirty series kept thirty copies of its name, and of its
-# revision's and namespace's.
-_IDENTITIES: dict[tuple[object, ...], tuple[RevisionKey, SeriesId]] = {}
+# The one key object of each revision identified, and the one identity object of each series: the
+# typed reading of a sample (by the raw text of its labels, _TYPED_IDENTITIES) and the generic one (a
+# backfill's range answers, read once per series) share these, and a pod's thirty series share its
+# interned name instead of keeping thirty copies of it, and of its revision's and namespace's.
 _IDENTITIES_MAX = 500_000
-_REVISIONS: dict[RevisionKey, RevisionKey] = {}  # the one key object of each revision identified
-# The one identity object of each series identified: the typed reading of a sample and the generic one
-# (a backfill's range answers) each cache identities by what they read, and share these.
+_REVISIONS: dict[RevisionKey, RevisionKey] = {}
 _KEPT: dict[tuple[RevisionKey, SeriesId], tuple[RevisionKey, SeriesId]] = {}
 
 
 def _series_id(labels: Mapping[str, object], divisor: float) -> tuple[RevisionKey, SeriesId] | str:
-    get = labels.get
-    key = (
-        get("namespace"),
-        get("revision"),
-        get(FIELD_LABEL),
-        get("pod", ""),
-        get(CODE_CLASS_LABEL, ""),
-        get("le", ""),
-        divisor,
-    )
-    try:
-        return _IDENTITIES[key]
-    except (KeyError, TypeError):  # TypeError: a label value that is not hashable (a list)
-        pass
+    """The identity of a series read from its labels as a dict (the generic reading). Not cached by
+    its labels: the live tick reads the typed answer, and a range answer reads each series once for
+    all its points (a cache by label values held every series of every backfill, about 10 MiB at
+    1,000 rollouts, for nothing)."""
     identified = _read_series_id(labels, divisor)
-    # Only identities read from text labels (what Prometheus sends) are kept: an error names all the
-    # labels, and 1, 1.0 and True are one key while their text differs.
-    texts = [value for value in key[:6] if isinstance(value, str)]
-    if isinstance(identified, str) or len(texts) < 6:
-        return identified
-    identified = _kept(identified)
-    if len(_IDENTITIES) >= _IDENTITIES_MAX:
-        _IDENTITIES.clear()
-    _IDENTITIES[(*map(intern, texts), divisor)] = identified
-    return identified
+    return identified if isinstance(identified, str) else _kept(identified)
 
 
 def _kept(identified: tuple[RevisionKey, SeriesId]) -> tuple[RevisionKey, SeriesId]:
@@ -938,8 +873,8 @@ class CounterSeries(msgspec.Struct, gc=False):
 # sample is a hundred thousand series every tick, and decoding them was most of the controller's time.
 COUNTER_VECTOR = vector_decoder(CounterSeries)
 
-# Identities by the raw text of their labels, per ``le`` divisor (as _IDENTITIES; an identity whose
-# labels Prometheus wrote another way is read again, never misread).
+# Identities by the raw text of their labels, per ``le`` divisor (an identity whose labels Prometheus
+# wrote another way is read again, never misread).
 _TYPED_IDENTITIES: dict[float, dict[bytes, tuple[RevisionKey, SeriesId]]] = {}
 
 
@@ -949,7 +884,7 @@ def _typed_series_id(
     labels = json.loads(raw)  # valid JSON: the typed decoder read it; read as the generic path does
     if not isinstance(labels, dict):
         return f"an unreadable series: {_brief(raw.decode(errors='replace'))}"
-    identified = _read_series_id(labels, divisor)  # not through _IDENTITIES: one cache is enough
+    identified = _read_series_id(labels, divisor)
     if isinstance(identified, str):
         return identified
     identified = _kept(identified)
