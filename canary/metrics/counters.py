@@ -185,6 +185,11 @@ class Snapshot:
     oom_kills: int = (
         0  # restart counters: the restarts counted while the container's last reason was OOMKilled
     )
+    # The tally from the previous snapshot to this one, computed once when this one is recorded:
+    # every evaluation reads the consecutive tallies since its start (up to a window of ticks, for
+    # two revisions), and they never change (None for a revision's first snapshot, and in a book that
+    # keeps no per-tick tallies).
+    since_previous: Tally | None = None
     # What the snapshots dropped just before this one saw (CounterBook._compact): their pods, and
     # whether any had request series. A range from a kept snapshot to another sees them all.
     pods_between: frozenset[str] = frozenset()
@@ -231,8 +236,31 @@ def _tally(first: Snapshot, last: Snapshot) -> Tally:
     return _tally_of(first, last.at, last.totals, last.layout)
 
 
-def _tally_of(first: Snapshot, at: datetime, totals: array[int], layout: _Layout) -> Tally:
-    """The tally from ``first`` to the totals ``totals`` (over ``layout``) at ``at``."""
+# The histograms of the tallies kept with each snapshot, shared between equal ones. A step keeps a
+# tally per tick for each revision (120 in a 10-minute step at a 5 s tick); at the request rates of
+# a canary step most ticks see a few requests, so most of those tallies repeat the same bucket counts,
+# and their histograms (a dict, a Histogram and a tuple per bucket layout: most of a kept tally) are
+# held once. Cleared when full; what snapshots hold stays theirs.
+_SHARED_HISTOGRAMS: dict[tuple[object, ...], dict[str, Histogram]] = {}
+_SHARED_HISTOGRAMS_MAX = 100_000
+
+
+def _shared(histograms: dict[str, Histogram]) -> dict[str, Histogram]:
+    key = tuple(item for measure, h in histograms.items() for item in (measure, h.edges, h.at_most, h.total))
+    found = _SHARED_HISTOGRAMS.get(key)
+    if found is not None:
+        return found
+    if len(_SHARED_HISTOGRAMS) >= _SHARED_HISTOGRAMS_MAX:
+        _SHARED_HISTOGRAMS.clear()
+    _SHARED_HISTOGRAMS[key] = histograms
+    return histograms
+
+
+def _tally_of(
+    first: Snapshot, at: datetime, totals: array[int], layout: _Layout, *, kept: bool = False
+) -> Tally:
+    """The tally from ``first`` to the totals ``totals`` (over ``layout``) at ``at``; ``kept``: it is
+    kept with a snapshot (its histograms are shared with equal ones)."""
     known = len(totals)
     base: Sequence[int] = first.totals
     if len(base) < known:  # keys that came after ``first`` were 0 in it
@@ -250,7 +278,13 @@ def _tally_of(first: Snapshot, at: datetime, totals: array[int], layout: _Layout
         at_most = pick(change)
         whole = change[infinite] if infinite is not None else max(at_most, default=0)
         histograms[measure] = Histogram(edges, at_most, whole)
-    return Tally(first.at, at, requests, errors, client_errors, histograms)
+    return Tally(first.at, at, requests, errors, client_errors, _shared(histograms) if kept else histograms)
+
+
+def _step(first: Snapshot, last: Snapshot) -> Tally:
+    """The tally between two consecutive snapshots: the one recorded with ``last``."""
+    known = last.since_previous
+    return known if known is not None and known.start == first.at else _tally(first, last)
 
 
 @dataclass(slots=True)
@@ -291,17 +325,11 @@ class CounterBook:
     :param idle: a revision nobody asked about for this long (in sample time) is forgotten, and so is
         a series absent for this long.
     :param max_snapshots: a hard cap per revision, whatever the ranges asked for.
-    :param per_tick: keep every tick of the current step (:meth:`count_series`: the judge reads a
-        step's requests tick by tick). False for a book only read over whole ranges (:meth:`tally`,
-        :meth:`oom_kills`, :meth:`pods_seen`, :meth:`new_oom_kills`: the restart counters): it keeps
-        the snapshots standing for the range starts asked for, those since each asker's latest
-        evaluation and the last two.
-
-    A snapshot keeps its cumulative totals only. The tally between two consecutive ones is computed
-    when :meth:`count_series` is asked (once per revision per evaluation), not kept: a kept tally and
-    its histograms were about 60 % of the book's memory per revision per tick (400 of 670 bytes at
-    a dozen buckets), which grew with the current step's length for every rollout, while computing
-    them costs about 4 µs each.
+    :param per_tick: keep every tick of the current step and the tally between consecutive
+        snapshots (:meth:`count_series`: the judge reads a step's requests tick by tick). False for a
+        book only read over whole ranges (:meth:`tally`, :meth:`oom_kills`, :meth:`pods_seen`,
+        :meth:`new_oom_kills`: the restart counters): it keeps the snapshots standing for the range
+        starts asked for, those since each asker's latest evaluation and the last two, and no tally.
     """
 
     def __init__(
@@ -397,8 +425,14 @@ class CounterBook:
         pods = frozenset(series.pod for series in values)
         if track.snapshots and track.snapshots[-1].pods == pods:
             pods = track.snapshots[-1].pods  # one set for a revision's snapshots while its pods stay
+        totals = _packed(track.totals)
+        since_previous = (
+            _tally_of(track.snapshots[-1], at, totals, track.layout, kept=True)
+            if track.snapshots and self.per_tick
+            else None
+        )
         snapshot = Snapshot(
-            at, _packed(track.totals), track.layout, present, sample.invalid, pods, track.oom_kills
+            at, totals, track.layout, present, sample.invalid, pods, track.oom_kills, since_previous
         )
         track.snapshots.append(snapshot)
         if len(track.snapshots) > self.max_snapshots:
@@ -533,7 +567,7 @@ class CounterBook:
             return CountSeries(EvidenceStatus.INVALID_VALUE, detail=chosen[-1].invalid, query=query)
         if not _any_series(chosen):
             return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
-        tallies = tuple(_tally(a, b) for a, b in itertools.pairwise(chosen))
+        tallies = tuple(_step(a, b) for a, b in itertools.pairwise(chosen))
         return CountSeries(EvidenceStatus.OK, tallies, query=query)
 
     def tally(
@@ -660,7 +694,7 @@ class CounterBook:
         :meth:`_span` picks it), and, where evaluations are further apart than one and a half
         evaluation intervals (a backfill after a restart, an outage), one per interval. Every range
         asked for reads the same totals as before, and the current step keeps its per-tick
-        snapshots; the past steps' consecutive tallies are per evaluation interval. Without this the
+        tallies; the past steps' consecutive tallies are per evaluation interval. Without this the
         book grew with a rollout's age: an hour into it, 720 snapshots per revision at a 5 s tick.
         """
         snapshots = track.snapshots
@@ -722,6 +756,11 @@ class CounterBook:
                 dropped.append(snapshot)
                 continue
             if dropped:
+                joined_tally = (
+                    _tally_of(kept[-1], snapshot.at, snapshot.totals, snapshot.layout, kept=True)
+                    if self.per_tick
+                    else None
+                )
                 pods_between = snapshot.pods_between.union(
                     *(gone.pods | gone.pods_between for gone in dropped)
                 )
@@ -732,6 +771,7 @@ class CounterBook:
                     pods_between = snapshot.pods  # one set while the pods stay, as record() shares it
                 snapshot = replace(
                     snapshot,
+                    since_previous=joined_tally,
                     pods_between=pods_between or _NO_PODS,
                     series_between=series_between,
                 )

@@ -265,9 +265,9 @@ def test_backfill_is_needed_once() -> None:
     assert totals(book, 0, 5) == (1, 0)
 
 
-def test_a_step_s_tallies_come_from_the_snapshots_totals_and_adding_them_up_changes_none() -> None:
-    """Snapshots keep cumulative totals only; the tallies between them are computed when asked for,
-    each the difference of two snapshots', and adding tallies up never changes another's counts."""
+def test_equal_tallies_kept_with_snapshots_share_their_histograms_and_stay_exact() -> None:
+    """Two revisions (and two ticks of one) whose requests fell in the same buckets hold one copy of
+    those bucket counts; adding tallies up never changes what another snapshot holds."""
 
     def buckets(fast: float, slow: float) -> dict[SeriesId, float]:
         return {
@@ -276,27 +276,23 @@ def test_a_step_s_tallies_come_from_the_snapshots_totals_and_adding_them_up_chan
             SeriesId(BUCKET_FIELD, "p0", "2xx", math.inf): fast + slow,
         }
 
+    other = RevisionKey("ml", "llama-predictor-00003")
     book = CounterBook(tolerance=TOLERANCE)
-    for tick, (fast, slow) in enumerate([(0, 0), (3, 1), (7, 2), (9, 5)]):
-        book.record(REV, at(tick * 5), sample(buckets(fast, slow)))
+    for revision in (REV, other):
+        for tick, (fast, slow) in enumerate([(0, 0), (3, 1), (6, 2), (9, 3)]):
+            book.record(revision, at(tick * 5), sample(buckets(fast, slow)))
+    kept = [snapshot.since_previous for snapshot in book.snapshots(REV)[1:] + book.snapshots(other)[1:]]
+    assert all(tally is not None for tally in kept)
+    shared = {id(tally.histograms) for tally in kept if tally is not None}
+    assert len(shared) == 1, "every tick saw 3 fast and 1 slow request: one copy"
     series = book.count_series(REV, at(0), at(15))
-    assert [tally.histograms["latency"] for tally in series.tallies] == [
-        Histogram((0.1,), (3,), 4),
-        Histogram((0.1,), (4,), 5),
-        Histogram((0.1,), (2,), 5),
-    ]
-    assert [(tally.start, tally.end) for tally in series.tallies] == [
-        (at(0), at(5)),
-        (at(5), at(10)),
-        (at(10), at(15)),
-    ]
     pooled = CountSeries.total(series.tallies)
-    assert pooled is not None and pooled.histograms["latency"] == Histogram((0.1,), (9,), 14)
+    assert pooled is not None and pooled.histograms["latency"] == Histogram((0.1,), (9,), 12)
     first = series.tallies[0] + series.tallies[1]
-    assert first.histograms["latency"] == Histogram((0.1,), (7,), 9)
-    assert series.tallies[0].histograms["latency"] == Histogram((0.1,), (3,), 4), "untouched by the sum"
-    again = book.count_series(REV, at(5), at(15))
-    assert again.tallies == series.tallies[1:], "the same tallies whenever they are asked for"
+    assert first.histograms["latency"] == Histogram((0.1,), (6,), 8)
+    assert series.tallies[0].histograms["latency"] == Histogram((0.1,), (3,), 4), (
+        "the shared copy is untouched"
+    )
 
 
 # -- a canary's restart counters, counted from its birth ------------------------------------------
@@ -915,6 +911,7 @@ def test_a_book_without_per_tick_tallies_keeps_the_range_starts_what_follows_the
         kept[tick] = [round((snapshot.at - T0).total_seconds()) for snapshot in book.snapshots(REV)]
     assert kept[120] == [0, 595, 600]  # evaluated at 600 s: the start, and the last two
     assert kept[125] == [0, *range(600, 626, 5)]  # a step starting after 600 s may be read from any
+    assert all(snapshot.since_previous is None for snapshot in book.snapshots(REV))
     tally, _ = book.tally(REV, at(0), at(625))
     assert tally is not None and tally.requests == 3
     assert book.pods_seen(REV, at(0), at(625)) == 2
