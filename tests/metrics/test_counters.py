@@ -265,9 +265,9 @@ def test_backfill_is_needed_once() -> None:
     assert totals(book, 0, 5) == (1, 0)
 
 
-def test_equal_tallies_kept_with_snapshots_share_their_histograms_and_stay_exact() -> None:
-    """Two revisions (and two ticks of one) whose requests fell in the same buckets hold one copy of
-    those bucket counts; adding tallies up never changes what another snapshot holds."""
+def test_tallies_read_from_the_book_stay_exact_and_adding_them_changes_none() -> None:
+    """Two revisions whose requests fell in the same buckets tick after tick: each tally is its
+    own tick's, and adding tallies up never changes what another tally holds."""
 
     def buckets(fast: float, slow: float) -> dict[SeriesId, float]:
         return {
@@ -281,18 +281,29 @@ def test_equal_tallies_kept_with_snapshots_share_their_histograms_and_stay_exact
     for revision in (REV, other):
         for tick, (fast, slow) in enumerate([(0, 0), (3, 1), (6, 2), (9, 3)]):
             book.record(revision, at(tick * 5), sample(buckets(fast, slow)))
-    kept = [snapshot.since_previous for snapshot in book.snapshots(REV)[1:] + book.snapshots(other)[1:]]
-    assert all(tally is not None for tally in kept)
-    shared = {id(tally.histograms) for tally in kept if tally is not None}
-    assert len(shared) == 1, "every tick saw 3 fast and 1 slow request: one copy"
     series = book.count_series(REV, at(0), at(15))
+    assert [tally.histograms["latency"] for tally in series.tallies] == [Histogram((0.1,), (3,), 4)] * 3
+    assert book.count_series(other, at(0), at(15)).tallies == series.tallies
     pooled = CountSeries.total(series.tallies)
     assert pooled is not None and pooled.histograms["latency"] == Histogram((0.1,), (9,), 12)
     first = series.tallies[0] + series.tallies[1]
     assert first.histograms["latency"] == Histogram((0.1,), (6,), 8)
-    assert series.tallies[0].histograms["latency"] == Histogram((0.1,), (3,), 4), (
-        "the shared copy is untouched"
-    )
+    assert series.tallies[0].histograms["latency"] == Histogram((0.1,), (3,), 4), "untouched"
+
+
+@pytest.mark.parametrize("base", [60_000, 2**32 - 10, 2**40])
+def test_totals_past_what_the_narrow_columns_hold_stay_exact(base: int) -> None:
+    """A revision's totals are held in the narrowest type that fits them (2 bytes a total while
+    they stay below 65,536); one that outgrows it widens the whole history, the past included."""
+    book = CounterBook(tolerance=TOLERANCE)
+    book.record(REV, at(0), sample({ok(): 0.0}))
+    values = [0, 100, base, base + 7, base + 7 + 65_536]
+    for tick, value in enumerate(values[1:], start=1):
+        book.record(REV, at(tick * 5), sample({ok(): float(value)}))
+    series = book.count_series(REV, at(0), at(20))
+    assert [tally.requests for tally in series.tallies] == [b - a for a, b in itertools.pairwise(values)]
+    assert [snapshot.total(0) for snapshot in book.snapshots(REV)] == values
+    assert totals(book, 5, 20) == (values[-1] - 100, 0)
 
 
 # -- a canary's restart counters, counted from its birth ------------------------------------------
@@ -911,7 +922,6 @@ def test_a_book_without_per_tick_tallies_keeps_the_range_starts_what_follows_the
         kept[tick] = [round((snapshot.at - T0).total_seconds()) for snapshot in book.snapshots(REV)]
     assert kept[120] == [0, 595, 600]  # evaluated at 600 s: the start, and the last two
     assert kept[125] == [0, *range(600, 626, 5)]  # a step starting after 600 s may be read from any
-    assert all(snapshot.since_previous is None for snapshot in book.snapshots(REV))
     tally, _ = book.tally(REV, at(0), at(625))
     assert tally is not None and tally.requests == 3
     assert book.pods_seen(REV, at(0), at(625)) == 2
