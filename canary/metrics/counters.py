@@ -120,7 +120,7 @@ class _Layout:
     thousand rollouts hold tens of thousands of snapshots; as dicts of floats they took about four
     times the memory."""
 
-    __slots__ = ("classes", "edges", "index", "keys", "measures")
+    __slots__ = ("classes", "edges", "index", "keys", "measures", "readings")
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, str | float]] = []  # ("", class) or (measure, le)
@@ -128,6 +128,7 @@ class _Layout:
         self.classes: list[tuple[str, int]] = []  # (class, index)
         self.measures: dict[str, list[tuple[float, int]]] = {}  # measure: [(le, index)], le ascending
         self.edges: dict[tuple[str, int], _Slots] = {}
+        self.readings: dict[int, _Reading] = {}
 
     def slot(self, key: tuple[str, str | float]) -> int:
         found = self.index.get(key)
@@ -156,6 +157,35 @@ class _Layout:
             cached = _Slots(tuple(le for le, _ in finite), indices, infinite, _picker(indices))
             self.edges[(measure, known)] = cached
         return cached
+
+    def reading(self, known: int) -> _Reading:
+        """How a tally reads totals over the first ``known`` keys (memoised: every tally between two
+        snapshots of a step knows the same keys)."""
+        found = self.readings.get(known)
+        if found is None:
+            classes = tuple(index for _, index in self.classes if index < known)
+            server, client = self.index.get(("", _SERVER)), self.index.get(("", _CLIENT))
+            histograms = []
+            for measure in self.measures:
+                edges, slots, infinite, pick = self.histogram_slots(measure, known)
+                if slots or infinite is not None:  # else its first bucket came later
+                    histograms.append((measure, edges, pick, infinite))
+            found = self.readings[known] = _Reading(
+                _picker(classes) if classes else None,
+                server if server is not None and server < known else None,
+                client if client is not None and client < known else None,
+                tuple(histograms),
+            )
+        return found
+
+
+class _Reading(NamedTuple):
+    classes: Callable[[Sequence[int]], tuple[int, ...]] | None  # the response classes' totals
+    server: int | None  # 5xx
+    client: int | None  # 4xx
+    histograms: tuple[
+        tuple[str, tuple[float, ...], Callable[[Sequence[int]], tuple[int, ...]], int | None], ...
+    ]
 
 
 class _Slots(NamedTuple):
@@ -228,19 +258,20 @@ def _tally_between(
     if len(base) < known:
         base = [*base, *itertools.repeat(0, known - len(base))]
     change = list(map(operator.sub, totals, base))  # per key known at ``end``: every tally reads most
-    requests = sum(change[index] for _, index in layout.classes if index < known)
-    server, client = layout.index.get(("", _SERVER)), layout.index.get(("", _CLIENT))
-    errors = change[server] if server is not None and server < known else 0
-    client_errors = change[client] if client is not None and client < known else 0
+    reading = layout.reading(known)
     histograms: dict[str, Histogram] = {}
-    for measure in layout.measures:
-        edges, slots, infinite, pick = layout.histogram_slots(measure, known)
-        if not slots and infinite is None:
-            continue  # this measure's first bucket came after ``end``
+    for measure, edges, pick, infinite in reading.histograms:
         at_most = pick(change)
         whole = change[infinite] if infinite is not None else max(at_most, default=0)
         histograms[measure] = Histogram(edges, at_most, whole)
-    return Tally(start, end, requests, errors, client_errors, histograms)
+    return Tally(
+        start,
+        end,
+        sum(reading.classes(change)) if reading.classes is not None else 0,
+        change[reading.server] if reading.server is not None else 0,
+        change[reading.client] if reading.client is not None else 0,
+        histograms,
+    )
 
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -292,7 +323,7 @@ class _History:
 
     def at(self, index: int) -> datetime:
         assert self.epoch is not None
-        return self.epoch + timedelta(microseconds=self.times[index])
+        return self.epoch + _MICROSECOND * self.times[index]
 
     def row(self, index: int) -> array[int]:
         if index < 0:
@@ -386,12 +417,13 @@ class _History:
 
     def tallies(self, first: int, last: int) -> tuple[Tally, ...]:
         """The tallies between consecutive snapshots from ``first`` to ``last``."""
-        layout, flat, bounds = self.layout, self.flat, self.bounds
-        start = self.at(first)
+        layout, flat, bounds, times, epoch = self.layout, self.flat, self.bounds, self.times, self.epoch
+        assert epoch is not None
+        start = epoch + _MICROSECOND * times[first]
         base = flat[bounds[first] : bounds[first + 1]]
         found: list[Tally] = []
         for index in range(first + 1, last + 1):
-            end = self.at(index)
+            end = epoch + _MICROSECOND * times[index]
             totals = flat[bounds[index] : bounds[index + 1]]
             found.append(_tally_between(start, base, end, totals, layout))
             start, base = end, totals
