@@ -20,7 +20,7 @@ and a fourth, treated like ``error`` by the judge:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -259,10 +259,20 @@ class CountSeries:
     detail: str = ""
     error_class: ErrorClass | None = None
     query: str = ""  # the PromQL the counters come from (for explain)
+    # What :meth:`total_since` answers, when the source can add the tallies up without adding them
+    # one by one (the counter book: the difference of two cumulative snapshots). None: they are added.
+    summed: Callable[[datetime | None], Tally | None] | None = field(default=None, compare=False, repr=False)
 
     def since(self, start: datetime) -> tuple[Tally, ...]:
         """The tallies that began at or after ``start`` (a step's own evidence)."""
         return tuple(tally for tally in self.tallies if tally.start >= start)
+
+    def total_since(self, start: datetime | None) -> Tally | None:
+        """The tallies that began at or after ``start`` (all: None) added up, as :meth:`total` adds
+        them."""
+        if self.summed is not None:
+            return self.summed(start)
+        return CountSeries.total(self.tallies if start is None else self.since(start))
 
     @staticmethod
     def total(tallies: tuple[Tally, ...]) -> Tally | None:

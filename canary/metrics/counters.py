@@ -30,8 +30,8 @@ import json
 import math
 import operator
 from array import array
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from sys import intern
 from typing import NamedTuple
@@ -415,19 +415,80 @@ class _History:
         if count > 0:
             self.keep(range(count, len(self.times)), {})
 
-    def tallies(self, first: int, last: int) -> tuple[Tally, ...]:
-        """The tallies between consecutive snapshots from ``first`` to ``last``."""
+    def tallies(self, first: int, last: int) -> CountSeries:
+        """The tallies between consecutive snapshots from ``first`` to ``last``, and what adds them
+        up (``CountSeries.summed``).
+
+        Each evaluation reads its step's tallies again, for both revisions: they are built here, not
+        kept (a kept tally per tick was most of the book's memory). Their requests and errors are
+        read from the two rows; their histograms are read when asked for (:class:`_TickHistograms`:
+        the judge reads the canary's per tick for a latency check's dispersion, and the stable's
+        only added up); and a range's total is the difference of its two end rows, not the sum of
+        its tallies."""
         layout, flat, bounds, times, epoch = self.layout, self.flat, self.bounds, self.times, self.epoch
         assert epoch is not None
-        start = epoch + _MICROSECOND * times[first]
-        base = flat[bounds[first] : bounds[first + 1]]
+        moments = [epoch + _MICROSECOND * times[index] for index in range(first, last + 1)]
+        rows = [flat[bounds[index] : bounds[index + 1]] for index in range(first, last + 1)]
         found: list[Tally] = []
-        for index in range(first + 1, last + 1):
-            end = epoch + _MICROSECOND * times[index]
-            totals = flat[bounds[index] : bounds[index + 1]]
-            found.append(_tally_between(start, base, end, totals, layout))
-            start, base = end, totals
-        return tuple(found)
+        base = rows[0]
+        for position in range(1, len(rows)):
+            totals = rows[position]
+            known = len(totals)
+            if len(base) < known:  # keys that came after ``base`` were 0 in it
+                base = array(totals.typecode, [*base, *itertools.repeat(0, known - len(base))])
+            reading = layout.readings.get(known) or layout.reading(known)
+            classes, server, client = reading.classes, reading.server, reading.client
+            found.append(
+                Tally(
+                    moments[position - 1],
+                    moments[position],
+                    sum(map(operator.sub, classes(totals), classes(base))) if classes is not None else 0,
+                    totals[server] - base[server] if server is not None else 0,
+                    totals[client] - base[client] if client is not None else 0,
+                    _TickHistograms(base, totals, reading) if reading.histograms else {},
+                )
+            )
+            base = totals
+
+        def summed(start: datetime | None) -> Tally | None:
+            # The tallies from the first one beginning at or after ``start`` to the last.
+            position = 0 if start is None else bisect.bisect_left(moments, start, hi=len(rows) - 1)
+            if position >= len(rows) - 1:
+                return None
+            if len(rows[position]) != len(rows[-1]):  # a key came in between: added one by one
+                return CountSeries.total(tuple(found[position:]))
+            return _tally_between(moments[position], rows[position], moments[-1], rows[-1], layout)
+
+        return CountSeries(EvidenceStatus.OK, tuple(found), summed=summed)
+
+
+class _TickHistograms(Mapping[str, Histogram]):
+    """A per-tick tally's histograms, each read from its two rows when first asked for."""
+
+    __slots__ = ("_base", "_read", "_reading", "_totals")
+
+    def __init__(self, base: array[int], totals: array[int], reading: _Reading) -> None:
+        self._base, self._totals, self._reading = base, totals, reading
+        self._read: dict[str, Histogram] = {}
+
+    def __getitem__(self, measure: str) -> Histogram:
+        found = self._read.get(measure)
+        if found is not None:
+            return found
+        for name, edges, pick, infinite in self._reading.histograms:
+            if name == measure:
+                base, totals = self._base, self._totals
+                at_most = tuple(map(operator.sub, pick(totals), pick(base)))
+                whole = totals[infinite] - base[infinite] if infinite is not None else max(at_most, default=0)
+                found = self._read[measure] = Histogram(edges, at_most, whole)
+                return found
+        raise KeyError(measure)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _, _, _ in self._reading.histograms)
+
+    def __len__(self) -> int:
+        return len(self._reading.histograms)
 
 
 _WIDTH_ORDER = {"H": 0, "I": 1, "q": 2}
@@ -712,7 +773,7 @@ class CounterBook:
             return CountSeries(EvidenceStatus.INVALID_VALUE, detail=invalid, query=query)
         if not _any_series(history, first, last):
             return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
-        return CountSeries(EvidenceStatus.OK, history.tallies(first, last), query=query)
+        return replace(history.tallies(first, last), query=query)
 
     def tally(
         self, revision: RevisionKey, start: datetime, end: datetime, *, from_birth: bool = False

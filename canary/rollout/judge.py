@@ -191,7 +191,7 @@ def _counted_requests(series: CountSeries, step_start: datetime) -> tuple[float 
         return None, f"request counts are not numbers to judge: {series.detail}"
     if series.status is not EvidenceStatus.OK:
         return 0.0, series.detail or "no request series"
-    total = CountSeries.total(series.since(step_start))
+    total = series.total_since(step_start)
     return (float(total.requests) if total is not None else 0.0), ""
 
 

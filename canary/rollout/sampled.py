@@ -151,10 +151,10 @@ Totals = dict[tuple[int, datetime | None], Tally | None]
 def _range(series: CountSeries, start: datetime | None, memo: Totals | None) -> _Range:
     tallies = series.tallies if start is None else series.since(start)
     if memo is None:
-        return _Range(tallies, CountSeries.total(tallies))
+        return _Range(tallies, series.total_since(start))
     key = (id(series), start)
     if key not in memo:
-        memo[key] = CountSeries.total(tallies)
+        memo[key] = series.total_since(start)
     return _Range(tallies, memo[key])
 
 

@@ -291,6 +291,68 @@ def test_tallies_read_from_the_book_stay_exact_and_adding_them_changes_none() ->
     assert series.tallies[0].histograms["latency"] == Histogram((0.1,), (3,), 4), "untouched"
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=30),  # fast requests in the tick
+            st.integers(min_value=0, max_value=10),  # slow ones
+            st.integers(min_value=0, max_value=4),  # 5xx
+            st.booleans(),  # a 4xx series and a finer bucket appear from this tick on
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.integers(min_value=-2, max_value=30),  # where a range starts, in ticks
+)
+def test_a_series_tallies_and_their_sums_are_what_the_snapshots_define(
+    ticks: list[tuple[int, int, int, bool]], start_tick: int
+) -> None:
+    """The tallies count_series builds (histograms read when asked for) are the differences of
+    consecutive snapshots, and ``total_since`` (the difference of a range's end rows) is what
+    adding them up one by one gives, a bucket appearing in between included."""
+    book = CounterBook(tolerance=TOLERANCE)
+    fast = slow = errors = client = finer = 0
+    grown = False
+    book.record(REV, at(0), sample({ok(): 0.0}))
+    for index, (new_fast, new_slow, new_errors, grow) in enumerate(ticks, start=1):
+        fast, slow, errors, finer = (
+            fast + new_fast,
+            slow + new_slow,
+            errors + new_errors,
+            finer + new_fast // 2,
+        )
+        grown = grown or grow
+        values = {
+            ok(): float(fast + slow),
+            err(): float(errors),
+            SeriesId(BUCKET_FIELD, "p0", "2xx", 0.1): float(fast),
+            SeriesId(BUCKET_FIELD, "p0", "2xx", math.inf): float(fast + slow),
+        }
+        if grown:
+            client += 1
+            values[SeriesId(COUNTER_FIELD, "p0", "4xx", math.inf)] = float(client)
+            values[SeriesId(BUCKET_FIELD, "p0", "2xx", 0.05)] = float(finer)
+        book.record(REV, at(index * 5), sample(values))
+    series = book.count_series(REV, at(0), at(len(ticks) * 5))
+    snapshots = book.snapshots(REV)
+    assert len(series.tallies) == len(snapshots) - 1
+    for tally, (before, after) in zip(series.tallies, itertools.pairwise(snapshots), strict=True):
+        defined, _ = book.tally(REV, before.at, after.at)
+        assert defined is not None
+        assert (tally.start, tally.end, tally.requests, tally.errors, tally.client_errors) == (
+            defined.start,
+            defined.end,
+            defined.requests,
+            defined.errors,
+            defined.client_errors,
+        )
+        assert dict(tally.histograms) == dict(defined.histograms)
+    for start in (None, at(start_tick * 5), at(start_tick * 5 + 1)):
+        chosen = series.tallies if start is None else series.since(start)
+        assert series.total_since(start) == CountSeries.total(chosen)
+
+
 @pytest.mark.parametrize("base", [60_000, 2**32 - 10, 2**40])
 def test_totals_past_what_the_narrow_columns_hold_stay_exact(base: int) -> None:
     """A revision's totals are held in the narrowest type that fits them (2 bytes a total while
