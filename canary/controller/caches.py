@@ -16,6 +16,14 @@ the watch thread race) would otherwise bring the deleted object back until the n
 controller would go on reading a state nobody has. A write refused with 409 refreshes the object with one GET
 (``refresh``): the cache was behind, the next reconcile reads what the API has.
 
+What is kept of an object is the JSON the API sent less what the controller never reads and a
+cluster fills: ``metadata.managedFields`` (server-side apply's field owners, often larger than the
+spec) and the ``kubectl.kubernetes.io/last-applied-configuration`` annotation (a whole copy of the
+object as last applied); and every key is an interned string. Each watch event is decoded on its
+own, so without that every cached object held its own copy of ``"metadata"``, ``"conditions"``,
+``"lastTransitionTime"`` and the rest; ten thousand objects share one of each
+(:func:`kept_of`).
+
 A namespace whose initial list has not completed is not *synced*; the runtime reconciles nothing
 there until it is (:meth:`WatchCache.synced`). A watch that ends or fails lists again (a 410 too).
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from sys import intern
 from typing import Any
 
 import structlog
@@ -42,13 +51,37 @@ from canary.kserve.store import (
     stored_from_dict,
 )
 
-__all__ = ["CachedReads", "DirectReads", "Reads", "WatchCache"]
+__all__ = ["LAST_APPLIED", "CachedReads", "DirectReads", "Reads", "WatchCache", "kept_of"]
 
 log = structlog.get_logger("kserve_canary.caches")
 
 Lister = Callable[[str | None], tuple[list[dict[str, Any]], str]]
 Watcher = Callable[[str | None, str, int], Iterator[WatchEvent]]
 Getter = Callable[[str, str], "dict[str, Any] | None"]
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def kept_of(obj: Mapping[str, Any], *, strip: bool = True) -> dict[str, Any]:
+    """What a cache keeps of ``obj`` (a copy): every key interned and, with ``strip``, without
+    ``metadata.managedFields`` and the last-applied annotation."""
+    kept: dict[str, Any] = _interned(obj)
+    meta = kept.get("metadata")
+    if strip and isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+            del annotations[LAST_APPLIED]
+    return kept
+
+
+def _interned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {intern(key) if type(key) is str else key: _interned(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_interned(item) for item in value]
+    return value
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -85,7 +118,10 @@ class WatchCache:
         watch_timeout: int = 300,
         on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
         on_synced: Callable[[str | None], None] | None = None,
+        strip: bool = True,
     ):
+        """``strip``: keep objects without managedFields and the last-applied annotation
+        (:func:`kept_of`); False for objects written back whole (a PromotionPolicy's status PUT)."""
         self.kind = kind
         self._lister = lister
         self._watcher = watcher
@@ -94,6 +130,7 @@ class WatchCache:
         self._watch_timeout = watch_timeout
         self._on_event = on_event
         self._on_synced = on_synced
+        self._strip = strip
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         # resourceVersion of each deletion seen; an object at or below it is a ghost of before it
         self._tombstones: dict[tuple[str, str], int] = {}
@@ -134,11 +171,13 @@ class WatchCache:
 
     def put(self, obj: Mapping[str, Any]) -> None:
         """An object as the API answered a write of ours (or a GET): newer than what is cached."""
-        self._apply("MODIFIED", dict(obj))
+        self._apply("MODIFIED", kept_of(obj, strip=self._strip))
 
     def refresh(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Read the object again (after a 409: the cache was behind) and keep what the API has."""
         found = self._getter(namespace, name)
+        if found is not None:
+            found = kept_of(found, strip=self._strip)
         with self._lock:
             if found is None:
                 self._objects.pop((namespace, name), None)
@@ -167,7 +206,7 @@ class WatchCache:
                         break  # e.g. 410 Gone: list again
                     if event.type == "BOOKMARK":
                         continue
-                    self._apply(event.type, dict(event.object))
+                    self._apply(event.type, kept_of(event.object, strip=self._strip))
             except Exception as error:
                 if stop.is_set():
                     return
@@ -181,7 +220,7 @@ class WatchCache:
                 backoff = min(backoff * 2, 30.0)
 
     def _replace(self, scope: str | None, items: list[dict[str, Any]], version: str = "") -> None:
-        fresh = {_key(item): item for item in items}
+        fresh = {_key(item): kept_of(item, strip=self._strip) for item in items}
         listed_at = _number(version)
         with self._lock:
             # What the list no longer has is buried at its version, whatever answer of ours to an

@@ -228,6 +228,7 @@ class PolicyObjects:
             watch_timeout=watch_timeout,
             on_event=lambda kind, obj: on_change(),
             on_synced=lambda scope: on_change(),
+            strip=False,  # its status is written back with the object (replace_status)
         )
         self.state = CrdState.UNKNOWN
         self._lock = threading.Lock()

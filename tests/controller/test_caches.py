@@ -3,18 +3,21 @@ older than our own writes, and refreshed by a GET when a write meets 409."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 
-from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.caches import LAST_APPLIED, CachedReads, WatchCache
 from canary.kserve.client import ConflictError, InferenceServiceClient
 from canary.kserve.store import (
     ConfigMapStateStore,
@@ -204,3 +207,37 @@ def test_tombstones_last_one_list_not_the_process(world: World) -> None:
     store.save(NS, "third", RolloutState(), resource_version=None, owner_uid=None)
     cache._replace(NS, *lister(NS))
     assert (NS, "kserve-canary-llama") not in cache._tombstones, "dropped once older than the list before"
+
+
+def test_cached_objects_keep_no_field_owners_or_last_applied_copy_and_share_their_keys(
+    world: World,
+) -> None:
+    """An InferenceService applied server-side by a GitOps tool carries its field owners
+    (``managedFields``) and, applied by ``kubectl apply``, a whole copy of itself in an annotation:
+    the cache keeps neither; and the keys of an object that came by a watch event (decoded on its
+    own) are the strings the listed ones hold."""
+    world.start()
+    _wait(lambda: world.reads.synced(NS))
+    document = inference_service(NS, "mistral", "s3://m/v1")
+    document["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(document), "team": "search"}
+    request = urllib.request.Request(
+        f"{world.api.configuration.host}/apis/serving.kserve.io/v1beta1/namespaces/{NS}"
+        "/inferenceservices/mistral?fieldManager=gitops",
+        data=yaml.safe_dump(document).encode(),
+        method="PATCH",
+    )
+    request.add_header("Content-Type", "application/apply-patch+yaml")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        applied = json.loads(response.read())
+    assert applied["metadata"]["managedFields"] and LAST_APPLIED in applied["metadata"]["annotations"]
+    _wait(lambda: world.reads.inference_service(NS, "mistral") is not None)
+    cached = world.reads.inference_service(NS, "mistral")
+    listed = world.reads.inference_service(NS, "llama")
+    assert cached is not None and listed is not None
+    assert "managedFields" not in cached["metadata"]
+    assert cached["metadata"]["annotations"] == {"team": "search"}
+    assert cached["spec"] == applied["spec"]
+    shared = [
+        (mine, theirs) for mine in cached["metadata"] for theirs in listed["metadata"] if mine == theirs
+    ]
+    assert shared and all(mine is theirs for mine, theirs in shared)
