@@ -13,7 +13,7 @@ import structlog
 import typer
 
 from canary.cli.policies import secret_scope
-from canary.controller.allocator import tune_allocator
+from canary.controller.allocator import tune_allocator, tune_collector
 from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import Controller, ControllerConfig, PolicySource
 from canary.controller.startup import preflight_or_exit
@@ -92,6 +92,7 @@ def run_controller(
     dashboard_url: str = "",
 ) -> None:
     allocator = tune_allocator()  # before any thread starts (canary.controller.allocator)
+    tune_collector()
     configure_logging(log_format, extra_processors=[redact_processor])
     if allocator:
         structlog.get_logger("canary.controller").debug("glibc allocator set", **allocator)

@@ -175,6 +175,10 @@ class _Layout:
                 server if server is not None and server < known else None,
                 client if client is not None and client < known else None,
                 tuple(histograms),
+                tuple(
+                    (measure, self.histogram_slots(measure, known).indices, infinite)
+                    for measure, _, _, infinite in histograms
+                ),
             )
         return found
 
@@ -186,6 +190,7 @@ class _Reading(NamedTuple):
     histograms: tuple[
         tuple[str, tuple[float, ...], Callable[[Sequence[int]], tuple[int, ...]], int | None], ...
     ]
+    buckets: tuple[tuple[str, tuple[int, ...], int | None], ...]  # which totals the histograms read
 
 
 class _Slots(NamedTuple):
@@ -431,35 +436,55 @@ class _History:
         rows = [flat[bounds[index] : bounds[index + 1]] for index in range(first, last + 1)]
         found: list[Tally] = []
         base = rows[0]
+        reading = layout.readings.get(len(base)) or layout.reading(len(base))
+        # Each row's requests, 5xx and 4xx once (a row is the end of one tally and the start of the
+        # next); a key a row lacks is 0 in it.
+        requests = sum(reading.classes(base)) if reading.classes is not None else 0
+        errors = base[reading.server] if reading.server is not None else 0
+        client = base[reading.client] if reading.client is not None else 0
         for position in range(1, len(rows)):
             totals = rows[position]
             known = len(totals)
             if len(base) < known:  # keys that came after ``base`` were 0 in it
                 base = array(totals.typecode, [*base, *itertools.repeat(0, known - len(base))])
-            reading = layout.readings.get(known) or layout.reading(known)
-            classes, server, client = reading.classes, reading.server, reading.client
+                reading = layout.readings.get(known) or layout.reading(known)
+            now_requests = sum(reading.classes(totals)) if reading.classes is not None else 0
+            now_errors = totals[reading.server] if reading.server is not None else 0
+            now_client = totals[reading.client] if reading.client is not None else 0
             found.append(
                 Tally(
                     moments[position - 1],
                     moments[position],
-                    sum(map(operator.sub, classes(totals), classes(base))) if classes is not None else 0,
-                    totals[server] - base[server] if server is not None else 0,
-                    totals[client] - base[client] if client is not None else 0,
+                    now_requests - requests,
+                    now_errors - errors,
+                    now_client - client,
                     _TickHistograms(base, totals, reading) if reading.histograms else {},
                 )
             )
-            base = totals
+            base, requests, errors, client = totals, now_requests, now_errors, now_client
 
         def summed(start: datetime | None) -> Tally | None:
             # The tallies from the first one beginning at or after ``start`` to the last.
             position = 0 if start is None else bisect.bisect_left(moments, start, hi=len(rows) - 1)
             if position >= len(rows) - 1:
                 return None
-            if len(rows[position]) != len(rows[-1]):  # a key came in between: added one by one
+            if len(rows[position]) != len(rows[-1]) and not _same_buckets(
+                layout, {len(row) for row in rows[position:]}
+            ):
+                # A measure's buckets came one by one in between: its tallies have other edges
+                # before the last came, and are added one by one (CountSeries.total merges them).
                 return CountSeries.total(tuple(found[position:]))
             return _tally_between(moments[position], rows[position], moments[-1], rows[-1], layout)
 
         return CountSeries(EvidenceStatus.OK, tuple(found), summed=summed)
+
+
+def _same_buckets(layout: _Layout, lengths: set[int]) -> bool:
+    """Whether rows of these lengths read each latency measure from the same buckets, or not at
+    all (it came later): a range's histograms are then the difference of its end rows, as adding
+    its tallies up gives. A response class that came later is 0 before it, in both ways."""
+    last = layout.reading(max(lengths)).buckets
+    return all(all(bucket in last for bucket in layout.reading(known).buckets) for known in lengths)
 
 
 class _TickHistograms(Mapping[str, Histogram]):

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from canary.controller.allocator import ARENA_MAX, MMAP_THRESHOLD
+from canary.controller.allocator import ARENA_MAX, MMAP_THRESHOLD, YOUNG_COLLECTION_THRESHOLD
 
 
 def _applied_in_a_fresh_process(**env: str) -> str:
@@ -29,3 +29,23 @@ def test_both_settings_apply_on_glibc() -> None:
 def test_the_operators_environment_wins() -> None:
     assert _applied_in_a_fresh_process(MALLOC_ARENA_MAX="4") == f"[('mmapThreshold', {MMAP_THRESHOLD})]"
     assert _applied_in_a_fresh_process(MALLOC_ARENA_MAX="8", MALLOC_MMAP_THRESHOLD_="65536") == "[]"
+
+
+def _collector_in_a_fresh_process(before: str = "pass") -> str:
+    code = f"import gc; {before}; from canary.controller.allocator import tune_collector; print(tune_collector())"
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_the_young_generation_is_collected_less_often_and_a_higher_setting_or_none_stays() -> None:
+    default = subprocess.run(
+        [sys.executable, "-c", "import gc; print(*gc.get_threshold())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    middle, old = int(default[1]), int(default[2])
+    assert _collector_in_a_fresh_process() == str((YOUNG_COLLECTION_THRESHOLD, middle, old))
+    assert _collector_in_a_fresh_process("gc.set_threshold(50_000, 5, 5)") == "(50000, 5, 5)"
+    assert _collector_in_a_fresh_process("gc.set_threshold(0)") == f"(0, {middle}, {old})"

@@ -298,7 +298,8 @@ def test_tallies_read_from_the_book_stay_exact_and_adding_them_changes_none() ->
             st.integers(min_value=0, max_value=30),  # fast requests in the tick
             st.integers(min_value=0, max_value=10),  # slow ones
             st.integers(min_value=0, max_value=4),  # 5xx
-            st.booleans(),  # a 4xx series and a finer bucket appear from this tick on
+            st.booleans(),  # a 4xx series appears from this tick on
+            st.booleans(),  # a finer bucket appears from this tick on
         ),
         min_size=1,
         max_size=25,
@@ -306,32 +307,33 @@ def test_tallies_read_from_the_book_stay_exact_and_adding_them_changes_none() ->
     st.integers(min_value=-2, max_value=30),  # where a range starts, in ticks
 )
 def test_a_series_tallies_and_their_sums_are_what_the_snapshots_define(
-    ticks: list[tuple[int, int, int, bool]], start_tick: int
+    ticks: list[tuple[int, int, int, bool, bool]], start_tick: int
 ) -> None:
     """The tallies count_series builds (histograms read when asked for) are the differences of
     consecutive snapshots, and ``total_since`` (the difference of a range's end rows) is what
-    adding them up one by one gives, a bucket appearing in between included."""
+    adding them up one by one gives, a response class or a bucket appearing in between included."""
     book = CounterBook(tolerance=TOLERANCE)
     fast = slow = errors = client = finer = 0
-    grown = False
+    has_client = has_finer = False
     book.record(REV, at(0), sample({ok(): 0.0}))
-    for index, (new_fast, new_slow, new_errors, grow) in enumerate(ticks, start=1):
+    for index, (new_fast, new_slow, new_errors, client_now, finer_now) in enumerate(ticks, start=1):
         fast, slow, errors, finer = (
             fast + new_fast,
             slow + new_slow,
             errors + new_errors,
             finer + new_fast // 2,
         )
-        grown = grown or grow
+        has_client, has_finer = has_client or client_now, has_finer or finer_now
         values = {
             ok(): float(fast + slow),
             err(): float(errors),
             SeriesId(BUCKET_FIELD, "p0", "2xx", 0.1): float(fast),
             SeriesId(BUCKET_FIELD, "p0", "2xx", math.inf): float(fast + slow),
         }
-        if grown:
+        if has_client:
             client += 1
             values[SeriesId(COUNTER_FIELD, "p0", "4xx", math.inf)] = float(client)
+        if has_finer:
             values[SeriesId(BUCKET_FIELD, "p0", "2xx", 0.05)] = float(finer)
         book.record(REV, at(index * 5), sample(values))
     series = book.count_series(REV, at(0), at(len(ticks) * 5))
