@@ -258,6 +258,10 @@ def test_a_version_1_state_is_adopted_only_when_its_owner_is_this_object(world: 
     adopted = world.state()
     assert adopted.inference_service_uid == uid and adopted.fingerprint == "x"
     stored = store.load("ml", "llama")
+    # The collector lags, as a real one does: a state owned by no existing object is still there when
+    # the controller reads it (with no delay the emulator's collector raced the reconcile, and the
+    # write that replaces the state could find it deleted).
+    world.emulator.store.garbage_collection_delay = 30.0
     store.save_files(
         "ml", "llama", {STATE_KEY: old}, resource_version=stored.resource_version, owner_uid="someone-else"
     )
