@@ -166,19 +166,18 @@ class _Layout:
             classes = tuple(index for _, index in self.classes if index < known)
             server, client = self.index.get(("", _SERVER)), self.index.get(("", _CLIENT))
             histograms = []
+            buckets = []
             for measure in self.measures:
                 edges, slots, infinite, pick = self.histogram_slots(measure, known)
                 if slots or infinite is not None:  # else its first bucket came later
                     histograms.append((measure, edges, pick, infinite))
+                    buckets.append((measure, slots, infinite))
             found = self.readings[known] = _Reading(
                 _picker(classes) if classes else None,
                 server if server is not None and server < known else None,
                 client if client is not None and client < known else None,
                 tuple(histograms),
-                tuple(
-                    (measure, self.histogram_slots(measure, known).indices, infinite)
-                    for measure, _, _, infinite in histograms
-                ),
+                tuple(buckets),
             )
         return found
 
@@ -262,20 +261,15 @@ def _tally_between(
     known = len(totals)
     if len(base) < known:
         base = [*base, *itertools.repeat(0, known - len(base))]
-    change = list(map(operator.sub, totals, base))  # per key known at ``end``: every tally reads most
     reading = layout.reading(known)
-    histograms: dict[str, Histogram] = {}
-    for measure, edges, pick, infinite in reading.histograms:
-        at_most = pick(change)
-        whole = change[infinite] if infinite is not None else max(at_most, default=0)
-        histograms[measure] = Histogram(edges, at_most, whole)
+    classes, server, client = reading.classes, reading.server, reading.client
     return Tally(
         start,
         end,
-        sum(reading.classes(change)) if reading.classes is not None else 0,
-        change[reading.server] if reading.server is not None else 0,
-        change[reading.client] if reading.client is not None else 0,
-        histograms,
+        sum(classes(totals)) - sum(classes(base)) if classes is not None else 0,
+        totals[server] - base[server] if server is not None else 0,
+        totals[client] - base[client] if client is not None else 0,
+        {entry[0]: _histogram(entry, base, totals) for entry in reading.histograms},
     )
 
 
@@ -436,7 +430,7 @@ class _History:
         rows = [flat[bounds[index] : bounds[index + 1]] for index in range(first, last + 1)]
         found: list[Tally] = []
         base = rows[0]
-        reading = layout.readings.get(len(base)) or layout.reading(len(base))
+        reading = layout.reading(len(base))
         # Each row's requests, 5xx and 4xx once (a row is the end of one tally and the start of the
         # next); a key a row lacks is 0 in it.
         requests = sum(reading.classes(base)) if reading.classes is not None else 0
@@ -447,7 +441,7 @@ class _History:
             known = len(totals)
             if len(base) < known:  # keys that came after ``base`` were 0 in it
                 base = array(totals.typecode, [*base, *itertools.repeat(0, known - len(base))])
-                reading = layout.readings.get(known) or layout.reading(known)
+                reading = layout.reading(known)
             now_requests = sum(reading.classes(totals)) if reading.classes is not None else 0
             now_errors = totals[reading.server] if reading.server is not None else 0
             now_client = totals[reading.client] if reading.client is not None else 0
@@ -487,6 +481,19 @@ def _same_buckets(layout: _Layout, lengths: set[int]) -> bool:
     return all(all(bucket in last for bucket in layout.reading(known).buckets) for known in lengths)
 
 
+def _histogram(
+    entry: tuple[str, tuple[float, ...], Callable[[Sequence[int]], tuple[int, ...]], int | None],
+    base: Sequence[int],
+    totals: Sequence[int],
+) -> Histogram:
+    """One measure's histogram (an entry of ``_Reading.histograms``) from ``base`` to ``totals``
+    (``base`` as long as ``totals``)."""
+    _, edges, pick, infinite = entry
+    at_most = tuple(map(operator.sub, pick(totals), pick(base)))
+    whole = totals[infinite] - base[infinite] if infinite is not None else max(at_most, default=0)
+    return Histogram(edges, at_most, whole)
+
+
 class _TickHistograms(Mapping[str, Histogram]):
     """A per-tick tally's histograms, each read from its two rows when first asked for."""
 
@@ -500,12 +507,9 @@ class _TickHistograms(Mapping[str, Histogram]):
         found = self._read.get(measure)
         if found is not None:
             return found
-        for name, edges, pick, infinite in self._reading.histograms:
-            if name == measure:
-                base, totals = self._base, self._totals
-                at_most = tuple(map(operator.sub, pick(totals), pick(base)))
-                whole = totals[infinite] - base[infinite] if infinite is not None else max(at_most, default=0)
-                found = self._read[measure] = Histogram(edges, at_most, whole)
+        for entry in self._reading.histograms:
+            if entry[0] == measure:
+                found = self._read[measure] = _histogram(entry, self._base, self._totals)
                 return found
         raise KeyError(measure)
 
