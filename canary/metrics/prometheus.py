@@ -163,8 +163,16 @@ class PrometheusEvidenceSource:
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
         self.min_requests = min_requests
         self.grouping = grouping
+        # "Nothing found" is stale as soon as the next scrape lands (a fresh install, or a controller
+        # that started before Prometheus' first scrape): asking again after one scrape interval costs
+        # one label look-up per interval for the whole controller, while a minute's negative cache held
+        # every rollout's first step that long.
         self.detector = ProfileDetector(
-            self.client, lookback=detection_lookback, ttl=detection_ttl, clock=clock or time.monotonic
+            self.client,
+            lookback=detection_lookback,
+            ttl=detection_ttl,
+            retry_missing_after=scrape_interval,
+            clock=clock or time.monotonic,
         )
         self._max_parallel = max_parallel_queries
         self._pool: ThreadPoolExecutor | None = None

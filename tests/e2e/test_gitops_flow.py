@@ -166,7 +166,12 @@ def test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_retu
         assert "at" in waited, "kubectl wait did not return"
         status = stack.policy_object(NS, "fraud").get("status")
         assert waited["first"].returncode == 0, (waited["first"].stderr, status, controller.log()[-3000:])
-        assert waited["second"].returncode == 0, waited["second"].stderr
+        assert waited["second"].returncode == 0, (
+            waited["second"].stderr,
+            status,
+            stack.state(NS, "fraud"),
+            controller.log()[-6000:],
+        )
         state = stack.state(NS, "fraud") or {}
         promoted = next(h for h in state["history"] if h["action"] == "promote")
         # The wait returned on this promotion: after the controller wrote it, never before.

@@ -155,7 +155,7 @@ def test_detection_is_rechecked_when_the_cache_expires() -> None:
             exporting = True
             _wait_for_series(prometheus.url, "kn_serving_invocation_duration_seconds_count")
             cached, cost = source.detector.requests_profile(datetime.now(UTC))
-            now[0] += 61  # "nothing found" is re-checked after a minute, not after the full TTL
+            now[0] += 1.01  # "nothing found" is re-checked after one scrape interval, not the full TTL
             found, _ = source.detector.requests_profile(datetime.now(UTC))
             now[0] += 120
             still, cost_after = source.detector.requests_profile(datetime.now(UTC))
