@@ -29,6 +29,8 @@ import itertools
 import json
 import math
 import operator
+import threading
+import weakref
 from array import array
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -99,6 +101,13 @@ def bucket_measure(kind: str) -> str:
     return kind.partition(":")[2] or LATENCY
 
 
+def _key_of(series: SeriesId) -> tuple[str, str | float]:
+    """The key of a revision's layout a series adds to."""
+    if series.kind == COUNTER_FIELD:
+        return ("", series.code_class)
+    return (bucket_measure(series.kind), series.le)
+
+
 def _is_bucket(kind: object) -> bool:
     return isinstance(kind, str) and (kind == BUCKET_FIELD or kind.startswith(BUCKET_FIELD + ":"))
 
@@ -111,37 +120,47 @@ class RevisionSample:
     invalid: str = ""
 
 
+_LayoutKey = tuple[str, str | float]  # ("", response class) or (measure, le)
+
+
 class _Layout:
     """Which total sits at which index of a revision's snapshots: response classes and, per latency
     measure, bucket bounds, in the order they first appeared.
 
-    Append-only, one per revision and shared by all its snapshots: a snapshot's totals are an
-    ``array('q')`` over the keys known when it was taken (a key that came later is 0 in it). A
-    thousand rollouts hold tens of thousands of snapshots; as dicts of floats they took about four
-    times the memory."""
+    Immutable and shared: a revision's snapshots hold their totals as rows over the keys known when
+    each was taken (a key that came later is 0 in a row), and every revision whose keys appeared in
+    the same order holds the same layout — the revisions of a thousand rollouts export the same
+    response classes and buckets, and a layout each (its index, slots and memos) was about 11 MiB
+    (tracemalloc, 2,000 revisions). A key that appears moves the revision to the layout with it
+    added (:meth:`extended`); its earlier rows stay valid, being over a prefix of the keys."""
 
-    __slots__ = ("classes", "edges", "index", "keys", "measures", "readings")
+    __slots__ = ("__weakref__", "classes", "edges", "index", "keys", "measures", "readings")
 
-    def __init__(self) -> None:
-        self.keys: list[tuple[str, str | float]] = []  # ("", class) or (measure, le)
-        self.index: dict[tuple[str, str | float], int] = {}
+    def __init__(self, keys: tuple[_LayoutKey, ...] = ()) -> None:
+        self.keys = keys
+        self.index: dict[_LayoutKey, int] = {key: position for position, key in enumerate(keys)}
         self.classes: list[tuple[str, int]] = []  # (class, index)
         self.measures: dict[str, list[tuple[float, int]]] = {}  # measure: [(le, index)], le ascending
+        for position, (measure, bound) in enumerate(keys):
+            if measure:
+                self.measures.setdefault(measure, []).append((float(bound), position))
+            else:
+                self.classes.append((str(bound), position))
+        for slots in self.measures.values():
+            slots.sort()
+        # Memos: every tally of every revision holding this layout asks the same.
         self.edges: dict[tuple[str, int], _Slots] = {}
         self.readings: dict[int, _Reading] = {}
 
-    def slot(self, key: tuple[str, str | float]) -> int:
-        found = self.index.get(key)
-        if found is None:
-            found = self.index[key] = len(self.keys)
-            self.keys.append(key)
-            measure, bound = key
-            if measure:
-                slots = self.measures.setdefault(measure, [])
-                slots.append((float(bound), found))
-                slots.sort()
-            else:
-                self.classes.append((str(bound), found))
+    def extended(self, added: Iterable[_LayoutKey]) -> _Layout:
+        """This layout with ``added`` (keys it lacks, that appeared together) after its keys: the
+        one every revision whose keys came in this order holds. Keys that came together are put
+        in one order (sorted), whatever order the answer listed them in."""
+        keys = self.keys + tuple(sorted(added))
+        with _LAYOUTS_LOCK:
+            found = _LAYOUTS.get(keys)
+            if found is None:
+                found = _LAYOUTS[keys] = _Layout(keys)
         return found
 
     def histogram_slots(self, measure: str, known: int) -> _Slots:
@@ -197,6 +216,12 @@ class _Slots(NamedTuple):
     indices: tuple[int, ...]
     infinite: int | None
     pick: Callable[[Sequence[int]], tuple[int, ...]]
+
+
+# The layouts in use, by their keys; one is forgotten when no revision holds it any more.
+_LAYOUTS: weakref.WeakValueDictionary[tuple[_LayoutKey, ...], _Layout] = weakref.WeakValueDictionary()
+_LAYOUTS_LOCK = threading.Lock()
+_NO_KEYS = _Layout()  # where every revision starts (held here: never forgotten)
 
 
 def _picker(indices: tuple[int, ...]) -> Callable[[Sequence[int]], tuple[int, ...]]:
@@ -424,27 +449,33 @@ class _History:
         the judge reads the canary's per tick for a latency check's dispersion, and the stable's
         only added up); and a range's total is the difference of its two end rows, not the sum of
         its tallies."""
+        # The arrays as they are now: rows are only appended to them, and compaction or widening
+        # builds new ones, so what is read later through them is what is read now. No row is kept
+        # here: a step's rows for every rollout evaluated in a tick were megabytes at once.
         layout, flat, bounds, times, epoch = self.layout, self.flat, self.bounds, self.times, self.epoch
         assert epoch is not None
+
+        def row(index: int) -> array[int]:
+            return flat[bounds[index] : bounds[index + 1]]
+
         moments = [epoch + _MICROSECOND * times[index] for index in range(first, last + 1)]
-        rows = [flat[bounds[index] : bounds[index + 1]] for index in range(first, last + 1)]
         found: list[Tally] = []
-        base = rows[0]
+        base = row(first)
         reading = layout.reading(len(base))
         # Each row's requests, 5xx and 4xx once (a row is the end of one tally and the start of the
         # next); a key a row lacks is 0 in it.
         requests = sum(reading.classes(base)) if reading.classes is not None else 0
         errors = base[reading.server] if reading.server is not None else 0
         client = base[reading.client] if reading.client is not None else 0
-        for position in range(1, len(rows)):
-            totals = rows[position]
+        for index in range(first + 1, last + 1):
+            totals = row(index)
             known = len(totals)
             if len(base) < known:  # keys that came after ``base`` were 0 in it
-                base = array(totals.typecode, [*base, *itertools.repeat(0, known - len(base))])
                 reading = layout.reading(known)
             now_requests = sum(reading.classes(totals)) if reading.classes is not None else 0
             now_errors = totals[reading.server] if reading.server is not None else 0
             now_client = totals[reading.client] if reading.client is not None else 0
+            position = index - first
             found.append(
                 Tally(
                     moments[position - 1],
@@ -452,23 +483,22 @@ class _History:
                     now_requests - requests,
                     now_errors - errors,
                     now_client - client,
-                    _TickHistograms(base, totals, reading) if reading.histograms else {},
+                    _TickHistograms(flat, bounds, index, reading) if reading.histograms else {},
                 )
             )
             base, requests, errors, client = totals, now_requests, now_errors, now_client
 
         def summed(start: datetime | None) -> Tally | None:
             # The tallies from the first one beginning at or after ``start`` to the last.
-            position = 0 if start is None else bisect.bisect_left(moments, start, hi=len(rows) - 1)
-            if position >= len(rows) - 1:
+            position = 0 if start is None else bisect.bisect_left(moments, start, hi=len(moments) - 1)
+            if position >= len(moments) - 1:
                 return None
-            if len(rows[position]) != len(rows[-1]) and not _same_buckets(
-                layout, {len(row) for row in rows[position:]}
-            ):
+            lengths = {bounds[index + 1] - bounds[index] for index in range(first + position, last + 1)}
+            if len(lengths) > 1 and not _same_buckets(layout, lengths):
                 # A measure's buckets came one by one in between: its tallies have other edges
                 # before the last came, and are added one by one (CountSeries.total merges them).
                 return CountSeries.total(tuple(found[position:]))
-            return _tally_between(moments[position], rows[position], moments[-1], rows[-1], layout)
+            return _tally_between(moments[position], row(first + position), moments[-1], row(last), layout)
 
         return CountSeries(EvidenceStatus.OK, tuple(found), summed=summed)
 
@@ -495,21 +525,29 @@ def _histogram(
 
 
 class _TickHistograms(Mapping[str, Histogram]):
-    """A per-tick tally's histograms, each read from its two rows when first asked for."""
+    """A per-tick tally's histograms, read from its two rows (``index - 1`` and ``index`` of the
+    history's arrays) when asked for. The rows are not kept; the last histogram read is (a
+    latency check reads a canary's tick at each of its limits)."""
 
-    __slots__ = ("_base", "_read", "_reading", "_totals")
+    __slots__ = ("_bounds", "_flat", "_index", "_last", "_reading")
 
-    def __init__(self, base: array[int], totals: array[int], reading: _Reading) -> None:
-        self._base, self._totals, self._reading = base, totals, reading
-        self._read: dict[str, Histogram] = {}
+    def __init__(self, flat: array[int], bounds: array[int], index: int, reading: _Reading) -> None:
+        self._flat, self._bounds, self._index, self._reading = flat, bounds, index, reading
+        self._last: tuple[str, Histogram] | None = None
 
     def __getitem__(self, measure: str) -> Histogram:
-        found = self._read.get(measure)
-        if found is not None:
-            return found
+        last = self._last
+        if last is not None and last[0] == measure:
+            return last[1]
         for entry in self._reading.histograms:
             if entry[0] == measure:
-                found = self._read[measure] = _histogram(entry, self._base, self._totals)
+                flat, bounds, index = self._flat, self._bounds, self._index
+                totals = flat[bounds[index] : bounds[index + 1]]
+                base = flat[bounds[index - 1] : bounds[index]]
+                if len(base) < len(totals):  # keys that came after ``base`` were 0 in it
+                    base.extend(itertools.repeat(0, len(totals) - len(base)))
+                found = _histogram(entry, base, totals)
+                self._last = (measure, found)
                 return found
         raise KeyError(measure)
 
@@ -535,7 +573,7 @@ class _Track:
     absent: dict[SeriesId, datetime] = field(default_factory=dict)
     stale: dict[SeriesId, float] = field(default_factory=dict)  # reset pods' series not yet re-counted
     gone: set[SeriesId] = field(default_factory=set)  # reset pods' series absent since the restart
-    layout: _Layout = field(default_factory=_Layout)
+    layout: _Layout = _NO_KEYS  # replaced as keys appear (_Layout.extended)
     snapshots: _History = field(init=False)
     totals: list[int] = field(default_factory=list)  # the running totals, per key of ``layout``
     slots: dict[SeriesId, int] = field(default_factory=dict)  # each series' total in ``totals``
@@ -659,8 +697,8 @@ class CounterBook:
             self._advance(track, values, oom)  # nothing known before: every series counts whole
         elif not track.snapshots:
             track.last = dict(values)
-            for series in values:  # everything is baseline: the totals start at zero
-                self._add(track, series, 0)
+            # Everything is baseline: the totals start at zero.
+            self._learn(track, [series for series in values if series not in track.slots])
         else:
             self._advance(track, values, oom)
             self._note_absent(track, values, history.at(-1))
@@ -715,10 +753,13 @@ class CounterBook:
                 totals = track.totals
                 for index, increment in known:
                     totals[index] += increment
+                if born:
+                    self._learn(track, [series for series, _ in born if series not in slots])
                 for series, increment in born:
                     self._add(track, series, increment)
                 track.last.update(values)
                 return
+        self._learn(track, [series for series in values if series not in track.slots])
         reset_pods = {
             (series.kind, series.pod)
             for series, value in values.items()
@@ -759,17 +800,27 @@ class CounterBook:
                 track.stale.pop(series, None)
 
     @staticmethod
+    def _learn(track: _Track, new: Iterable[SeriesId]) -> None:
+        """Give each series in ``new`` (none known to ``track``) its total. The keys the revision
+        lacks are added to its layout at once, in one order: one shared layout for the keys of a
+        sample, not a layout per key."""
+        fresh = list(new)
+        index = track.layout.index
+        added = {key: None for key in map(_key_of, fresh) if key not in index}
+        if added:
+            track.layout = track.snapshots.layout = track.layout.extended(added)
+            track.totals.extend(itertools.repeat(0, len(added)))
+            index = track.layout.index
+        slots = track.slots
+        for series in fresh:
+            slots[series] = index[_key_of(series)]
+
+    @staticmethod
     def _add(track: _Track, series: SeriesId, increment: int) -> None:
         index = track.slots.get(series)
         if index is None:
-            key: tuple[str, str | float] = (
-                ("", series.code_class)
-                if series.kind == COUNTER_FIELD
-                else (bucket_measure(series.kind), series.le)
-            )
-            index = track.slots[series] = track.layout.slot(key)
-            if index == len(track.totals):
-                track.totals.append(0)
+            CounterBook._learn(track, (series,))
+            index = track.slots[series]
         track.totals[index] += increment
 
     # -- reading --------------------------------------------------------------------------------

@@ -740,6 +740,37 @@ def test_keys_that_appear_later_are_zero_before_and_counted_whole_after() -> Non
     assert last.buckets["ttft"] == {1.0: 7}
 
 
+def test_revisions_whose_keys_came_in_one_order_share_one_layout_and_read_their_own_totals() -> None:
+    # A thousand rollouts' revisions export the same classes and buckets: one layout for all of
+    # them, whatever order each answer listed its series in, and a key one revision gains moves it
+    # alone to a longer layout while its earlier snapshots read what they read before.
+    def bucket(le: float) -> SeriesId:
+        return SeriesId(BUCKET_FIELD, "p0", "", le)
+
+    keys = [ok(), err(), bucket(0.1), bucket(0.5), bucket(math.inf)]
+    other = RevisionKey("ml", "llama-predictor-00001")
+    book = CounterBook(tolerance=TOLERANCE)
+    book.record(REV, at(0), sample({series: 10.0 for series in keys}))
+    book.record(other, at(0), sample({series: 50.0 for series in reversed(keys)}))
+    book.record(REV, at(5), sample({series: 20.0 for series in keys}))
+    book.record(other, at(5), sample({series: 52.0 for series in keys}))
+    mine, theirs = book.snapshots(REV), book.snapshots(other)
+    assert mine[-1].layout is theirs[-1].layout
+    assert (mine[-1].by_class, theirs[-1].by_class) == ({"2xx": 10, "5xx": 10}, {"2xx": 2, "5xx": 2})
+
+    book.record(REV, at(10), sample({**{series: 30.0 for series in keys}, bucket(1.0): 4.0}))
+    book.record(other, at(10), sample({series: 53.0 for series in keys}))
+    mine, theirs = book.snapshots(REV), book.snapshots(other)
+    assert mine[-1].layout is not theirs[-1].layout and len(mine[-1].layout.keys) == len(keys) + 1
+    assert theirs[-1].layout is theirs[0].layout
+    assert [snapshot.buckets for snapshot in mine] == [
+        {"latency": {0.1: 0, 0.5: 0, math.inf: 0}},
+        {"latency": {0.1: 10, 0.5: 10, math.inf: 10}},
+        {"latency": {0.1: 20, 0.5: 20, 1.0: 4, math.inf: 20}},
+    ]
+    assert totals(book, 0, 10) == (40, 20)
+
+
 _LABEL_VALUES = st.one_of(
     st.sampled_from(["ml", "r1", "count", "bucket", "oom", "ttft_bucket", "p-0", "5xx", "0.25", "+Inf", "x"]),
     st.text(max_size=4),
@@ -821,6 +852,44 @@ def test_past_steps_are_kept_per_evaluation_interval_and_the_current_step_per_ti
     got, want = compacted.tally(REV, at(302), at(600))[0], reference.tally(REV, at(302), at(600))[0]
     assert got is not None and want is not None
     assert (got.start, got.requests, got.errors) == (want.start, want.requests, want.errors)
+
+
+def test_tallies_read_after_the_book_moved_on_are_the_ones_of_when_they_were_asked() -> None:
+    # A tick's tallies are read lazily from the book's arrays (their histograms when the judge asks):
+    # samples recorded after, a widening past 65,535 and a compaction must not change them.
+    def bucket(le: float) -> SeriesId:
+        return SeriesId(BUCKET_FIELD, "p0", "", le)
+
+    def values(tick: int) -> dict[SeriesId, float]:
+        scale = 1 if tick < 30 else 1_000
+        return {
+            ok(): tick * 10.0 * scale,
+            bucket(0.1): tick * 7.0 * scale,
+            bucket(math.inf): tick * 10.0 * scale,
+        }
+
+    book = CounterBook(tolerance=TOLERANCE)
+    for tick in range(20):
+        if tick % 6 == 0:  # evaluated every 30 s, sampled every 5 s
+            book.asked(REV, "rollout", at(0), at(tick * 5), starts=(at(0),), interval=30)
+        book.record(REV, at(tick * 5), sample(values(tick)))
+    series = book.count_series(REV, at(0), at(95))
+    eager = [
+        (tally.requests, dict(tally.histograms)) for tally in book.count_series(REV, at(0), at(95)).tallies
+    ]
+    whole = series.total_since(at(20))
+    assert whole is not None
+    for tick in range(20, 80):  # a second step from 150 s: the first is compacted; totals widen
+        if tick % 6 == 0:
+            step = at(150) if tick * 5 > 150 else at(0)
+            book.asked(REV, "rollout", at(0), at(tick * 5), starts=(step,), interval=30)
+        book.record(REV, at(tick * 5), sample(values(tick)))
+        book.prune(at(tick * 5))
+    assert len(book.snapshots(REV)) < 80
+    assert [(tally.requests, dict(tally.histograms)) for tally in series.tallies] == eager
+    assert eager[0][1]["latency"] == Histogram((0.1,), (7,), 10)
+    later = series.total_since(at(20))
+    assert later is not None and (later.requests, later.histograms) == (whole.requests, whole.histograms)
 
 
 def test_a_first_step_is_never_compacted() -> None:
