@@ -402,7 +402,10 @@ class Reconciler:
         # consumed by saving the state without it, even if nothing else changed. An
         # InferenceService that does not exist gets no state: a ConfigMap written for it would have
         # no owner, outlive it, and wait for the next object of that name.
-        explain = explain_with_gates(None if stale else _readable_explain(stored), decision, evidence, now)
+        # explain_with_gates reads the stored evaluation only for a gated rollout's tick that judged
+        # nothing: parsed whole (it is written back) only then.
+        kept = not stale and not decision.judgements and bool(decision.new_state.gates)
+        explain = explain_with_gates(_readable_explain(stored) if kept else None, decision, evidence, now)
         reason = self._store_reason(prepared, decision.new_state, explain)
         if observed.exists and reason:
             try:
@@ -489,7 +492,7 @@ class Reconciler:
         with self._lock:
             last = self._explained_at.get(prepared.key)
         due = explain_due(
-            _readable_explain(stored),
+            _explain_reading(stored),
             explain,
             last_written=last,
             now=prepared.now,
@@ -719,7 +722,16 @@ def _readable_explain(stored: StoredState) -> ExplainDocument | None:
     """The stored latest evaluation, kept when a decision evaluated nothing; one that cannot be
     read is dropped rather than written back."""
     try:
-        return stored.explain()
+        return stored.explain_uncached()
+    except StateFormatError:
+        return None
+
+
+def _explain_reading(stored: StoredState) -> ExplainDocument | None:
+    """The stored latest evaluation without its PromQL, to compare a new one with (None when it
+    cannot be read: the new one is then a change)."""
+    try:
+        return stored.explain_reading()
     except StateFormatError:
         return None
 

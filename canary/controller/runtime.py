@@ -644,7 +644,7 @@ class Controller:
         except StateFormatError:
             state = None
         try:
-            explain = stored.explain()
+            explain = stored.explain_reading()  # a status shows no PromQL
         except StateFormatError:
             explain = None
         isvc = self.inference_service_cache.get(namespace, name) or {}

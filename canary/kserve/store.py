@@ -94,6 +94,11 @@ class _ParsedByRollout(Generic[T]):
         with self._lock:
             found = self._entries.get(rollout)
             if found is not None and found[0] == text:
+                if found[0] is not text:
+                    # The same text read again (a watch that re-listed decodes every object anew):
+                    # keep the caller's copy, or both would stay alive (8 kB of explain.json per
+                    # rollout, 1,000 rollouts, after every re-list).
+                    self._entries[rollout] = (text, found[1])
                 self._entries.move_to_end(rollout)
                 return found[1]
         parsed = self._parse(text)
@@ -107,6 +112,9 @@ class _ParsedByRollout(Generic[T]):
 
 _STATES: _ParsedByRollout[RolloutState] = _ParsedByRollout(RolloutState.from_json)
 _EXPLAINS: _ParsedByRollout[ExplainDocument] = _ParsedByRollout(ExplainDocument.from_json)
+_EXPLAIN_READINGS: _ParsedByRollout[ExplainDocument] = _ParsedByRollout(
+    lambda text: ExplainDocument.from_json(text).without_queries()
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,18 @@ class StoredState:
     def explain(self) -> ExplainDocument | None:
         """The latest evaluation. Raises :class:`ExplainFormatError`."""
         return _EXPLAINS.get(self.key, self.explain_json) if self.explain_json else None
+
+    def explain_uncached(self) -> ExplainDocument | None:
+        """The latest evaluation, parsed now and not kept (to write it back: rarely).
+        Raises :class:`ExplainFormatError`."""
+        return ExplainDocument.from_json(self.explain_json) if self.explain_json else None
+
+    def explain_reading(self) -> ExplainDocument | None:
+        """The latest evaluation without its PromQL (:meth:`ExplainDocument.without_queries`), for
+        comparing it with a new one and projecting a status: the controller reads it at every
+        evaluation of every rollout, so it is parsed once per text and kept, small. Never written
+        back. Raises :class:`ExplainFormatError`."""
+        return _EXPLAIN_READINGS.get(self.key, self.explain_json) if self.explain_json else None
 
     def past_rollouts(self) -> PastRollouts:
         """The record of past rollouts (empty when none is stored).

@@ -11,7 +11,7 @@ becomes a :class:`StateFormatError` subclass saying which file and why.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
 
@@ -253,6 +253,17 @@ class ExplainDocument:
 
     def to_json(self) -> str:
         return _dump(_EXPLAIN, self)
+
+    def without_queries(self) -> ExplainDocument:
+        """This evaluation without its checks' PromQL: what comparing evaluations and a status
+        read. The queries are most of a stored evaluation (three checks' grouped queries are about
+        7 of its 8 kB), and the controller keeps one evaluation per rollout it drives."""
+        return replace(
+            self,
+            checks=tuple(
+                replace(check, query="", canary_query=None, canary_query_note="") for check in self.checks
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form as Python values (``kserve-canary explain --format json``)."""
