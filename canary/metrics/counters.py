@@ -352,7 +352,7 @@ class _History:
     def row(self, index: int) -> array[int]:
         if index < 0:
             index += len(self.times)
-        return self.flat[self.bounds[index] : self.bounds[index + 1]]
+        return _row(self.flat, self.bounds, index)
 
     def bisect_right(self, moment: datetime) -> int:
         """How many snapshots are at or before ``moment``."""
@@ -455,12 +455,9 @@ class _History:
         layout, flat, bounds, times, epoch = self.layout, self.flat, self.bounds, self.times, self.epoch
         assert epoch is not None
 
-        def row(index: int) -> array[int]:
-            return flat[bounds[index] : bounds[index + 1]]
-
         moments = [epoch + _MICROSECOND * times[index] for index in range(first, last + 1)]
         found: list[Tally] = []
-        base = row(first)
+        base = _row(flat, bounds, first)
         reading = layout.reading(len(base))
         # Each row's requests, 5xx and 4xx once (a row is the end of one tally and the start of the
         # next); a key a row lacks is 0 in it.
@@ -468,7 +465,7 @@ class _History:
         errors = base[reading.server] if reading.server is not None else 0
         client = base[reading.client] if reading.client is not None else 0
         for index in range(first + 1, last + 1):
-            totals = row(index)
+            totals = _row(flat, bounds, index)
             known = len(totals)
             if len(base) < known:  # keys that came after ``base`` were 0 in it
                 reading = layout.reading(known)
@@ -498,9 +495,21 @@ class _History:
                 # A measure's buckets came one by one in between: its tallies have other edges
                 # before the last came, and are added one by one (CountSeries.total merges them).
                 return CountSeries.total(tuple(found[position:]))
-            return _tally_between(moments[position], row(first + position), moments[-1], row(last), layout)
+            return _tally_between(
+                moments[position],
+                _row(flat, bounds, first + position),
+                moments[-1],
+                _row(flat, bounds, last),
+                layout,
+            )
 
         return CountSeries(EvidenceStatus.OK, tuple(found), summed=summed)
+
+
+def _row(flat: array[int], bounds: array[int], index: int) -> array[int]:
+    """Row ``index`` of a history's totals, read from the arrays given (not the history's current
+    ones: a tally reads the arrays of when it was built)."""
+    return flat[bounds[index] : bounds[index + 1]]
 
 
 def _same_buckets(layout: _Layout, lengths: set[int]) -> bool:
@@ -541,9 +550,8 @@ class _TickHistograms(Mapping[str, Histogram]):
             return last[1]
         for entry in self._reading.histograms:
             if entry[0] == measure:
-                flat, bounds, index = self._flat, self._bounds, self._index
-                totals = flat[bounds[index] : bounds[index + 1]]
-                base = flat[bounds[index - 1] : bounds[index]]
+                totals = _row(self._flat, self._bounds, self._index)
+                base = _row(self._flat, self._bounds, self._index - 1)
                 if len(base) < len(totals):  # keys that came after ``base`` were 0 in it
                     base.extend(itertools.repeat(0, len(totals) - len(base)))
                 found = _histogram(entry, base, totals)
@@ -698,7 +706,7 @@ class CounterBook:
         elif not track.snapshots:
             track.last = dict(values)
             # Everything is baseline: the totals start at zero.
-            self._learn(track, [series for series in values if series not in track.slots])
+            self._learn(track, values)
         else:
             self._advance(track, values, oom)
             self._note_absent(track, values, history.at(-1))
@@ -754,12 +762,12 @@ class CounterBook:
                 for index, increment in known:
                     totals[index] += increment
                 if born:
-                    self._learn(track, [series for series, _ in born if series not in slots])
+                    self._learn(track, [series for series, _ in born])
                 for series, increment in born:
                     self._add(track, series, increment)
                 track.last.update(values)
                 return
-        self._learn(track, [series for series in values if series not in track.slots])
+        self._learn(track, values)
         reset_pods = {
             (series.kind, series.pod)
             for series, value in values.items()
@@ -800,18 +808,20 @@ class CounterBook:
                 track.stale.pop(series, None)
 
     @staticmethod
-    def _learn(track: _Track, new: Iterable[SeriesId]) -> None:
-        """Give each series in ``new`` (none known to ``track``) its total. The keys the revision
-        lacks are added to its layout at once, in one order: one shared layout for the keys of a
-        sample, not a layout per key."""
-        fresh = list(new)
+    def _learn(track: _Track, seen: Iterable[SeriesId]) -> None:
+        """Give each series in ``seen`` that ``track`` does not know yet its total. The keys the
+        revision lacks are added to its layout at once, in one order: one shared layout for the keys
+        of a sample, not a layout per key."""
+        slots = track.slots
+        fresh = [series for series in seen if series not in slots]
+        if not fresh:
+            return
         index = track.layout.index
         added = {key: None for key in map(_key_of, fresh) if key not in index}
         if added:
             track.layout = track.snapshots.layout = track.layout.extended(added)
             track.totals.extend(itertools.repeat(0, len(added)))
             index = track.layout.index
-        slots = track.slots
         for series in fresh:
             slots[series] = index[_key_of(series)]
 
