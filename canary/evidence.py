@@ -20,7 +20,7 @@ and a fourth, treated like ``error`` by the judge:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -43,6 +43,7 @@ __all__ = [
     "Measurement",
     "Tally",
     "fraction_key",
+    "tallies_since",
 ]
 
 # The name under which the canary's request count (minRequests) travels in Evidence.
@@ -244,6 +245,11 @@ class Tally:
         )
 
 
+def tallies_since(tallies: Iterable[Tally], start: datetime) -> tuple[Tally, ...]:
+    """The tallies that began at or after ``start``."""
+    return tuple(tally for tally in tallies if tally.start >= start)
+
+
 @dataclass(frozen=True, slots=True)
 class CountSeries:
     """One revision's consecutive tallies over ``[request.counts_start, request.at]``, oldest first.
@@ -255,7 +261,9 @@ class CountSeries:
     """
 
     status: EvidenceStatus
-    tallies: tuple[Tally, ...] = ()
+    # A tuple, or a sequence that builds each tally when read (the counter book's: a tick holds the
+    # evidence of every rollout it decides at once, and their steps' tallies were megabytes).
+    tallies: Sequence[Tally] = ()
     detail: str = ""
     error_class: ErrorClass | None = None
     query: str = ""  # the PromQL the counters come from (for explain)
@@ -265,7 +273,7 @@ class CountSeries:
 
     def since(self, start: datetime) -> tuple[Tally, ...]:
         """The tallies that began at or after ``start`` (a step's own evidence)."""
-        return tuple(tally for tally in self.tallies if tally.start >= start)
+        return tallies_since(self.tallies, start)
 
     def total_since(self, start: datetime | None) -> Tally | None:
         """The tallies that began at or after ``start`` (all: None) added up, as :meth:`total` adds
@@ -275,7 +283,7 @@ class CountSeries:
         return CountSeries.total(self.tallies if start is None else self.since(start))
 
     @staticmethod
-    def total(tallies: tuple[Tally, ...]) -> Tally | None:
+    def total(tallies: Sequence[Tally]) -> Tally | None:
         """The tallies added up (None for none). Summed field by field: an hour of 15 s tallies is
         240 of them, added for every check of every rollout at every tick."""
         if not tallies:

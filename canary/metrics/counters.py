@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from sys import intern
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import msgspec
 
@@ -443,28 +443,114 @@ class _History:
         """The tallies between consecutive snapshots from ``first`` to ``last``, and what adds them
         up (``CountSeries.summed``).
 
-        Each evaluation reads its step's tallies again, for both revisions: they are built here, not
-        kept (a kept tally per tick was most of the book's memory). Their requests and errors are
-        read from the two rows; their histograms are read when asked for (:class:`_TickHistograms`:
-        the judge reads the canary's per tick for a latency check's dispersion, and the stable's
-        only added up); and a range's total is the difference of its two end rows, not the sum of
-        its tallies."""
+        Each evaluation reads its step's tallies again, for both revisions: they are not kept, nor
+        built here (:class:`_Tallies` builds them when read: a tick holds the evidence of every
+        rollout it decides until their judgements are done). A range's total is the difference of
+        its two end rows, not the sum of its tallies."""
         # The arrays as they are now: rows are only appended to them, and compaction or widening
         # builds new ones, so what is read later through them is what is read now. No row is kept
         # here: a step's rows for every rollout evaluated in a tick were megabytes at once.
         layout, flat, bounds, times, epoch = self.layout, self.flat, self.bounds, self.times, self.epoch
         assert epoch is not None
+        found = _Tallies(layout, flat, bounds, times, epoch, first, last)
 
-        moments = [epoch + _MICROSECOND * times[index] for index in range(first, last + 1)]
-        found: list[Tally] = []
+        def summed(start: datetime | None) -> Tally | None:
+            # The tallies from the first one beginning at or after ``start`` to the last.
+            position = first
+            if start is not None:  # times are whole microseconds, as ``start - epoch`` is
+                position = bisect.bisect_left(times, (start - epoch) // _MICROSECOND, lo=first, hi=last)
+            if position >= last:
+                return None
+            lengths = {bounds[index + 1] - bounds[index] for index in range(position, last + 1)}
+            if len(lengths) > 1 and not _same_buckets(layout, lengths):
+                # A measure's buckets came one by one in between: its tallies have other edges
+                # before the last came, and are added one by one (CountSeries.total merges them).
+                return CountSeries.total(found[position - first :])
+            return _tally_between(
+                epoch + _MICROSECOND * times[position],
+                _row(flat, bounds, position),
+                epoch + _MICROSECOND * times[last],
+                _row(flat, bounds, last),
+                layout,
+            )
+
+        return CountSeries(EvidenceStatus.OK, found, summed=summed)
+
+
+class _Tallies(Sequence[Tally]):
+    """The tallies between consecutive rows ``first`` to ``last`` of a history's arrays, built when
+    read, and not kept.
+
+    A tick holds the evidence of every rollout it decides until their judgements are done. Built at
+    once, that was a tally per tick of every due rollout's step, for both revisions: at 1,000
+    rollouts near the end of a 10-minute step, about 40,000 tallies (~10 MiB) alive at once in
+    every tick, and more with longer windows. An evaluation builds them once, when its judge reads
+    them (:class:`~canary.rollout.sampled.Totals`), and lets them go when it is done. Equal to a
+    tuple of the same tallies."""
+
+    __slots__ = ("_bounds", "_epoch", "_first", "_flat", "_last", "_layout", "_times")
+
+    def __init__(
+        self,
+        layout: _Layout,
+        flat: array[int],
+        bounds: array[int],
+        times: array[int],
+        epoch: datetime,
+        first: int,
+        last: int,
+    ) -> None:
+        self._layout, self._flat, self._bounds, self._times = layout, flat, bounds, times
+        self._epoch, self._first, self._last = epoch, first, last
+
+    def __len__(self) -> int:
+        return max(0, self._last - self._first)
+
+    @overload
+    def __getitem__(self, index: int) -> Tally: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Tally, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Tally | tuple[Tally, ...]:
+        length = len(self)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(length)
+            if step != 1:
+                return tuple(self)[index]
+            return tuple(self._built(start, stop)) if start < stop else ()
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError(index)
+        return next(self._built(index, index + 1))
+
+    def __iter__(self) -> Iterator[Tally]:
+        return self._built(0, len(self))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Tallies | tuple | list):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    def _built(self, start: int, stop: int) -> Iterator[Tally]:
+        """The tallies ``start`` to ``stop`` (positions): each row's requests, 5xx and 4xx are read
+        once (a row is the end of one tally and the start of the next); a key a row lacks is 0 in it."""
+        layout, flat, bounds, times, epoch = self._layout, self._flat, self._bounds, self._times, self._epoch
+        first = self._first + start
         base = _row(flat, bounds, first)
         reading = layout.reading(len(base))
-        # Each row's requests, 5xx and 4xx once (a row is the end of one tally and the start of the
-        # next); a key a row lacks is 0 in it.
         requests = sum(reading.classes(base)) if reading.classes is not None else 0
         errors = base[reading.server] if reading.server is not None else 0
         client = base[reading.client] if reading.client is not None else 0
-        for index in range(first + 1, last + 1):
+        previous = epoch + _MICROSECOND * times[first]
+        for index in range(first + 1, self._first + stop + 1):
             totals = _row(flat, bounds, index)
             known = len(totals)
             if len(base) < known:  # keys that came after ``base`` were 0 in it
@@ -472,38 +558,16 @@ class _History:
             now_requests = sum(reading.classes(totals)) if reading.classes is not None else 0
             now_errors = totals[reading.server] if reading.server is not None else 0
             now_client = totals[reading.client] if reading.client is not None else 0
-            position = index - first
-            found.append(
-                Tally(
-                    moments[position - 1],
-                    moments[position],
-                    now_requests - requests,
-                    now_errors - errors,
-                    now_client - client,
-                    _TickHistograms(flat, bounds, index, reading) if reading.histograms else {},
-                )
+            moment = epoch + _MICROSECOND * times[index]
+            yield Tally(
+                previous,
+                moment,
+                now_requests - requests,
+                now_errors - errors,
+                now_client - client,
+                _TickHistograms(flat, bounds, index, reading) if reading.histograms else {},
             )
-            base, requests, errors, client = totals, now_requests, now_errors, now_client
-
-        def summed(start: datetime | None) -> Tally | None:
-            # The tallies from the first one beginning at or after ``start`` to the last.
-            position = 0 if start is None else bisect.bisect_left(moments, start, hi=len(moments) - 1)
-            if position >= len(moments) - 1:
-                return None
-            lengths = {bounds[index + 1] - bounds[index] for index in range(first + position, last + 1)}
-            if len(lengths) > 1 and not _same_buckets(layout, lengths):
-                # A measure's buckets came one by one in between: its tallies have other edges
-                # before the last came, and are added one by one (CountSeries.total merges them).
-                return CountSeries.total(tuple(found[position:]))
-            return _tally_between(
-                moments[position],
-                _row(flat, bounds, first + position),
-                moments[-1],
-                _row(flat, bounds, last),
-                layout,
-            )
-
-        return CountSeries(EvidenceStatus.OK, tuple(found), summed=summed)
+            base, requests, errors, client, previous = totals, now_requests, now_errors, now_client, moment
 
 
 def _row(flat: array[int], bounds: array[int], index: int) -> array[int]:

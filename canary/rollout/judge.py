@@ -161,7 +161,7 @@ def judge_evidence(
     ``context``; without them every check is judged as measured.
     """
     canary_counts = counts.get("canary") if counts is not None and context is not None else None
-    memo: Totals = {}
+    memo = Totals()
     judgements = tuple(
         _judge_counted(check, canary_counts, counts, context, compare_with_stable, memo)
         if canary_counts is not None and context is not None and is_sampled(check)

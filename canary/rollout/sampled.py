@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 
-from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally
+from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally, tallies_since
 from canary.policy.model import Check, MetricKind, PromotionPolicy
 from canary.policy.units import Unit, format_value
 from canary.rollout.limits import percent
@@ -143,19 +143,29 @@ class _Counts:
     intervals: tuple[Tally, ...]
 
 
-# Totals already added up in one evaluation, by (series identity, start): the checks of an
-# evaluation add up the same tallies (p99 and errors of one revision over the same range).
-Totals = dict[tuple[int, datetime | None], Tally | None]
+class Totals:
+    """What the checks of one evaluation share: the totals already added up, by (series identity,
+    start) (p99 and errors of one revision over the same range), and each series' tallies, built
+    once (a counter book's series builds them when read, and they are let go with the evaluation).
+    """
+
+    __slots__ = ("tallies", "totals")
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[int, datetime | None], Tally | None] = {}
+        self.tallies: dict[int, tuple[Tally, ...]] = {}
 
 
 def _range(series: CountSeries, start: datetime | None, memo: Totals | None) -> _Range:
-    tallies = series.tallies if start is None else series.since(start)
     if memo is None:
-        return _Range(tallies, series.total_since(start))
+        every = tuple(series.tallies)
+        return _Range(every if start is None else tallies_since(every, start), series.total_since(start))
+    kept = memo.tallies.get(id(series))
+    every = kept if kept is not None else memo.tallies.setdefault(id(series), tuple(series.tallies))
     key = (id(series), start)
-    if key not in memo:
-        memo[key] = series.total_since(start)
-    return _Range(tallies, memo[key])
+    if key not in memo.totals:
+        memo.totals[key] = series.total_since(start)
+    return _Range(every if start is None else tallies_since(every, start), memo.totals[key])
 
 
 @dataclass(frozen=True, slots=True)

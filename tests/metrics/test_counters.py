@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import math
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canary.evidence import REQUESTS, CountSeries, ErrorClass, EvidenceStatus, Histogram
+from canary.evidence import REQUESTS, CountSeries, ErrorClass, EvidenceStatus, Histogram, Tally
 from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD, RevisionKey
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.counters import (
@@ -890,6 +891,36 @@ def test_tallies_read_after_the_book_moved_on_are_the_ones_of_when_they_were_ask
     assert eager[0][1]["latency"] == Histogram((0.1,), (7,), 10)
     later = series.total_since(at(20))
     assert later is not None and (later.requests, later.histograms) == (whole.requests, whole.histograms)
+
+
+def _live_tallies() -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if type(obj) is Tally)
+
+
+def test_a_series_tallies_are_built_when_read_and_not_kept() -> None:
+    # A tick holds the evidence of every rollout it decides until their judgements are done: a
+    # series that built its step's tallies at once held a tally per tick of every due rollout.
+    book = CounterBook(tolerance=TOLERANCE)
+    for tick in range(40):
+        book.record(REV, at(tick * 5), sample({ok(): tick * 10.0, err(): float(tick // 4)}))
+    before = _live_tallies()
+    held = [book.count_series(REV, at(0), at(195)) for _ in range(25)]
+    assert _live_tallies() == before  # 25 series of 39 tallies each, none built
+    every = tuple(held[0].tallies)
+    assert len(every) == len(held[0].tallies) == 39
+    assert _live_tallies() == before + 39  # the ones read, and only while they are used
+    del every
+    assert _live_tallies() == before
+    # What is read is what a tuple of them is: by index, from the end, by slice, and equal.
+    series = held[1].tallies
+    assert [tally.requests - tally.errors for tally in series] == [10] * 39  # 2xx, and 5xx apart
+    assert (series[0].start, series[0].end, series[-1].end) == (at(0), at(5), at(195))
+    assert series[10:12] == tuple(series)[10:12] and series[::7] == tuple(series)[::7]
+    assert series[5:5] == () and series == tuple(held[2].tallies) and series == held[3].tallies
+    assert sum(tally.errors for tally in series) == 9
+    with pytest.raises(IndexError):
+        series[39]
 
 
 def test_a_first_step_is_never_compacted() -> None:
