@@ -8,13 +8,14 @@ check the statements it makes on them.
 from __future__ import annotations
 
 import random
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, overload
 
-from canary.evidence import CountSeries, EvidenceStatus, Tally
+from canary.evidence import CountSeries, EvidenceStatus, Tally, tallies_since
 from canary.policy.model import Check, PromotionPolicy
 from canary.rollout import Action
-from canary.rollout.sampled import ErrorBudget, judge_sampled, worst_case_requests
+from canary.rollout.sampled import ErrorBudget, Totals, judge_sampled, worst_case_requests
 from canary.rollout.vocabulary import CheckVerdict
 
 from .counts import OPENCENSUS_EDGES, CountingWorld, Revision, SteadyCounts, draw_tally, exact_tally, series
@@ -332,3 +333,68 @@ def test_a_relative_error_limit_always_comes_to_a_decision() -> None:
     # enough to reach the paired test's fixed-sample size: decided on the estimate.
     zone = judge(policy, "errors", tallies(1000, 10, 600), tallies(1000, 7, 600), final=True)
     assert zone.verdict in (CheckVerdict.PASS, CheckVerdict.FAIL)
+
+
+class _BuiltWhenRead(Sequence[Tally]):
+    """Tallies as a counter book's series hands them over: built each time they are read."""
+
+    def __init__(self, tallies: list[Tally]) -> None:
+        self._tallies = tuple(tallies)
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self._tallies)
+
+    @overload
+    def __getitem__(self, index: int) -> Tally: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Tally, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Tally | tuple[Tally, ...]:
+        self.reads += 1
+        return self._tallies[index]
+
+    def __iter__(self) -> Iterator[Tally]:
+        self.reads += 1
+        return iter(self._tallies)
+
+
+def _summed(tallies: list[Tally]) -> Callable[[datetime | None], Tally | None]:
+    # A book adds a range up from its two end rows, without the tallies.
+    return lambda start: CountSeries.total(tallies if start is None else tallies_since(tallies, start))
+
+
+def test_an_evaluation_reads_each_series_tallies_once_for_all_its_checks() -> None:
+    # Both checks read both revisions over the step and pooled: the tallies are built once per
+    # series for the evaluation (its memo), and the verdicts are the ones judged without it.
+    policy = counted_policy(
+        P99, {**ERRORS, "maxIncrease": "50%"}, P99 | {"name": "p99-vs-stable", "maxIncrease": "20%"}
+    )
+    step_start = T0 + timedelta(minutes=3)
+    canary = [exact_tally(T0 + timedelta(minutes=i), 60, 300, i % 2, {0.8: 1}) for i in range(6)]
+    stable = [exact_tally(T0 + timedelta(minutes=i), 60, 900, 1, {0.8: 2}) for i in range(6)]
+    canary_read, stable_read = _BuiltWhenRead(canary), _BuiltWhenRead(stable)
+    canary_series = CountSeries(EvidenceStatus.OK, canary_read, summed=_summed(canary))
+    stable_series = CountSeries(EvidenceStatus.OK, stable_read, summed=_summed(stable))
+    memo = Totals()  # one per evaluation
+    shared = []
+    for check in policy.spec.checks:
+        shared.append(
+            judge_sampled(
+                check,
+                canary_series,
+                stable_series,
+                step_start=step_start,
+                budget=ErrorBudget.of(policy),
+                confidence=policy.spec.confidence,
+                compare_with_stable=True,
+                final_step=False,
+                share_needed=0.0,
+                memo=memo,
+            )
+        )
+    assert (canary_read.reads, stable_read.reads) == (1, 1)
+    alone = [judge(policy, check.name, canary, stable, step_start=step_start) for check in policy.spec.checks]
+    assert shared == alone
+    assert {result.requests for result in shared} == {900}  # the step's own: 3 of the 6 minutes
