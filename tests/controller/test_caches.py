@@ -18,7 +18,7 @@ from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 
 from canary.controller.caches import LAST_APPLIED, CachedReads, WatchCache
-from canary.kserve.client import ConflictError, InferenceServiceClient
+from canary.kserve.client import ConflictError, InferenceServiceClient, WatchEvent
 from canary.kserve.store import (
     ConfigMapStateStore,
     list_configmaps,
@@ -83,10 +83,10 @@ def world(tmp_path: Path) -> Iterator[World]:
             stop.set()
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def _wait(predicate: Callable[[], bool], timeout: float = 10.0, what: Callable[[], str] = str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out {what()}"
         time.sleep(0.05)
 
 
@@ -241,3 +241,92 @@ def test_cached_objects_keep_no_field_owners_or_last_applied_copy_and_share_thei
         (mine, theirs) for mine in cached["metadata"] for theirs in listed["metadata"] if mine == theirs
     ]
     assert shared and all(mine is theirs for mine, theirs in shared)
+
+
+def _configmap_cache(
+    api: client.ApiClient, *, timeout: int, before_watch: Callable[[], None] = lambda: None
+) -> WatchCache:
+    core = client.CoreV1Api(api)
+
+    def watcher(scope: str | None, version: str, seconds: int) -> Iterator[WatchEvent]:
+        before_watch()
+        return watch_configmaps(api, scope, version, timeout_seconds=seconds)
+
+    return WatchCache(
+        "ConfigMap",
+        lister=lambda scope: list_configmaps(api, scope),
+        watcher=watcher,
+        getter=lambda namespace, name: read_configmap(core, namespace, name, 10.0),
+        scopes=[NS],
+        watch_timeout=timeout,
+    )
+
+
+def test_a_watch_that_times_out_is_resumed_from_its_last_version_without_a_list(world: World) -> None:
+    # Listing every watch period re-read (and re-allocated) every state of every model; a resumed
+    # watch misses nothing: what changes between two watches comes with the next one.
+    cache = _configmap_cache(world.api, timeout=1)
+    threading.Thread(target=cache.run, args=(NS, world.stop), daemon=True).start()
+    _wait(lambda: cache.synced(NS))
+    store = ConfigMapStateStore(world.api)
+    written: list[str] = []
+
+    def cached_version() -> str | None:
+        cached = cache.get(NS, "kserve-canary-llama")
+        return None if cached is None else str(cached["metadata"]["resourceVersion"])
+
+    for revision in ("r1", "r2", "r3", "r4"):
+        written.append(
+            store.save(
+                NS,
+                "llama",
+                RolloutState(revision=revision),
+                resource_version=written[-1] if written else None,
+                owner_uid=None,
+            )
+        )
+        _wait(lambda: cached_version() == written[-1])
+        time.sleep(1.1)  # past a watch period: the next change comes by the resumed watch
+    assert cache.resumes >= 3
+    assert cache.lists == 1
+    assert world.reads.state(NS, "llama").state_json is None  # another cache: only this one ran
+    cached = cache.get(NS, "kserve-canary-llama")
+    assert cached is not None and '"revision":"r4"' in cached["data"]["state.json"].replace(" ", "")
+
+
+def test_a_watch_resumed_from_a_version_the_api_no_longer_keeps_lists_again(tmp_path: Path) -> None:
+    # The API keeps one event: changes made while the cache is between two watches compact its
+    # version away, the resumed watch meets 410 Gone, and the cache lists what it missed.
+    emulator = Emulator(KServeConfig(reconcile_delay=0.0, revision_ready_delay=0.0), history_size=1)
+    stop = threading.Event()
+    with EmulatorServer(emulator) as server:
+        emulator.create_namespace(NS)
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        store = ConfigMapStateStore(api)
+        store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
+        watches = 0
+        lists_then: list[int] = []
+
+        def meanwhile() -> None:
+            nonlocal watches
+            watches += 1
+            if watches == 2:
+                lists_then.append(cache.lists)  # the cluster moves on while the cache is away
+                # Another client (a pooled connection of this one may have been closed meanwhile).
+                other = ConfigMapStateStore(config.new_client_from_config(config_file=str(kubeconfig)))  # type: ignore[no-untyped-call]
+                for name in ("mistral", "gemma", "phi"):
+                    other.save(NS, name, RolloutState(), resource_version=None, owner_uid=None)
+
+        cache = _configmap_cache(api, timeout=1, before_watch=meanwhile)
+        try:
+            threading.Thread(target=cache.run, args=(NS, stop), daemon=True).start()
+            _wait(
+                lambda: cache.get(NS, "kserve-canary-phi") is not None,
+                timeout=20,
+                what=lambda: f"lists {cache.lists}, resumes {cache.resumes}, watches {watches}",
+            )
+            assert cache.lists == lists_then[0] + 1  # one list, after the 410
+            assert cache.get(NS, "kserve-canary-mistral") is not None
+        finally:
+            stop.set()
