@@ -526,7 +526,7 @@ class _Tallies(Sequence[Tally]):
         return next(self._built(index, index + 1))
 
     def __iter__(self) -> Iterator[Tally]:
-        return self._built(0, len(self))
+        return self._built(0, len(self)) if len(self) else iter(())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _Tallies | tuple | list):
