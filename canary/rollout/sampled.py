@@ -158,14 +158,17 @@ class Totals:
 
 def _range(series: CountSeries, start: datetime | None, memo: Totals | None) -> _Range:
     if memo is None:
-        every = tuple(series.tallies)
-        return _Range(every if start is None else tallies_since(every, start), series.total_since(start))
-    kept = memo.tallies.get(id(series))
-    every = kept if kept is not None else memo.tallies.setdefault(id(series), tuple(series.tallies))
-    key = (id(series), start)
-    if key not in memo.totals:
-        memo.totals[key] = series.total_since(start)
-    return _Range(every if start is None else tallies_since(every, start), memo.totals[key])
+        every, total = tuple(series.tallies), series.total_since(start)
+    else:
+        found = memo.tallies.get(id(series))
+        if found is None:
+            found = memo.tallies[id(series)] = tuple(series.tallies)
+        every = found
+        key = (id(series), start)
+        if key not in memo.totals:
+            memo.totals[key] = series.total_since(start)
+        total = memo.totals[key]
+    return _Range(every if start is None else tallies_since(every, start), total)
 
 
 @dataclass(frozen=True, slots=True)

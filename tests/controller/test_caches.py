@@ -289,7 +289,6 @@ def test_a_watch_that_times_out_is_resumed_from_its_last_version_without_a_list(
         time.sleep(1.1)  # past a watch period: the next change comes by the resumed watch
     assert cache.resumes >= 3
     assert cache.lists == 1
-    assert world.reads.state(NS, "llama").state_json is None  # another cache: only this one ran
     cached = cache.get(NS, "kserve-canary-llama")
     assert cached is not None and '"revision":"r4"' in cached["data"]["state.json"].replace(" ", "")
 
