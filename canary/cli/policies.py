@@ -15,7 +15,8 @@ from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
-from canary.rollout.sampled import worst_case_requests
+from canary.policy.units import format_duration
+from canary.rollout.sampled import horizon_requests
 
 __all__ = ["print_schema", "secret_scope", "validate_paths"]
 
@@ -58,7 +59,9 @@ def validate_paths(
                     "target": loaded.policy.key,
                     "path": loaded.path,
                     "line": loaded.line,
-                    "worstCaseRequests": worst_case_requests(loaded.policy),
+                    "horizons": horizons(loaded.policy),
+                    "atHorizon": loaded.policy.spec.at_horizon.value,
+                    "horizonRequests": horizon_requests(loaded.policy),
                     "warnings": resolution_warnings(loaded.policy),
                 }
                 for loaded in result.policies
@@ -80,17 +83,29 @@ def validate_paths(
 
 
 def judge_advice(policy: PromotionPolicy) -> list[str]:
-    """What a policy author should know before the first rollout: how many requests each counted
-    check may need at most, and limits the bucket layouts cannot resolve."""
-    lines = []
-    for name, size in worst_case_requests(policy).items():
+    """What a policy author should know before the first rollout: when each step is decided at the
+    latest, what a horizon estimate rests on, and limits the bucket layouts cannot resolve."""
+    spec = policy.spec
+    steps = ", ".join(f"{step['weight']}% by {format_duration(step['horizon'])}" for step in horizons(policy))
+    then = "decided on their estimate" if spec.at_horizon.value == "decide" else "paused for a person"
+    lines = [
+        f"horizons: every step decided by its horizon of evidence time at the latest ({steps}); there, "
+        f"undecided checks are {then}"
+    ]
+    for name, size in horizon_requests(policy).items():
         if size is not None:
             lines.append(
-                f"{name}: decided within {size:,} pooled canary requests at the latest "
-                f"(confidence {policy.spec.confidence:.0%})"
+                f"{name}: a horizon estimate rests on at least {size:,} canary requests of its step "
+                f"(a share half or twice the allowed is judged right at {spec.confidence:.0%})"
             )
     lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
     return lines
+
+
+def horizons(policy: PromotionPolicy) -> list[dict[str, float]]:
+    """Per held step, its weight and horizon in seconds of evidence time."""
+    spec = policy.spec
+    return [{"weight": step.weight, "horizon": spec.step_horizon(step)} for step in spec.canary_steps]
 
 
 def print_schema(crd: bool) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "GateStage",
     "GateWebhook",
     "GpuLabelStyle",
+    "HorizonAction",
     "MetricKind",
     "MetricsSpec",
     "NoDataAction",
@@ -415,6 +416,7 @@ class Step(_Model):
 
     weight: int = Field(ge=1, le=100, description="Canary traffic percentage; 100 is the promotion.")
     window: Duration | None = Field(default=None, description="Overrides spec.window for this step.")
+    horizon: Duration | None = Field(default=None, description="Overrides spec.horizon for this step.")
     min_requests: int | None = Field(
         default=None, ge=0, description="Overrides spec.minRequests for this step."
     )
@@ -433,10 +435,12 @@ class Step(_Model):
                 f"{format_duration(self.window)} (absolute limits keep being checked, and a breach rolls "
                 "back); to hold the canary longer before promotion, put the window on the step before it"
             )
-        if self.weight == 100 and (self.min_requests is not None or self.approval != "auto"):
+        if self.weight == 100 and (
+            self.min_requests is not None or self.approval != "auto" or self.horizon is not None
+        ):
             raise ValueError(
-                "the 100 step is the promotion itself and is not held; put minRequests or approval on "
-                "the step before it"
+                "the 100 step is the promotion itself and is not held; put minRequests, approval or "
+                "horizon on the step before it"
             )
         return self
 
@@ -458,6 +462,11 @@ class NoDataAction(StrEnum):
     HOLD = "hold"
     PAUSE = "pause"
     ROLLBACK = "rollback"
+
+
+class HorizonAction(StrEnum):
+    DECIDE = "decide"
+    PAUSE = "pause"
 
 
 class OnNoData(_Model):
@@ -687,6 +696,16 @@ class PolicySpec(_Model):
         min_length=1,
     )
     window: Duration = Field(default=600.0, description="Default hold per step.")
+    horizon: Duration | None = Field(
+        default=None,
+        description="Evidence time after which a step's undecided error-rate and latency checks are "
+        "decided on their estimate (default: the step's window and one more window).",
+    )
+    at_horizon: HorizonAction = Field(
+        default=HorizonAction.DECIDE,
+        description="decide: judge each undecided check's estimate against its limit; pause: stop with "
+        "the numbers until a person promotes, aborts or resumes (another horizon).",
+    )
     interval: Duration = Field(default=60.0, description="Evaluation cadence.")
     min_requests: int = Field(default=100, ge=0, description="Canary requests per step before it can pass.")
     progress_deadline: Duration = Field(default=900.0, description="The canary must be Ready by then.")
@@ -767,6 +786,12 @@ class PolicySpec(_Model):
                     f"steps[{index}].window ({format_duration(step.window)}) must be at least interval "
                     f"({format_duration(self.interval)})"
                 )
+            if step.weight < 100 and self.step_horizon(step) < self.step_window(step):
+                raise ValueError(
+                    f"steps[{index}]: the horizon ({format_duration(self.step_horizon(step))}) must be at "
+                    f"least the step's window ({format_duration(self.step_window(step))}): a step is "
+                    "decided on its estimate only after it was held"
+                )
         seen: set[str] = set()
         for check in self.checks:
             if check.name in seen:
@@ -789,6 +814,12 @@ class PolicySpec(_Model):
 
     def step_window(self, step: Step) -> float:
         return step.window if step.window is not None else self.window
+
+    def step_horizon(self, step: Step) -> float:
+        """The evidence time after which the step's undecided checks are decided on their estimate."""
+        if step.horizon is not None:
+            return step.horizon
+        return self.horizon if self.horizon is not None else 2.0 * self.step_window(step)
 
     def step_min_requests(self, step: Step) -> int:
         return step.min_requests if step.min_requests is not None else self.min_requests

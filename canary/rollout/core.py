@@ -30,12 +30,22 @@ The rules, in the order they are applied (docs/design.md §2 and §4):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from canary.evidence import Evidence, EvidenceRequest
-from canary.policy.model import Check, Gate, GateFailurePolicy, GateStage, NoDataAction, PromotionPolicy, Step
+from canary.policy.model import (
+    Check,
+    Gate,
+    GateFailurePolicy,
+    GateStage,
+    HorizonAction,
+    NoDataAction,
+    PromotionPolicy,
+    Step,
+)
 from canary.policy.units import format_duration
 from canary.rollout.bookkeeping import (
     EvaluationMode,
@@ -47,6 +57,7 @@ from canary.rollout.bookkeeping import (
 )
 from canary.rollout.decision import Decision
 from canary.rollout.gates import GateCall, GateResult, gate_body, gate_key, record_gate_result
+from canary.rollout.horizon import Horizon, HorizonOutcome, evidence_time
 from canary.rollout.intent import (
     controller_weights,
     found_in_spec,
@@ -163,9 +174,10 @@ class _PolicyPlan:
     progress_deadline: timedelta
     bake: timedelta
     budget: ErrorBudget
-    # Per step: its weight's share of the weights up to it — the share of the pooled evidence the
-    # highest step must carry before a promotion.
+    # Per step: its weight's share of the weights up to it — the share of the requests the steps
+    # counted that the highest step must carry before a promotion on the tests.
     fair_shares: tuple[float, ...]
+    horizons: tuple[timedelta, ...]  # per step: the evidence time after which the estimate decides
 
     @classmethod
     def of(cls, policy: PromotionPolicy) -> _PolicyPlan:
@@ -187,6 +199,7 @@ class _PolicyPlan:
                 step.weight / sum(earlier.weight for earlier in steps[: index + 1])
                 for index, step in enumerate(steps)
             ),
+            horizons=tuple(_seconds(spec.step_horizon(step)) for step in steps),
         )
 
 
@@ -724,6 +737,9 @@ class _Tick:
                 state = self.with_intent(replace(state, phase=Phase.PENDING), 0)
             else:
                 state = self.with_intent(state, self.steps[0].weight)
+        elif pause.kind is PauseKind.HORIZON and state.step is not None:
+            # Another horizon on fresh evidence: the step's clock restarts once status shows it.
+            state = replace(state, step=StepProgress(state.step.index, state.step.weight))
         elif pause.kind is PauseKind.POLICY_CHANGED and state.step is not None:
             index = _step_at_or_below(self.steps, state.step.weight)
             state = replace(state, step=StepProgress(index, self.steps[index].weight))
@@ -1010,7 +1026,10 @@ class _Tick:
         self.reasons.insert(0, passed)
         if step.index + 1 < len(self.steps):
             following = self.steps[step.index + 1].weight
-            self.state = replace(self.state, step=StepProgress(step.index + 1, following))
+            counted = self.state.counted_requests + (step.counted or requests or 0.0)
+            self.state = replace(
+                self.state, step=StepProgress(step.index + 1, following), counted_requests=counted
+            )
             return self.write(
                 Action.ADVANCE,
                 following,
@@ -1346,12 +1365,16 @@ class _Tick:
         state = self.state
         step = state.step
         final = compare and step is not None and step.index == len(self.steps) - 1
+        horizon = None
+        if compare and step is not None:
+            covered = evidence_time((evidence.counts or {}).get("canary"), window_start)
+            horizon = Horizon(self.plan.horizons[step.index], covered, at, self.spec.at_horizon)
         context = CountContext(
             step_start=window_start,
             budget=self.plan.budget,
             confidence=self.spec.confidence,
             final_step=final,
-            share_needed=self.plan.fair_shares[step.index] if final and step is not None else 0.0,
+            horizon=horizon,
         )
         evaluation = judge_evidence(
             checks,
@@ -1383,8 +1406,9 @@ class _Tick:
                 at - step.started_at,
                 self.plan.windows[step.index],
                 final_step=final,
-            )
-            step = StepProgress(step.index, step.weight, step.started_at, at if passed else None)
+            ) and (not final or self.carries_share(evaluation, step.index))
+            counted = (step.counted if step.passed_at is not None else None) or evaluation.requests
+            step = replace(step, passed_at=at if passed else None, counted=counted if passed else None)
         self.state = state = replace(state, evaluation=record, step=step)
         if mode is EvaluationMode.STEP:
             what = f"step {step.weight}%" if step else "step"
@@ -1405,6 +1429,10 @@ class _Tick:
                 self.reasons.append(judgement.describe())
 
         critical = evaluation.critical_failures
+        if not any(judgement.horizon is HorizonOutcome.NONE for judgement in critical):
+            paused = self.pause_at_horizon(evaluation, final)
+            if paused is not None:
+                return paused
         if critical:
             counted = all(judgement.counted and not judgement.critical for judgement in critical)
             return self.rollback(
@@ -1434,6 +1462,43 @@ class _Tick:
             return None
         assert step is not None
         return self.no_data(at, step)
+
+    def carries_share(self, evaluation: Evaluation, index: int) -> bool:
+        """The highest step carries its fair share of the requests the steps counted (each counted
+        when it passed), unless a check was decided at the horizon on this step's own estimate. Only
+        counted checks pool the steps' evidence: without them there is no share to carry."""
+        if not any(judgement.counted for judgement in evaluation.judgements):
+            return True
+        if any(judgement.horizon is HorizonOutcome.ESTIMATE for judgement in evaluation.judgements):
+            return True
+        share = self.plan.fair_shares[index]
+        earlier = self.state.counted_requests
+        needed = math.ceil(share / (1.0 - share) * earlier) if share < 1.0 else 0
+        requests = evaluation.requests or 0.0
+        if requests >= needed:
+            return True
+        self.reasons.append(
+            f"This step has {requests:,.0f} canary requests; as the highest step it must carry at least "
+            f"{share:.0%} of the requests the steps counted ({earlier:,.0f} before it): {needed:,} "
+            f"(about {needed - requests:,.0f} more)."
+        )
+        return False
+
+    def pause_at_horizon(self, evaluation: Evaluation, final: bool) -> Decision | None:
+        """``atHorizon: pause`` with a check decided on its estimate, or, at the highest step, a check
+        the estimate cannot judge: a person decides, with the numbers."""
+        decided = [j for j in evaluation.judgements if j.horizon is HorizonOutcome.ESTIMATE]
+        stuck = [j for j in evaluation.judgements if j.horizon is HorizonOutcome.UNJUDGEABLE] if final else []
+        if not stuck and not (decided and self.spec.at_horizon is HorizonAction.PAUSE):
+            return None
+        named = "; ".join(f"{j.name}: {j.detail}" for j in stuck or decided)
+        return self.pause(
+            PauseKind.HORIZON,
+            f"At the step's horizon: {named}. Paused for a person: `kserve-canary promote`, `abort`, or "
+            "`resume` (another horizon on fresh evidence).",
+            resume_phase=Phase.PROGRESSING,
+            event=EventReason.CANARY_INCONCLUSIVE,
+        )
 
     def no_data(self, at: datetime, step: StepProgress) -> Decision | None:
         """``onNoData``: counted from the last conclusive evaluation, the step's start, or the last

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from canary.evidence import REQUESTS, CountSeries, EvidenceStatus, Measurement, fraction_key
 from canary.policy.model import Check
 from canary.policy.units import Unit, format_value
+from canary.rollout.horizon import Horizon, HorizonOutcome
 from canary.rollout.limits import limit_text, percent, relative_bound_text
 from canary.rollout.memo import IdentityMemo
 from canary.rollout.sampled import ErrorBudget, Totals, is_sampled, judge_sampled
@@ -75,6 +76,7 @@ class Judgement(NamedTuple):
     min_allowed: float | None = None
     fraction: float | None = None  # gpu-memory-peak: used / total, when maxFraction is judged
     counted: bool = False  # judged on counts by a sequential test (detail is its statement)
+    horizon: HorizonOutcome = HorizonOutcome.NONE  # decided (or undecidable) at the step's horizon
 
     def describe(self) -> str:
         """``p99: pass — p99 ≤ 800ms met at 95% (1,204 requests; …)`` for a counted check,
@@ -137,13 +139,13 @@ def has_absolute_limit(check: Check) -> bool:
 @dataclass(frozen=True, slots=True)
 class CountContext:
     """What judging counted checks needs besides the evidence: where the step began, the error
-    budget, and whether this is the highest step (which must carry its share of the evidence)."""
+    budget, whether this is the highest step, and where the step stands against its horizon."""
 
     step_start: datetime
     budget: ErrorBudget
     confidence: float
     final_step: bool = False
-    share_needed: float = 0.0  # of the pooled requests, the highest step's fair share
+    horizon: Horizon | None = None
 
 
 def judge_evidence(
@@ -214,7 +216,7 @@ def _judge_counted(
         confidence=context.confidence,
         compare_with_stable=compare_with_stable and plan.max_increase is not None,
         final_step=context.final_step,
-        share_needed=context.share_needed if context.final_step else 0.0,
+        horizon=context.horizon,
         memo=memo,
     )
     condition = (
@@ -235,6 +237,7 @@ def _judge_counted(
         plan.min,
         None,
         counted=True,
+        horizon=result.horizon,
     )
 
 

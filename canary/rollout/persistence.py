@@ -63,6 +63,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("started_at", "rollout-start"),
     ("evidence_since", "rollout-start"),
     ("step", "step"),
+    ("counted_requests", "step"),
     ("unready_since", "unready-clock"),
     ("spec_change_seen_at", "spec-change"),
     ("bake_started_at", "bake"),

@@ -89,6 +89,7 @@ class PauseKind(StrEnum):
     UNEXPECTED_START_VALUE = "unexpected-start-value"  # the new spec came with a percentage we cannot adopt
     NO_DATA = "no-data"  # onNoData.action: pause
     POLICY_CHANGED = "policy-changed"  # the current weight is no longer a step of the edited policy
+    HORIZON = "horizon"  # at the step's horizon: atHorizon pause, or a limit the estimate cannot judge
 
 
 class EvaluationVerdict(StrEnum):
@@ -127,6 +128,9 @@ class StepProgress:
     weight: int
     started_at: AwareDatetime | None = None  # observed in status traffic, not when it was patched
     passed_at: AwareDatetime | None = None  # the evaluation that met window, minRequests and pass
+    # The canary requests the step had counted when it first passed (not while a gate or an approval
+    # held it after): what the highest step's fair share is measured against.
+    counted: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +249,8 @@ class RolloutState:
     # When the first step's clock started: the counts pooled for the promotion begin here (and a
     # restarted controller backfills them from Prometheus, so they are never stored).
     evidence_since: AwareDatetime | None = None
+    # The canary requests the steps left so far counted (each ``StepProgress.counted``).
+    counted_requests: float = 0.0
     evaluation: EvaluationRecord = field(default_factory=EvaluationRecord)
     unready_since: AwareDatetime | None = None  # the canary turned un-Ready mid-rollout at
     spec_change_seen_at: AwareDatetime | None = None  # spec changed, KServe has not created a revision yet

@@ -1,0 +1,117 @@
+"""A step's time horizon, and the rule that decides a counted check there.
+
+The sequential tests (:mod:`canary.rollout.sequential`) decide early and soundly, but a canary inside
+its tolerance zone — or beside a limit that no bucket edge resolves — may never make either test
+reject. The horizon bounds that wait: every held step has one (``spec.horizon`` or the step's own,
+by default the step's window and one more window), and it is measured in **evidence time**: the time
+covered by tallies in which the canary served requests. Time without data, on Prometheus errors or
+while a gate or an approval holds a passed step does not move it; those follow their own rules
+(``onNoData``, gate deadlines).
+
+At the horizon a check the tests left undecided is decided **on its estimate**, as a person reading
+the dashboard would: the step's own estimate against the limit (never one pooled over the steps,
+which could hide a regression that appears only at this step's share). The estimate must rest on
+enough requests to say anything: :func:`events_needed` expected events at the allowed share, the
+number at which a share half the allowed and one twice the allowed both land on their right side
+with the policy's confidence (normal approximation: the distance ``s/2`` or ``s`` over the standard
+error ``sqrt(s'/n)`` is ``sqrt(k/2)`` in both cases, so ``k = 2 z²``). Until then the check says how
+many more requests it needs and by when, at the current rate.
+
+Every horizon decision states its own error: the chance that a share estimated at this value from
+this many requests lies on the other side of the limit (a normal approximation at the estimate,
+widened by the measured dispersion). ``spec.atHorizon: pause`` pauses the rollout with the numbers
+instead of deciding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from statistics import NormalDist
+
+from canary.evidence import CountSeries, EvidenceStatus, Tally
+from canary.policy.model import HorizonAction
+
+__all__ = [
+    "Horizon",
+    "HorizonAction",
+    "HorizonOutcome",
+    "chance_text",
+    "events_needed",
+    "evidence_time",
+    "requests_needed",
+    "wrong_side",
+]
+
+_NORMAL = NormalDist()
+
+
+class HorizonOutcome(StrEnum):
+    """How a counted check's verdict relates to the horizon."""
+
+    NONE = ""  # decided by a test, or still before the horizon
+    ESTIMATE = "estimate"  # decided on the estimate at the horizon
+    UNJUDGEABLE = "unjudgeable"  # at the horizon, the estimate cannot be judged (beyond the buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class Horizon:
+    """Where a step stands against its horizon: computed by the core, read by the judge."""
+
+    length: timedelta  # the evidence time after which the estimate decides
+    covered: timedelta  # the evidence time the step has had so far
+    now: datetime
+    action: HorizonAction = HorizonAction.DECIDE
+
+    @property
+    def reached(self) -> bool:
+        return self.covered >= self.length
+
+    @property
+    def by(self) -> datetime:
+        """When it is reached if evidence keeps flowing."""
+        return self.now + max(self.length - self.covered, timedelta(0))
+
+
+def evidence_time(series: CountSeries | None, since: datetime) -> timedelta:
+    """The time since ``since`` covered by the canary's tallies in which it served requests."""
+    if series is None or series.status is not EvidenceStatus.OK:
+        return timedelta(0)
+    return _covered([tally for tally in series.tallies if tally.start >= since])
+
+
+def _covered(tallies: Sequence[Tally]) -> timedelta:
+    return sum((tally.end - tally.start for tally in tallies if tally.requests > 0), timedelta(0))
+
+
+def events_needed(confidence: float) -> int:
+    """Expected events at the allowed share a horizon estimate rests on (see the module docstring)."""
+    z = _NORMAL.inv_cdf(confidence)
+    return max(1, math.ceil(2.0 * z * z))
+
+
+def requests_needed(allowed: float, confidence: float, phi: float = 1.0) -> int:
+    """Requests a horizon estimate of a share judged against ``allowed`` rests on."""
+    return math.ceil(max(phi, 1.0) * events_needed(confidence) / max(allowed, 1e-12))
+
+
+def wrong_side(estimate: float, allowed: float, requests: float, phi: float = 1.0) -> float:
+    """The chance that a share estimated at ``estimate`` from ``requests`` is on the other side of
+    ``allowed`` (normal approximation at the estimate, at least half an event's worth of variance)."""
+    if requests <= 0:
+        return 0.5
+    share = min(max(estimate, 0.5 / requests), 1.0 - 1e-12)
+    spread = math.sqrt(share * (1.0 - share) * max(phi, 1.0) / requests)
+    return _NORMAL.cdf(-abs(estimate - allowed) / spread)
+
+
+def chance_text(probability: float) -> str:
+    """``about 3%``, ``below 0.1%``: the error of a horizon decision in words."""
+    if probability < 0.001:
+        return "below 0.1%"
+    if probability < 0.01:
+        return f"about {probability:.1%}"
+    return f"about {probability:.0%}"
