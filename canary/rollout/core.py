@@ -1368,7 +1368,8 @@ class _Tick:
         horizon = None
         if compare and step is not None:
             covered = evidence_time((evidence.counts or {}).get("canary"), window_start)
-            horizon = Horizon(self.plan.horizons[step.index], covered, at, self.spec.at_horizon)
+            ended = step.started_at is not None and at - step.started_at >= self.plan.windows[step.index]
+            horizon = Horizon(self.plan.horizons[step.index], covered, at, self.spec.at_horizon, ended)
         context = CountContext(
             step_start=window_start,
             budget=self.plan.budget,

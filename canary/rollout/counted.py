@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally, tallies_since
-from canary.policy.model import Check, MetricKind, PromotionPolicy
+from canary.policy.model import Check, HorizonAction, MetricKind, PromotionPolicy
 from canary.rollout.horizon import Horizon, HorizonOutcome
 from canary.rollout.sequential import GRID_POINTS, MixtureTest
 from canary.rollout.state import describe_time
@@ -188,8 +188,9 @@ class Terminal:
     more requests (or cannot be judged: ``outcome`` says which)."""
 
     verdict: CheckVerdict
-    statement: str
+    statement: str  # PASS/FAIL: what the estimate shows, without the verdict's words
     outcome: HorizonOutcome = HorizonOutcome.ESTIMATE
+    chance: float = 0.5  # that the estimate is on the wrong side of the limit
 
 
 def no_requests(pooled: Counts) -> SampledResult:
@@ -230,17 +231,40 @@ def finish(context: Context, sides: Sides, outcome: Outcome) -> SampledResult:
         return result(CheckVerdict.FAIL, outcome.failed)
     if outcome.met:
         return result(CheckVerdict.PASS, outcome.met_text)
-    horizon = context.horizon
-    terminal = outcome.terminal
-    if horizon is not None and horizon.reached and terminal is not None:
-        if terminal.verdict is CheckVerdict.PASS and not context.final_step:
+    decided = _on_estimate(context, outcome.terminal)
+    if decided is not None:
+        verdict, statement, horizon = decided
+        if verdict is CheckVerdict.PASS and not context.final_step:
             # Below the highest step a pass on the estimate adds nothing: it advances on exposure.
-            return result(CheckVerdict.NOT_YET, terminal.statement, needed=outcome.needed)
-        return result(terminal.verdict, terminal.statement, horizon=terminal.outcome)
+            return result(CheckVerdict.NOT_YET, statement, needed=outcome.needed)
+        return result(verdict, statement, horizon=horizon)
     waiting = outcome.waiting + f" — {needed_text(outcome.needed, pooled)}"
-    if horizon is not None:
-        waiting += "; " + horizon_text(horizon)
+    if context.horizon is not None:
+        waiting += "; " + horizon_text(context.horizon)
     return result(CheckVerdict.NOT_YET, waiting, needed=outcome.needed)
+
+
+def _on_estimate(
+    context: Context, terminal: Terminal | None
+) -> tuple[CheckVerdict, str, HorizonOutcome] | None:
+    """The estimate's verdict: at the horizon whatever its chance, after the window once resolved."""
+    horizon = context.horizon
+    if horizon is None or terminal is None:
+        return None
+    if terminal.verdict not in (CheckVerdict.PASS, CheckVerdict.FAIL):
+        return (terminal.verdict, terminal.statement, terminal.outcome) if horizon.reached else None
+    words = "broken" if terminal.verdict is CheckVerdict.FAIL else "met"
+    if horizon.reached:
+        return (
+            terminal.verdict,
+            f"{words} at the horizon on the estimate: {terminal.statement}",
+            terminal.outcome,
+        )
+    resolved = terminal.chance <= 1.0 - context.confidence
+    if horizon.window_ended and resolved and horizon.action is HorizonAction.DECIDE:
+        where = f"{words} on the estimate, resolved at {context.confidence:.0%} after the window"
+        return terminal.verdict, f"{where}: {terminal.statement}", terminal.outcome
+    return None
 
 
 def horizon_text(horizon: Horizon) -> str:
@@ -252,8 +276,14 @@ def horizon_text(horizon: Horizon) -> str:
     )
 
 
-def too_few_for_estimate(step: Counts, needed: int, phi: float) -> Terminal:
+def too_few_for_estimate(step: Counts, needed: int, phi: float, side: str = "") -> Terminal:
     """At the horizon, the step's estimate does not rest on enough requests yet."""
+    if side:
+        return Terminal(
+            CheckVerdict.NOT_YET,
+            f"at the horizon: the estimate needs {needed:,} requests of {side}, which has fewer",
+            HorizonOutcome.NONE,
+        )
     more = max(1, needed - step.requests)
     seconds = _elapsed(step.intervals)
     rate = step.requests / seconds if seconds > 0 else 0.0

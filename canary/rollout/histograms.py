@@ -27,6 +27,7 @@ from canary.evidence import Histogram
 from canary.policy.units import Unit, format_value
 
 __all__ = [
+    "density",
     "estimate_quantile",
     "fail_edge",
     "pass_edge",
@@ -110,3 +111,19 @@ def estimate_quantile(histogram: Histogram | None, quantile: float) -> float | N
             return low + (edge - low) * fraction
         low, slow_low = edge, slow_high
     return edges[-1]
+
+
+def density(histogram: Histogram, point: float) -> float:
+    """The share of requests per second of latency in the bucket around ``point`` (0 beyond the last
+    finite edge): how much a share slower than ``point`` moves when ``point`` does."""
+    edges = histogram.edges
+    if histogram.total <= 0 or not edges:
+        return 0.0
+    upper = bisect.bisect_left(edges, point)
+    if upper >= len(edges):
+        return 0.0
+    low = edges[upper - 1] if upper > 0 else 0.0
+    inside = (histogram.slower_than(upper - 1) if upper > 0 else histogram.total) - histogram.slower_than(
+        upper
+    )
+    return inside / histogram.total / (edges[upper] - low)

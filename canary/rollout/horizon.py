@@ -8,14 +8,18 @@ covered by tallies in which the canary served requests. Time without data, on Pr
 while a gate or an approval holds a passed step does not move it; those follow their own rules
 (``onNoData``, gate deadlines).
 
-At the horizon a check the tests left undecided is decided **on its estimate**, as a person reading
-the dashboard would: the step's own estimate against the limit (never one pooled over the steps,
-which could hide a regression that appears only at this step's share). The estimate must rest on
-enough requests to say anything: :func:`events_needed` expected events at the allowed share, the
-number at which a share half the allowed and one twice the allowed both land on their right side
-with the policy's confidence (normal approximation: the distance ``s/2`` or ``s`` over the standard
-error ``sqrt(s'/n)`` is ``sqrt(k/2)`` in both cases, so ``k = 2 z²``). Until then the check says how
-many more requests it needs and by when, at the current rate.
+Once the step was held for its window, a check the tests left undecided is decided **on its
+estimate** as soon as the estimate is *resolved* — on the wrong side of the limit with a chance of at
+most ``1 - confidence`` (normal approximation; for relative limits the stable revision's own sampling
+error is included) — and at the horizon whatever that chance, as a person reading the dashboard
+would: the step's own estimate against the limit (never one pooled over the steps, which could hide a
+regression that appears only at this step's share); relative limits against the stable revision's
+estimate pooled over the rollout (the stable revision does not change; more of it is less noise).
+The estimate must rest on enough requests to say anything: :func:`events_needed` expected events
+at the allowed share, the number at which a share half the allowed and one twice the allowed both
+land on their right side with the policy's confidence (normal approximation: the distance ``s/2``
+or ``s`` over the standard error ``sqrt(s'/n)`` is ``sqrt(k/2)`` in both cases, so ``k = 2 z²``).
+Until then the check says how many more requests it needs and by when, at the current rate.
 
 Every horizon decision states its own error: the chance that a share estimated at this value from
 this many requests lies on the other side of the limit (a normal approximation at the estimate,
@@ -43,6 +47,7 @@ __all__ = [
     "events_needed",
     "evidence_time",
     "requests_needed",
+    "share_variance",
     "wrong_side",
 ]
 
@@ -65,6 +70,7 @@ class Horizon:
     covered: timedelta  # the evidence time the step has had so far
     now: datetime
     action: HorizonAction = HorizonAction.DECIDE
+    window_ended: bool = False  # the step was held for its window: a resolved estimate may decide
 
     @property
     def reached(self) -> bool:
@@ -98,14 +104,20 @@ def requests_needed(allowed: float, confidence: float, phi: float = 1.0) -> int:
     return math.ceil(max(phi, 1.0) * events_needed(confidence) / max(allowed, 1e-12))
 
 
-def wrong_side(estimate: float, allowed: float, requests: float, phi: float = 1.0) -> float:
-    """The chance that a share estimated at ``estimate`` from ``requests`` is on the other side of
-    ``allowed`` (normal approximation at the estimate, at least half an event's worth of variance)."""
+def share_variance(share: float, requests: float, phi: float = 1.0) -> float:
+    """The variance of a share estimated from ``requests`` (at least half an event's worth)."""
     if requests <= 0:
-        return 0.5
-    share = min(max(estimate, 0.5 / requests), 1.0 - 1e-12)
-    spread = math.sqrt(share * (1.0 - share) * max(phi, 1.0) / requests)
-    return _NORMAL.cdf(-abs(estimate - allowed) / spread)
+        return math.inf
+    bounded = min(max(share, 0.5 / requests), 1.0 - 1e-12)
+    return bounded * (1.0 - bounded) * max(phi, 1.0) / requests
+
+
+def wrong_side(estimate: float, allowed: float, variance: float) -> float:
+    """The chance that an estimate with this variance lies on the other side of ``allowed`` from the
+    truth (normal approximation at the estimate)."""
+    if not math.isfinite(variance) or variance <= 0:
+        return 0.5 if not math.isfinite(variance) else 0.0
+    return _NORMAL.cdf(-abs(estimate - allowed) / math.sqrt(variance))
 
 
 def chance_text(probability: float) -> str:

@@ -20,6 +20,7 @@ the same step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,8 +43,8 @@ from canary.rollout.counted import (
     test_of,
     too_few_for_estimate,
 )
-from canary.rollout.histograms import estimate_quantile, fail_edge, pass_edge, slower_estimate
-from canary.rollout.horizon import HorizonOutcome, chance_text, requests_needed, wrong_side
+from canary.rollout.histograms import density, estimate_quantile, fail_edge, pass_edge, slower_estimate
+from canary.rollout.horizon import HorizonOutcome, chance_text, requests_needed, share_variance, wrong_side
 from canary.rollout.limits import percent
 from canary.rollout.sequential import Direction, dispersion
 from canary.rollout.vocabulary import CheckVerdict
@@ -71,6 +72,8 @@ class _Limits:
     relative: bool = False  # a relative limit is in force (its tests share the budget with a bound)
     horizon: float | None = None  # the limit the step's estimate is judged against at the horizon
     horizon_text: str = ""
+    horizon_spread: float = 0.0  # its standard error (seconds): the stable revision's sampling error
+    stable_requests: float | None = None  # what a relative horizon limit rests on
 
 
 def judge_quantile(context: Context, sides: Sides) -> SampledResult:
@@ -84,8 +87,9 @@ def judge_quantile(context: Context, sides: Sides) -> SampledResult:
     failed = _fail_tests(context, step, histogram, limits)
     outcome = _pass_test(context, sides, limits)
     stable_value = estimate_quantile(sides.stable_step.histogram if sides.stable_step else None, quantile)
+    horizon = context.horizon
     terminal = None
-    if context.horizon is not None and context.horizon.reached:
+    if horizon is not None and (horizon.reached or horizon.window_ended):
         terminal = _at_horizon(context, step, histogram, limits)
     return finish(
         context,
@@ -156,18 +160,25 @@ def _relative_limits(context: Context, sides: Sides, limits: _Limits) -> None:
 
 
 def _relative_horizon(check: Check, sides: Sides, limits: _Limits) -> None:
+    """The relative limit for the estimate: ``1 + maxIncrease`` times the stable revision's estimate
+    pooled over the rollout, with that estimate's standard error (its share's, through the density)."""
     quantile = check.effective_quantile
     assert quantile is not None
     assert check.max_increase is not None
-    stable_step = estimate_quantile(sides.stable_step.histogram if sides.stable_step else None, quantile)
-    if stable_step is None:
+    histogram = sides.stable_pooled.histogram if sides.stable_pooled else None
+    stable = estimate_quantile(histogram, quantile)
+    if stable is None or histogram is None:
         return
-    allowed = (1.0 + check.max_increase) * stable_step
+    allowed = (1.0 + check.max_increase) * stable
     if limits.horizon is None or allowed < limits.horizon:
-        limits.horizon = allowed
+        share = 1.0 - quantile
+        height = density(histogram, stable)
+        spread = math.sqrt(share_variance(share, histogram.total)) / height if height > 0 else math.inf
+        limits.horizon, limits.horizon_spread = allowed, (1.0 + check.max_increase) * spread
+        limits.stable_requests = histogram.total
         limits.horizon_text = (
-            f"{_ms(allowed)} (+{percent(check.max_increase)} of stable's {_name(check)} ≈ {_ms(stable_step)} "
-            "this step)"
+            f"{_ms(allowed)} (+{percent(check.max_increase)} of stable's {_name(check)} ≈ {_ms(stable)} "
+            f"over {requests_text(histogram.total)})"
         )
 
 
@@ -280,16 +291,15 @@ def _at_horizon(context: Context, step: Counts, histogram: Histogram, limits: _L
     share, total = 1.0 - quantile, float(histogram.total)
     limit = limits.horizon
     if limit is None:
-        return Terminal(
-            CheckVerdict.NOT_YET,
-            f"at the horizon: {name} cannot be judged against stable, which has no requests this step",
-            HorizonOutcome.UNJUDGEABLE,
-        )
+        text = f"at the horizon: {name} cannot be judged against stable, which has no requests yet"
+        return Terminal(CheckVerdict.NOT_YET, text, HorizonOutcome.UNJUDGEABLE)
     slower, how, judgeable = slower_estimate(histogram, limit)
     phi = _dispersion(step.intervals, check, limit)
     enough = requests_needed(share, context.confidence, phi)
     if total < enough:
         return too_few_for_estimate(step, enough, phi)
+    if limits.stable_requests is not None and limits.stable_requests < enough:
+        return too_few_for_estimate(step, enough, phi, side="the stable revision")
     if not judgeable:
         return Terminal(
             CheckVerdict.NOT_YET,
@@ -299,15 +309,17 @@ def _at_horizon(context: Context, step: Counts, histogram: Histogram, limits: _L
             HorizonOutcome.UNJUDGEABLE,
         )
     estimate = slower / total
-    broken = estimate > share
+    moved = density(histogram, limit) * limits.horizon_spread
+    variance = share_variance(estimate, total, phi) + (moved * moved if math.isfinite(moved) else math.inf)
+    chance = wrong_side(estimate, share, variance)
     value = estimate_quantile(histogram, quantile)
     shown = f"{name} ≈ {_ms(value)}" if value is not None else name
     return Terminal(
-        CheckVerdict.FAIL if broken else CheckVerdict.PASS,
-        f"{'broken' if broken else 'met'} at the horizon on the estimate: {shown} against "
-        f"{limits.horizon_text} ({requests_text(total)} this step; {percent(estimate)} slower than "
-        f"{_ms(limit)}, {percent(share)} allowed" + (f", {how}" if how else "") + "); the chance that the "
-        f"estimate is on the wrong side of the limit: {chance_text(wrong_side(estimate, share, total, phi))}",
+        CheckVerdict.FAIL if estimate > share else CheckVerdict.PASS,
+        f"{shown} against {limits.horizon_text} ({requests_text(total)} this step; {percent(estimate)} "
+        f"slower than {_ms(limit)}, {percent(share)} allowed" + (f", {how}" if how else "") + "); the "
+        f"chance that the estimate is on the wrong side of the limit: {chance_text(chance)}",
+        chance=chance,
     )
 
 

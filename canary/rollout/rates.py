@@ -35,7 +35,7 @@ from canary.rollout.counted import (
     test_of,
     too_few_for_estimate,
 )
-from canary.rollout.horizon import HorizonOutcome, chance_text, requests_needed, wrong_side
+from canary.rollout.horizon import HorizonOutcome, chance_text, requests_needed, share_variance, wrong_side
 from canary.rollout.limits import percent
 from canary.rollout.sequential import GRID_POINTS, Direction, dispersion, paired_log_ratios
 from canary.rollout.vocabulary import CheckVerdict
@@ -139,19 +139,30 @@ def _absolute(context: Context, step: Counts, pooled: Counts, limit: float) -> _
     )
 
 
-def _terminal(context: Context, step: Counts, allowed: float, allowed_text: str, phi: float) -> Terminal:
-    """The step's rate against ``allowed`` at the horizon."""
+def _terminal(
+    context: Context,
+    step: Counts,
+    allowed: float,
+    allowed_text: str,
+    phi: float,
+    allowed_variance: float = 0.0,
+) -> Terminal | None:
+    """The step's rate against ``allowed`` (with that limit's own variance, for a relative one), once
+    the step's window has passed (None before: nothing to read yet)."""
+    horizon = context.horizon
+    if horizon is None or not (horizon.reached or horizon.window_ended):
+        return None
     enough = requests_needed(allowed, context.confidence, phi)
     if step.requests < enough:
         return too_few_for_estimate(step, enough, phi)
     rate = step.errors / step.requests
-    broken = rate > allowed
+    chance = wrong_side(rate, allowed, share_variance(rate, step.requests, phi) + allowed_variance)
     return Terminal(
-        CheckVerdict.FAIL if broken else CheckVerdict.PASS,
-        f"{'broken' if broken else 'met'} at the horizon on the estimate: error rate {percent(rate)} "
-        f"({step.errors:,} of {requests_text(step.requests)} this step) against {allowed_text}; the chance "
-        f"that the estimate is on the wrong side of the limit: "
-        f"{chance_text(wrong_side(rate, allowed, step.requests, phi))}",
+        CheckVerdict.FAIL if rate > allowed else CheckVerdict.PASS,
+        f"error rate {percent(rate)} ({step.errors:,} of {requests_text(step.requests)} this step) against "
+        f"{allowed_text}; the chance that the estimate is on the wrong side of the limit: "
+        f"{chance_text(chance)}",
+        chance=chance,
     )
 
 
@@ -236,12 +247,12 @@ def _paired(
     if met:
         text = f"{head} met at {percent(context.confidence)} ({numbers} of {stable_pooled.requests:,})"
         return _Part(failure, True, text, allowed=stable_rate * bad)
-    # At the horizon: the stable revision's rate over the same step, or pooled if it had no errors.
-    reference = stable_step if stable_step.errors and stable_step.requests else stable_pooled
-    allowed = bad * reference.errors / reference.requests
-    allowed_text = f"{percent(allowed)} (+{percent(increase)} of stable's {percent(allowed / bad)})"
+    # On the estimate: the stable revision's rate pooled over the rollout, with its own variance.
+    allowed = bad * stable_rate
+    allowed_text = f"{percent(allowed)} (+{percent(increase)} of stable's {percent(stable_rate)})"
+    variance = bad * bad * share_variance(stable_rate, stable_pooled.requests, _dispersion(stable_pooled))
     terminal = (
-        _terminal(context, step, allowed, allowed_text, _dispersion(step))
+        _terminal(context, step, allowed, allowed_text, _dispersion(step), variance)
         if allowed > 0
         else Terminal(
             CheckVerdict.NOT_YET,

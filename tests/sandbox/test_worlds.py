@@ -259,7 +259,7 @@ def test_multinomial_spreads_every_draw() -> None:
 
 def test_benchmark_runs_a_tiny_cell_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
-    argv = ["--rollouts", "3", "--budget", "0", "--cells", "window=2m", "limits=absolute", "arrivals=poisson"]
+    argv = ["--rollouts", "3", "--cells", "window=2m", "limits=absolute", "arrivals=poisson"]
     argv += ["rps=20", "scenario=healthy,tail", "--json", str(out)]
     assert decision_quality.main(argv) == 0
     printed = capsys.readouterr().out
