@@ -132,6 +132,7 @@ _LIMIT = 'a number or a string in the check\'s unit ("800ms", "1%", "70Gi")'
 # The one list of differences between the policy file and the custom resource.
 DIVERGENCES: tuple[Divergence, ...] = (
     _duration("spec.window"),
+    _duration("spec.horizon"),
     _duration("spec.interval"),
     _duration("spec.progressDeadline"),
     _duration("spec.bake"),
@@ -141,9 +142,10 @@ DIVERGENCES: tuple[Divergence, ...] = (
     Divergence(
         "spec.steps[]",
         DivergenceKind.ANY_VALUE,
-        "a weight (10) or a step object ({weight: 50, window: 20m, minRequests: 2000, approval: manual})",
+        "a weight (10) or a step object ({weight: 50, window: 20m, horizon: 40m, minRequests: 2000, "
+        "approval: manual})",
         "any value",
-        "a structural schema cannot say number-or-object; so the step object's fields (window, "
+        "a structural schema cannot say number-or-object; so the step object's fields (window, horizon, "
         "minRequests, approval) and the increasing order are checked by the controller only",
     ),
     _any_value("spec.confidence", _RATIO),

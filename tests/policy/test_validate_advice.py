@@ -33,22 +33,16 @@ def _validate(tmp_path: Path, *, profile: str, limit: str, tolerance: str = "10%
     return policies
 
 
-def test_validate_prints_the_worst_case_requests_of_each_counted_check(tmp_path: Path) -> None:
+def test_validate_prints_each_steps_horizon_and_what_a_horizon_estimate_rests_on(tmp_path: Path) -> None:
     (policy,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms")
-    sizes = policy["worstCaseRequests"]
-    assert isinstance(sizes, dict)
-    assert set(sizes) == {"p99", "errors"}  # oom-kills is measured, not counted
-    assert all(isinstance(size, int) and size > 1000 for size in sizes.values())
+    # The default horizon: each step's window (10m) and one more window, in evidence time.
+    assert policy["horizons"] == [{"weight": w, "horizon": 1200.0} for w in (10, 30, 50)]
+    assert policy["atHorizon"] == "decide"
+    sizes = policy["horizonRequests"]
+    assert sizes == {"p99": 600, "errors": 600}  # oom-kills is measured, not counted
     text = CliRunner().invoke(app, ["validate", str(tmp_path)]).output
-    assert (
-        f"p99: decided within {sizes['p99']:,} pooled canary requests at the latest (confidence 95%)" in text
-    )
-
-
-def test_a_wider_tolerance_needs_fewer_requests(tmp_path: Path) -> None:
-    (narrow,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms", tolerance="10%")
-    (wide,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms", tolerance="50%")
-    assert wide["worstCaseRequests"]["p99"] < narrow["worstCaseRequests"]["p99"]  # type: ignore[index]
+    assert "horizons: every step decided by its horizon of evidence time at the latest (10% by 20m" in text
+    assert "p99: a horizon estimate rests on at least 600 canary requests of its step" in text
 
 
 def test_a_limit_far_from_every_bucket_edge_is_warned_about(tmp_path: Path) -> None:
@@ -56,7 +50,8 @@ def test_a_limit_far_from_every_bucket_edge_is_warned_about(tmp_path: Path) -> N
     (far,) = _validate(tmp_path, profile="knative-otel-invocation", limit="350ms")
     assert far["warnings"] == [
         "p99: max 350ms has no knative-otel-invocation bucket edge within 10% above it (nearest edges "
-        "250ms–500ms): the judge interpolates inside the bucket and says so"
+        "250ms–500ms): the sequential tests cannot resolve it there; the step's horizon decides on the estimate, "
+        "interpolated inside the bucket, and says so"
     ]
     # OpenCensus has 350ms, and 300ms within 10 % below 318ms: judged exactly.
     (exact,) = _validate(tmp_path, profile="knative-opencensus", limit="350ms")
