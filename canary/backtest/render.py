@@ -49,10 +49,6 @@ def _offset(tick: Tick, replay: Replay) -> str:
     return f"{sign}{minutes}m{secs:02d}s"
 
 
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}%"
-
-
 def _actual(tick: Tick) -> str:
     if tick.missing:
         return "missing"

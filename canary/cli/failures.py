@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from canary.cli.help import EXIT_REFUSED, EXIT_UNREACHABLE
+from canary.cli.exit_codes import EXIT_REFUSED, EXIT_UNREACHABLE
 
 __all__ = ["ClusterUnreachable", "NoKubeconfig", "describe"]
 

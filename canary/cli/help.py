@@ -5,19 +5,20 @@ wraps required arguments in braces (``{target}``). Here each argument and option
 (``NAMESPACE/NAME``, ``FILE``) and flags show nothing, as kubectl's and click's own help do: the
 classes below replace Typer's parameter classes on the commands this group is built with.
 
-This module imports Typer and the standard library only: it runs before every command, ``--help``
-included.
+This module imports Typer, the standard library and the exit codes only: it runs before every
+command, ``--help`` included.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import traceback
 from typing import Any
 
 import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
+
+from canary.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 
 __all__ = [
     "EXIT_OK",
@@ -27,11 +28,6 @@ __all__ = [
     "CanaryGroup",
     "fail",
 ]
-
-EXIT_OK = 0
-EXIT_REFUSED = 1  # refused (by the CLI or the controller) or invalid (a policy, a stored document)
-EXIT_USAGE = 2  # the command line itself: click's own code for usage errors
-EXIT_UNREACHABLE = 3  # the cluster or Prometheus could not be reached (or no kubeconfig to reach it)
 
 DEBUG_KEY = "debug"
 
@@ -105,7 +101,3 @@ def fail(message: str, code: int = EXIT_REFUSED, hint: str | None = None) -> typ
     if hint:
         typer.echo(hint, err=True)
     return typer.Exit(code)
-
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()

@@ -369,7 +369,6 @@ class HealthServer:
         self._readiness = readiness
         self._timeout = request_timeout
         self._max_pending = max_pending
-        self._max_queued = max_queued
         self._handler_class = self._handler()
         family = socket.AF_INET6 if _is_ipv6(host) else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)

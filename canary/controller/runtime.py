@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -783,7 +782,3 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
             return True
         time.sleep(interval)
     return predicate()
-
-
-def default_policy_dir() -> Path:
-    return Path(os.environ.get("POLICY_DIR", "/etc/kserve-canary/policies"))

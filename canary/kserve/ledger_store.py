@@ -17,16 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from canary.kserve.client import GROUP, VERSION, ConflictError, is_not_found
 from canary.kserve.store import (
     LABEL_INFERENCE_SERVICE,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    WriteObserver,
-    as_dict,
+    ConfigMapDocuments,
     owner_uid_of,
     state_configmap_name,
 )
@@ -75,81 +68,21 @@ def ledger_from_dict(configmap: Mapping[str, Any] | None) -> StoredLedger:
     )
 
 
-class ConfigMapLedgerStore:
-    def __init__(
-        self,
-        api_client: client.ApiClient,
-        *,
-        request_timeout: float = 10.0,
-        on_written: WriteObserver | None = None,
-    ):
-        self._api_client = api_client
-        self._core = client.CoreV1Api(api_client)
-        self._timeout = request_timeout
-        self.on_written = on_written
-
+class ConfigMapLedgerStore(ConfigMapDocuments):
     def load(self, namespace: str, inference_service: str) -> StoredLedger:
-        try:
-            found = self._core.read_namespaced_config_map(
-                ledger_configmap_name(inference_service), namespace, _request_timeout=self._timeout
-            )
-        except ApiException as error:
-            if is_not_found(error):
-                return StoredLedger(None, None)
-            raise
-        meta = found.metadata or client.V1ObjectMeta()
-        owner = next((ref.uid for ref in meta.owner_references or () if ref.kind == "InferenceService"), None)
-        return StoredLedger((found.data or {}).get(LEDGER_KEY), meta.resource_version, owner)
+        return ledger_from_dict(self._read(namespace, ledger_configmap_name(inference_service)))
 
     def save(
         self, namespace: str, inference_service: str, ledger: RollbackLedger, *, resource_version: str | None
     ) -> str:
         """Write the ledger, owned by the InferenceService object it describes; returns the new
         resourceVersion. Raises :class:`ConflictError` on 409 (someone wrote it since it was read)."""
-        name = ledger_configmap_name(inference_service)
-        owners = None
-        if ledger.inference_service_uid:
-            owners = [
-                client.V1OwnerReference(
-                    api_version=f"{GROUP}/{VERSION}",
-                    kind="InferenceService",
-                    name=inference_service,
-                    uid=ledger.inference_service_uid,
-                    controller=False,
-                    block_owner_deletion=False,
-                )
-            ]
-        body = client.V1ConfigMap(
-            api_version="v1",
-            kind="ConfigMap",
-            metadata=client.V1ObjectMeta(
-                name=name,
-                namespace=namespace,
-                labels={
-                    LABEL_MANAGED_BY: MANAGED_BY,
-                    LABEL_INFERENCE_SERVICE: inference_service + LEDGER_SUFFIX,
-                    LABEL_RECORD: LEDGER_RECORD,
-                },
-                owner_references=owners,
-                resource_version=resource_version,
-            ),
-            data={LEDGER_KEY: ledger.to_json()},
+        return self._write(
+            namespace,
+            ledger_configmap_name(inference_service),
+            {LEDGER_KEY: ledger.to_json()},
+            inference_service=inference_service,
+            owner_uid=ledger.inference_service_uid,
+            resource_version=resource_version,
+            labels={LABEL_INFERENCE_SERVICE: inference_service + LEDGER_SUFFIX, LABEL_RECORD: LEDGER_RECORD},
         )
-        try:
-            if resource_version is None:
-                written = self._core.create_namespaced_config_map(
-                    namespace, body, _request_timeout=self._timeout
-                )
-            else:
-                written = self._core.replace_namespaced_config_map(
-                    name, namespace, body, _request_timeout=self._timeout
-                )
-        except ApiException as error:
-            if error.status == 409:
-                raise ConflictError(
-                    f"rollback ledger of {namespace}/{inference_service} changed since it was read"
-                ) from error
-            raise
-        if self.on_written is not None:
-            self.on_written(as_dict(self._api_client, written))
-        return str(written.metadata.resource_version if written.metadata else "")

@@ -188,7 +188,12 @@ class StoredState:
 WriteObserver = Callable[[dict[str, Any]], None]
 
 
-class ConfigMapStateStore:
+class ConfigMapDocuments:
+    """The documents of ours beside an InferenceService (its state, rollback ledger, notification
+    outbox), each a ConfigMap of files: read as the API has it (a JSON dict), written whole under
+    the resourceVersion read (None: create), labelled as ours and owned by the InferenceService
+    (``blockOwnerDeletion`` false). ``on_written`` sees every ConfigMap written."""
+
     def __init__(
         self,
         api_client: client.ApiClient,
@@ -200,18 +205,77 @@ class ConfigMapStateStore:
         self.request_timeout = request_timeout
         self.on_written = on_written
         self._core = client.CoreV1Api(api_client)
-        self._timeout = request_timeout
 
-    def load(self, namespace: str, inference_service: str) -> StoredState:
+    def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return read_configmap(self._core, namespace, name, self.request_timeout)
+
+    def _write(
+        self,
+        namespace: str,
+        name: str,
+        files: dict[str, str],
+        *,
+        inference_service: str,
+        owner_uid: str | None,
+        resource_version: str | None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create or replace ConfigMap ``name`` of ``inference_service`` with ``files`` (``labels``
+        added to ours, or replacing them); the new resourceVersion. Raises :class:`ConflictError` on
+        409 (written since it was read)."""
+        body = client.V1ConfigMap(
+            api_version="v1",
+            kind="ConfigMap",
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels={
+                    LABEL_MANAGED_BY: MANAGED_BY,
+                    LABEL_INFERENCE_SERVICE: inference_service,
+                    **(labels or {}),
+                },
+                owner_references=_owned_by(inference_service, owner_uid),
+                resource_version=resource_version,
+            ),
+            data=files,
+        )
         try:
-            found = self._core.read_namespaced_config_map(
-                state_configmap_name(inference_service), namespace, _request_timeout=self._timeout
-            )
+            if resource_version is None:
+                written = self._core.create_namespaced_config_map(
+                    namespace, body, _request_timeout=self.request_timeout
+                )
+            else:
+                written = self._core.replace_namespaced_config_map(
+                    name, namespace, body, _request_timeout=self.request_timeout
+                )
         except ApiException as error:
-            if is_not_found(error):
-                return StoredState(namespace, inference_service, None, None)
+            if error.status == 409:
+                raise ConflictError(f"ConfigMap {namespace}/{name} changed since it was read") from error
             raise
-        return _stored(found, namespace, inference_service)
+        if self.on_written is not None:
+            self.on_written(as_dict(self.api_client, written))
+        return str(written.metadata.resource_version if written.metadata else "")
+
+
+def _owned_by(inference_service: str, uid: str | None) -> list[client.V1OwnerReference] | None:
+    if not uid:
+        return None
+    return [
+        client.V1OwnerReference(
+            api_version=f"{GROUP}/{VERSION}",
+            kind="InferenceService",
+            name=inference_service,
+            uid=uid,
+            controller=False,
+            block_owner_deletion=False,
+        )
+    ]
+
+
+class ConfigMapStateStore(ConfigMapDocuments):
+    def load(self, namespace: str, inference_service: str) -> StoredState:
+        found = self._read(namespace, state_configmap_name(inference_service))
+        return stored_from_dict(found, namespace, inference_service)
 
     def save(
         self,
@@ -260,54 +324,14 @@ class ConfigMapStateStore:
             raise StateTooLarge(
                 f"state of {namespace}/{inference_service} is {size} bytes (limit {MAX_STATE_BYTES})"
             )
-        name = state_configmap_name(inference_service)
-        owners = None
-        if owner_uid:
-            owners = [
-                client.V1OwnerReference(
-                    api_version=f"{GROUP}/{VERSION}",
-                    kind="InferenceService",
-                    name=inference_service,
-                    uid=owner_uid,
-                    controller=False,
-                    block_owner_deletion=False,
-                )
-            ]
-        body = client.V1ConfigMap(
-            api_version="v1",
-            kind="ConfigMap",
-            metadata=client.V1ObjectMeta(
-                name=name,
-                namespace=namespace,
-                labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INFERENCE_SERVICE: inference_service},
-                owner_references=owners,
-                resource_version=resource_version,
-            ),
-            data=files,
+        return self._write(
+            namespace,
+            state_configmap_name(inference_service),
+            files,
+            inference_service=inference_service,
+            owner_uid=owner_uid,
+            resource_version=resource_version,
         )
-        try:
-            if resource_version is None:
-                written = self._core.create_namespaced_config_map(
-                    namespace, body, _request_timeout=self._timeout
-                )
-            else:
-                written = self._core.replace_namespaced_config_map(
-                    name, namespace, body, _request_timeout=self._timeout
-                )
-        except ApiException as error:
-            if error.status == 409:
-                raise ConflictError(
-                    f"state of {namespace}/{inference_service} changed since it was read"
-                ) from error
-            raise
-        if self.on_written is not None:
-            self.on_written(as_dict(self.api_client, written))
-        return str(written.metadata.resource_version if written.metadata else "")
-
-    def read_raw(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """One ConfigMap of ours as the API has it now (a JSON dict), None when there is none (the
-        watch cache's refresh after a 409)."""
-        return read_configmap(self._core, namespace, name, self._timeout)
 
     def request_command(
         self,
@@ -337,7 +361,7 @@ class ConfigMapStateStore:
                 body,
                 # The generated client defaults to JSON Patch for every body: say what this is.
                 _content_type=MERGE_PATCH,
-                _request_timeout=self._timeout,
+                _request_timeout=self.request_timeout,
             )
         except ApiException as error:
             if is_not_found(error):
@@ -352,17 +376,9 @@ class ConfigMapStateStore:
         return str(written.metadata.resource_version if written.metadata else "")
 
     def list_all(self, namespace: str | None = None) -> list[StoredState]:
-        selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-        if namespace is None:
-            listed = self._core.list_config_map_for_all_namespaces(
-                label_selector=selector, _request_timeout=self._timeout
-            )
-        else:
-            listed = self._core.list_namespaced_config_map(
-                namespace, label_selector=selector, _request_timeout=self._timeout
-            )
+        listed, _ = list_configmaps(self.api_client, namespace, timeout=self.request_timeout)
         # The same labels mark each InferenceService's notification outbox: only the state is a state.
-        return [_stored(item) for item in listed.items if _is_state(item)]
+        return [stored_from_dict(item, "", "") for item in listed if _is_state(item)]
 
 
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -475,27 +491,8 @@ def owner_uid_of(meta: Mapping[str, Any]) -> str | None:
     )
 
 
-def _is_state(configmap: client.V1ConfigMap) -> bool:
-    meta = configmap.metadata or client.V1ObjectMeta()
-    model = (meta.labels or {}).get(LABEL_INFERENCE_SERVICE)
+def _is_state(configmap: Mapping[str, Any]) -> bool:
+    meta = configmap.get("metadata") or {}
+    model = (meta.get("labels") or {}).get(LABEL_INFERENCE_SERVICE)
     # A dotted label is no InferenceService name: the rollback ledger (kserve.ledger_store).
-    return model is None or (meta.name == state_configmap_name(model) and "." not in model)
-
-
-def _stored(configmap: client.V1ConfigMap, namespace: str = "", inference_service: str = "") -> StoredState:
-    meta = configmap.metadata or client.V1ObjectMeta()
-    data = configmap.data or {}
-    return StoredState(
-        meta.namespace or namespace,
-        (meta.labels or {}).get(LABEL_INFERENCE_SERVICE) or inference_service,
-        data.get(STATE_KEY),
-        meta.resource_version,
-        data.get(COMMAND_KEY),
-        data.get(EXPLAIN_KEY),
-        data.get(COMMAND_ISSUER_KEY),
-        data.get(COMMAND_RESULT_KEY),
-        owner_uid=next(
-            (ref.uid for ref in meta.owner_references or () if ref.kind == "InferenceService"), None
-        ),
-        rollouts_json=data.get(ROLLOUTS_KEY),
-    )
+    return model is None or (meta.get("name") == state_configmap_name(model) and "." not in model)

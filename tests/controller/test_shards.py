@@ -463,7 +463,7 @@ def test_member_leases_of_replicas_long_gone_are_deleted(world: World) -> None:
     gone.release(timeout=0)  # keeps nothing, but a killed replica leaves its member Lease:
     gone.tick = None  # type: ignore[assignment,method-assign]
     ghost = world.replica("ghost")
-    ghost._renew_member(world.clocks.wall, world.clocks.mono)  # a member, then killed
+    ghost._renew_member(world.clocks.wall)  # a member, then killed
     a = world.replica("a", member_gc_after=10.0)
     a.tick()
     assert world.lease(member_lease_name(LEASE, "ghost"))
