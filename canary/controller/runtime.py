@@ -46,6 +46,7 @@ from canary.controller.crsource import (
     PolicyObjects,
     PromotionPolicyClient,
 )
+from canary.controller.evidence import TickEvidenceSource
 from canary.controller.gates import GateRunner
 from canary.controller.leader import LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
@@ -56,7 +57,6 @@ from canary.controller.scheduler import TickScheduler
 from canary.controller.shards import ShardedElector
 from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
-from canary.evidence import EvidenceSource
 from canary.kserve.client import InferenceServiceClient, is_not_found
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.outbox import ConfigMapOutboxStore
@@ -183,7 +183,7 @@ class Controller:
         settings: ControllerConfig,
         *,
         api_client: client.ApiClient,
-        evidence: EvidenceSource,
+        evidence: TickEvidenceSource,
         clock: Callable[[], datetime] = _utcnow,
         metrics: ControllerMetrics | None = None,
     ):
