@@ -225,9 +225,26 @@ class TickRunner:
             self._carried = []
             for key in due:
                 self._waiting_since.setdefault(key, now)
-        # 2. read, ask the core what to measure; 4a. what needs no evidence is decided at once, while
-        # the others are still read (after a restart with 10,000 idle models, the first is decided
-        # as soon as it is read, not after the last one)
+        futures, needing = self._read(due, now, deadline, outcome)
+        if needing:
+            self._collect_and_submit(needing, futures, outcome)
+        if self._watched_now:
+            self._sample_warm_up(now)
+        self._wait(futures, deadline, outcome)
+        with self._lock:
+            self._carried = [key for key in outcome.carried if key in self._intervals]
+        outcome.duration = self._monotonic() - started
+        self._record(outcome, api_before)
+        self.last = outcome
+        return outcome
+
+    def _read(
+        self, due: list[str], now: datetime, deadline: float, outcome: TickOutcome
+    ) -> tuple[dict[str, Future[ReconcileOutcome]], list[Prepared]]:
+        """Step 2: read, ask the core what to measure; 4a. what needs no evidence is decided at once,
+        while the others are still read (after a restart with 10,000 idle models, the first is
+        decided as soon as it is read, not after the last one). Returns those decisions and the
+        rollouts that need evidence."""
         futures: dict[str, Future[ReconcileOutcome]] = {}
         needing: list[Prepared] = []
         for index, key in enumerate(due):
@@ -241,28 +258,35 @@ class TickRunner:
                 futures[item.key] = self._submit(item, None)
             else:
                 needing.append(item)
-        # 3. one collect for all — but a rollout looked at for an alarm first, on its own: its
-        # rollback must not wait for the evidence of a tick of holds (the sample it takes is
-        # the one the others then share, so Prometheus is asked no more).
-        if needing:
-            outcome.evidence_requests = len(needing)
-            urgent = [item for item in needing if item.alarm]
-            rest = [item for item in needing if not item.alarm]
-            for batch in (urgent, rest):
-                if not batch:
-                    continue
-                evidences = self._collect(batch)
-                outcome.collect_calls += 1
-                # The canaries this sample saw OOM-killed are decided first (behind no hold);
-                # alarmed rollouts not judged now are looked at next (step 4).
-                alarmed = self._take_alarms({item.key for item in needing})
-                order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
-                for index in order:
-                    futures[batch[index].key] = self._submit(batch[index], evidences[index])
-        if self._watched_now:
-            self._sample_warm_up(now)
-        # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
-        # what is not done by then finishes on the pool, and its rollout is not read again until then.
+        return futures, needing
+
+    def _collect_and_submit(
+        self, needing: list[Prepared], futures: dict[str, Future[ReconcileOutcome]], outcome: TickOutcome
+    ) -> None:
+        """Step 3: one collect for all — but a rollout looked at for an alarm first, on its own: its
+        rollback must not wait for the evidence of a tick of holds (the sample it takes is the one
+        the others then share, so Prometheus is asked no more)."""
+        outcome.evidence_requests = len(needing)
+        urgent = [item for item in needing if item.alarm]
+        rest = [item for item in needing if not item.alarm]
+        for batch in (urgent, rest):
+            if not batch:
+                continue
+            evidences = self._collect(batch)
+            outcome.collect_calls += 1
+            # The canaries this sample saw OOM-killed are decided first (behind no hold);
+            # alarmed rollouts not judged now are looked at next (step 4).
+            alarmed = self._take_alarms({item.key for item in needing})
+            order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
+            for index in order:
+                futures[batch[index].key] = self._submit(batch[index], evidences[index])
+
+    def _wait(
+        self, futures: dict[str, Future[ReconcileOutcome]], deadline: float, outcome: TickOutcome
+    ) -> None:
+        """Step 4b: wait for the decisions within the budget. Their evidence is in hand: none is
+        dropped; what is not done by then finishes on the pool, and its rollout is not read again
+        until then."""
         for key, future in futures.items():
             remaining = deadline - self._monotonic()
             if remaining > 0:
@@ -277,12 +301,6 @@ class TickRunner:
                     (outcome.failed if result.error else outcome.decided).append(key)
                 continue
             outcome.in_flight.append(key)
-        with self._lock:
-            self._carried = [key for key in outcome.carried if key in self._intervals]
-        outcome.duration = self._monotonic() - started
-        self._record(outcome, api_before)
-        self.last = outcome
-        return outcome
 
     # -- the steps -----------------------------------------------------------------------------
 
@@ -290,22 +308,9 @@ class TickRunner:
         loaded = self._policy(key)
         if loaded is None:
             return None
-        namespace = loaded.policy.metadata.namespace
-        if not self._synced(namespace):
+        if not self._may_read(key, loaded.policy.metadata.namespace):
             outcome.skipped.append(key)
             return None
-        if not self._ownership.owns(key):
-            with self._lock:
-                self._not_owned.add(key)
-            outcome.skipped.append(key)
-            return None
-        with self._lock:
-            regained = key in self._not_owned
-            self._not_owned.discard(key)
-        if regained:
-            # Another replica may have decided (and not stored) in between: what this one remembers
-            # of the rollout is no longer the latest; read it as after a restart.
-            self._reconciler.forget(key)
         with self._lock:
             self._triggered.discard(key)
             alarm = key in self._alarmed
@@ -335,6 +340,28 @@ class TickRunner:
             self._done(key)
             self._schedule(key, now, prepared)
             return None
+        self._track_canary(key, prepared, now, alarm)
+        return prepared
+
+    def _may_read(self, key: str, namespace: str) -> bool:
+        """Whether ``key`` is read now: its namespace's caches have listed, and this replica owns it."""
+        if not self._synced(namespace):
+            return False
+        if not self._ownership.owns(key):
+            with self._lock:
+                self._not_owned.add(key)
+            return False
+        with self._lock:
+            regained = key in self._not_owned
+            self._not_owned.discard(key)
+        if regained:
+            # Another replica may have decided (and not stored) in between: what this one remembers
+            # of the rollout is no longer the latest; read it as after a restart.
+            self._reconciler.forget(key)
+        return True
+
+    def _track_canary(self, key: str, prepared: Prepared, now: datetime, alarm: bool) -> None:
+        """The canary whose alarms are ``key``'s: one evaluated now, or one warming up (watched)."""
         if prepared.request is not None:
             with self._lock:
                 self._canaries[(prepared.request.namespace, prepared.request.canary_revision)] = key
@@ -344,7 +371,6 @@ class TickRunner:
         else:
             with self._lock:
                 self._alarm_since.pop(key, None)
-        return prepared
 
     def _watch_warm_up(self, key: str, prepared: Prepared, now: datetime, alarm: bool) -> None:
         """A canary warming up with no evaluation due: its restart counters join the per-tick
