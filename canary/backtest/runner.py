@@ -45,7 +45,7 @@ def run_backtest(
 ) -> Backtest:
     """Read the range, find the periods, replay each (raises HistoryError when Prometheus cannot say)."""
     notes: list[str] = []
-    gates = getattr(policy.spec, "gates", None)
+    gates = policy.spec.gates
     if gates:
         # A gate is an HTTP call to a receiver now; its answer then cannot be recorded after the fact.
         policy = policy.model_copy(update={"spec": policy.spec.model_copy(update={"gates": []})})

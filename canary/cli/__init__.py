@@ -310,43 +310,44 @@ def run(
     ] = "",
 ) -> None:
     """Run the controller until SIGTERM."""
-    from canary.cli.controller import run_controller  # noqa: PLC0415 - lazy: start-up time
+    from canary.cli import controller as flags  # noqa: PLC0415 - lazy: start-up time
+    from canary.controller import settings as groups  # noqa: PLC0415
 
-    run_controller(
-        policies=policies,
-        kubeconfig=kubeconfig,
-        prometheus_url=prometheus_url,
-        prometheus_header=prometheus_header,
-        prometheus_token_file=prometheus_token_file,
-        prometheus_ca_file=prometheus_ca_file,
-        prometheus_timeout=prometheus_timeout,
-        scrape_interval=scrape_interval,
-        min_samples=min_samples,
-        namespace=namespace,
-        metrics_port=metrics_port,
-        metrics_bind_address=metrics_bind_address,
-        leader_elect=leader_elect,
-        lease_name=lease_name,
-        lease_namespace=lease_namespace,
-        lease_duration=lease_duration,
-        renew_deadline=renew_deadline,
-        retry_period=retry_period,
-        shards=shards,
-        tick=tick,
-        dry_run=dry_run,
-        log_format=log_format.value,
-        max_workers=max_workers,
-        policy_namespaces=policy_namespaces.value,
-        secret_file_root=secret_file_root,
-        secret_env_allow=secret_env_allow,
-        notify_allow_host=notify_allow_host,
-        notify_retry_for=notify_retry_for,
-        notify_info_retry_for=notify_info_retry_for,
-        policy_source=policy_source,
-        allow_custom_promql_from_crds=allow_custom_promql_from_crds,
-        cluster_name=cluster_name,
-        dashboard_url=dashboard_url,
+    settings = groups.ControllerSettings(
+        policies=flags.policy_settings(
+            policies, policy_source, policy_namespaces.value, secret_file_root, secret_env_allow
+        ),
+        objects=groups.PolicyObjectSettings(allow_custom_promql=allow_custom_promql_from_crds),
+        prometheus=groups.PrometheusSettings(
+            url=prometheus_url,
+            headers=flags.headers(prometheus_header),
+            token_file=prometheus_token_file,
+            ca_file=prometheus_ca_file,
+            timeout=prometheus_timeout,
+            scrape_interval=scrape_interval,
+            min_samples=min_samples,
+        ),
+        leasing=groups.LeaseSettings(
+            elect=leader_elect,
+            name=lease_name,
+            namespace=lease_namespace,
+            duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
+            shards=shards,
+        ),
+        tick=groups.TickSettings(period=tick, max_workers=max_workers),
+        notify=groups.NotifySettings(
+            allow_hosts=tuple(notify_allow_host),
+            retry_for=flags.duration(notify_retry_for, "--notify-retry-for"),
+            info_retry_for=flags.duration(notify_info_retry_for, "--notify-info-retry-for"),
+            cluster_name=cluster_name,
+            dashboard_url=dashboard_url,
+        ),
+        serving=flags.serving_settings(metrics_port, metrics_bind_address),
+        cluster=groups.ClusterSettings(namespaces=tuple(namespace), dry_run=dry_run),
     )
+    flags.run_controller(settings, kubeconfig=kubeconfig, log_format=log_format.value)
 
 
 # ---------------------------------------------------------------------------------------------

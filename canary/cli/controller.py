@@ -1,7 +1,9 @@
 """``kserve-canary run``: the controller, built from the command line's options.
 
 Imported by ``run`` only: the controller pulls in everything (the Kubernetes client, Prometheus,
-notifications), which no other command needs.
+notifications), which no other command needs. ``run`` turns its flags into
+:class:`~canary.controller.settings.ControllerSettings` with the helpers here (each raises
+``typer.BadParameter`` for a value it cannot read) and hands them to :func:`run_controller`.
 """
 
 from __future__ import annotations
@@ -15,25 +17,25 @@ import typer
 from canary.cli.policies import secret_scope
 from canary.controller.allocator import tune_allocator, tune_collector
 from canary.controller.observability import configure_logging, default_bind_address
-from canary.controller.runtime import Controller, ControllerConfig, PolicySource
+from canary.controller.runtime import build_controller
+from canary.controller.settings import ControllerSettings, PolicySettings, PolicySource, ServingSettings
 from canary.controller.startup import preflight_or_exit
-from canary.metrics.client import PrometheusConfig
-from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify import redact_processor
 from canary.policy.scope import NamespaceSource
 from canary.policy.units import parse_duration
 
-__all__ = ["run_controller"]
+__all__ = ["duration", "headers", "policy_settings", "run_controller", "serving_settings"]
 
 
-def _parse_headers(values: list[str]) -> dict[str, str]:
-    headers: dict[str, str] = {}
+def headers(values: list[str]) -> dict[str, str]:
+    """``--prometheus-header K=V`` (repeated)."""
+    parsed: dict[str, str] = {}
     for value in values:
         name, separator, content = value.partition("=")
         if not separator or not name.strip():
             raise typer.BadParameter(f"expected K=V, got {value!r}", param_hint="--prometheus-header")
-        headers[name.strip()] = content.strip()
-    return headers
+        parsed[name.strip()] = content.strip()
+    return parsed
 
 
 def _policy_sources(text: str) -> frozenset[PolicySource]:
@@ -48,49 +50,36 @@ def _policy_sources(text: str) -> frozenset[PolicySource]:
     return sources
 
 
-def _duration(text: str, option: str) -> float:
+def duration(text: str, option: str) -> float:
+    """A duration flag (``1h``, ``30m``, ``90s``) in seconds."""
     try:
         return parse_duration(text)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint=option) from None
 
 
-def run_controller(
-    *,
-    policies: list[Path],
-    kubeconfig: str | None,
-    prometheus_url: str,
-    prometheus_header: list[str],
-    prometheus_token_file: str | None,
-    prometheus_ca_file: str | None,
-    prometheus_timeout: float,
-    scrape_interval: float,
-    min_samples: float,
-    namespace: list[str],
-    metrics_port: int,
-    metrics_bind_address: str | None,
-    leader_elect: bool,
-    lease_name: str,
-    lease_namespace: str,
-    lease_duration: float,
-    renew_deadline: float,
-    retry_period: float,
-    shards: int,
-    tick: float,
-    dry_run: bool,
-    log_format: str,
-    max_workers: int,
-    policy_namespaces: str,
+def policy_settings(
+    paths: list[Path],
+    source: str,
+    namespaces: str,
     secret_file_root: Path | None,
     secret_env_allow: list[str],
-    notify_allow_host: list[str],
-    notify_retry_for: str,
-    notify_info_retry_for: str,
-    policy_source: str,
-    allow_custom_promql_from_crds: bool,
-    cluster_name: str = "",
-    dashboard_url: str = "",
-) -> None:
+) -> PolicySettings:
+    """``--policies``, ``--policy-source``, ``--policy-namespaces`` and the secret scope."""
+    return PolicySettings(
+        paths=tuple(paths),
+        sources=_policy_sources(source),
+        namespaces=NamespaceSource(namespaces),
+        secrets=secret_scope(secret_file_root, secret_env_allow),
+    )
+
+
+def serving_settings(port: int, bind_address: str | None) -> ServingSettings:
+    """``--metrics-port`` and ``--metrics-bind-address`` (default: $POD_IP, else loopback)."""
+    return ServingSettings(port=port, host=bind_address or default_bind_address())
+
+
+def run_controller(settings: ControllerSettings, *, kubeconfig: str | None, log_format: str) -> None:
     allocator = tune_allocator()  # before any thread starts (canary.controller.allocator)
     tune_collector()
     configure_logging(log_format, extra_processors=[redact_processor])
@@ -99,50 +88,11 @@ def run_controller(
     # A wrong input is one line on stderr and exit code 2, not a traceback (canary.controller.startup).
     api_client = preflight_or_exit(
         kubeconfig=kubeconfig,
-        prometheus_url=prometheus_url,
-        metrics_port=metrics_port,
-        metrics_host=metrics_bind_address or default_bind_address(),
+        prometheus_url=settings.prometheus.url,
+        metrics_port=settings.serving.port,
+        metrics_host=settings.serving.host,
     )
-    source = PrometheusEvidenceSource(
-        PrometheusConfig(
-            url=prometheus_url,
-            headers=_parse_headers(prometheus_header),
-            bearer_token_file=prometheus_token_file,
-            ca_file=prometheus_ca_file,
-            timeout=prometheus_timeout,
-        ),
-        scrape_interval=scrape_interval,
-        min_requests=min_samples,
-    )
-    controller = Controller(
-        ControllerConfig(
-            policy_paths=policies,
-            namespaces=namespace,
-            metrics_port=metrics_port,
-            metrics_host=metrics_bind_address or default_bind_address(),
-            leader_elect=leader_elect,
-            lease_name=lease_name,
-            lease_namespace=lease_namespace,
-            lease_duration=lease_duration,
-            renew_deadline=renew_deadline,
-            retry_period=retry_period,
-            shards=shards,
-            tick=tick,
-            dry_run=dry_run,
-            max_workers=max_workers,
-            policy_namespaces=NamespaceSource(policy_namespaces),
-            secrets=secret_scope(secret_file_root, secret_env_allow),
-            notify_allow_hosts=notify_allow_host,
-            notify_retry_for=_duration(notify_retry_for, "--notify-retry-for"),
-            notify_info_retry_for=_duration(notify_info_retry_for, "--notify-info-retry-for"),
-            policy_sources=_policy_sources(policy_source),
-            allow_custom_promql_from_crds=allow_custom_promql_from_crds,
-            cluster_name=cluster_name,
-            dashboard_url=dashboard_url,
-        ),
-        api_client=api_client,
-        evidence=source,
-    )
+    controller = build_controller(settings, api_client=api_client)
     signal.signal(signal.SIGTERM, lambda *_: controller.stop())
     signal.signal(signal.SIGINT, lambda *_: controller.stop())
     controller.run()

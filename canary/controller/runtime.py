@@ -17,25 +17,21 @@ Threads, each with one job:
 
 SIGTERM stops scheduling, lets evaluations in flight finish (a write is never cut in half), drains
 notifications for a few seconds and releases the Lease so the standby takes over at once.
+
+:func:`build_controller` builds one from its settings (:mod:`canary.controller.settings`).
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from canary import __version__
 from canary.controller.caches import CachedReads, WatchCache
@@ -45,20 +41,21 @@ from canary.controller.crsource import (
     PolicyObjects,
     PromotionPolicyClient,
 )
+from canary.controller.delivery import Delivery
+from canary.controller.evidence import TickEvidenceSource
 from canary.controller.gates import GateRunner
 from canary.controller.leader import LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
-from canary.controller.policies import PolicyRegistry
+from canary.controller.policies import PolicyRegistry, ReloadReport
 from canary.controller.projection import PolicyView, previous_status, project_status
 from canary.controller.reconciler import Reconciler
 from canary.controller.scheduler import TickScheduler
+from canary.controller.settings import ControllerSettings, PolicySource, PrometheusSettings
 from canary.controller.shards import ShardedElector
 from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
-from canary.evidence import EvidenceSource
-from canary.kserve.client import InferenceServiceClient, is_not_found
+from canary.kserve.client import InferenceServiceClient
 from canary.kserve.ledger_store import ConfigMapLedgerStore
-from canary.kserve.outbox import ConfigMapOutboxStore
 from canary.kserve.store import (
     COMMAND_KEY,
     LABEL_INFERENCE_SERVICE,
@@ -68,93 +65,17 @@ from canary.kserve.store import (
     state_configmap_name,
     watch_configmaps,
 )
-from canary.notify import (
-    Destination,
-    MessageContext,
-    NotificationDispatcher,
-    Outbox,
-    OutboxEntry,
-    PrometheusDeliveryRecorder,
-    RetryHorizon,
-    SecretResolver,
-    destinations_for,
-    events_destination,
-)
-from canary.notify.outbox import DEFAULT_IMPORTANT_RETRY_FOR, DEFAULT_INFO_RETRY_FOR
+from canary.metrics.client import PrometheusConfig
+from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify.secrets import DEFAULT_REDACTOR
-from canary.notify.urls import UrlGuard
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.policy.loader import ObjectRules
-from canary.policy.scope import NamespaceSource, SecretScope
 from canary.rollout.records import ExplainDocument
 from canary.rollout.state import RolloutState, StateFormatError
 
-__all__ = ["Controller", "ControllerConfig", "PolicySource", "load_api_client"]
+__all__ = ["Controller", "build_controller", "load_api_client", "prometheus_evidence"]
 
 log = structlog.get_logger("kserve_canary.controller")
-
-
-class PolicySource(StrEnum):
-    """Where policies come from (``kserve-canary run --policy-source``)."""
-
-    FILES = "files"  # the --policies directories
-    CRD = "crd"  # PromotionPolicy objects; the CRD must be served (else /readyz fails)
-    # Both: the files, and the objects when the CRD is served (asked again every minute).
-    AUTO = "auto"
-
-
-@dataclass
-class ControllerConfig:
-    policy_paths: Sequence[str | os.PathLike[str]]
-    namespaces: Sequence[str] = ()  # empty: every namespace
-    metrics_port: int = 8080
-    # Loopback unless told otherwise: the CLI passes --metrics-bind-address (default $POD_IP).
-    metrics_host: str = "127.0.0.1"
-    leader_elect: bool = True
-    lease_name: str = "kserve-canary"
-    lease_namespace: str = "kserve-canary"
-    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname())
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    # Shard Leases the rollouts are split into (docs/ha.md); 1: one Lease, one leader.
-    shards: int = 1
-    dry_run: bool = False
-    max_workers: int = 8
-    # The tick (seconds): every due rollout is evaluated at once; never more than the smallest policy
-    # interval (`kserve-canary run --tick`, $TICK_SECONDS).
-    tick: float = field(default_factory=lambda: float(os.environ.get("TICK_SECONDS") or 5.0))
-    tick_budget: float = 0.8  # of the tick: what is not decided by then is carried to the next tick
-    # explain.json on its own (the state unchanged) at most once per this many policy intervals
-    explain_every_intervals: float = 5.0
-    reload_period: float = 5.0
-    watch_timeout: int = 300
-    request_timeout: float = 10.0
-    # What policies may reach (docs/notifications.md, "Secrets"): namespaces from directories, secret
-    # files under file_root/<namespace>/, environment variables allowed per namespace, notification
-    # hosts that may be private or plain http.
-    policy_namespaces: NamespaceSource = NamespaceSource.DIRECTORY
-    secrets: SecretScope = field(default_factory=SecretScope)
-    notify_allow_hosts: Sequence[str] = ()
-    # For how long a notification is retried (seconds from the decision) before it is reported lost:
-    # promotions, rollbacks, pauses, unguarded rollouts and warnings; the other (informational) ones.
-    notify_retry_for: float = DEFAULT_IMPORTANT_RETRY_FOR
-    notify_info_retry_for: float = DEFAULT_INFO_RETRY_FOR
-    # Policy sources (docs/design.md §5): files, PromotionPolicy objects, or both (auto).
-    policy_sources: frozenset[PolicySource] = frozenset({PolicySource.AUTO})
-    # An object's custom PromQL runs with the controller's Prometheus credentials: refused unless allowed.
-    allow_custom_promql_from_crds: bool = False
-    # The one Secret per namespace an object's secret references name keys of (RBAC grants get on it).
-    crd_secret_name: str = "kserve-canary-notifications"  # noqa: S105 - a name, not a secret
-    # Status writes of PromotionPolicy objects: at most one per object per this many seconds, and
-    # at most this many per second in all.
-    status_min_interval: float = 1.0
-    status_writes_per_second: float = 5.0
-    crd_recheck: float = 60.0  # seconds between asking whether the CRD is served (until it is)
-    # Said in every notification (docs/notifications.md): which cluster a message is about, and the
-    # dashboard's base URL its rollout page is linked under (<base>/#/rollouts/<ns>/<name>); "": none.
-    cluster_name: str = ""
-    dashboard_url: str = ""
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -176,46 +97,112 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def prometheus_evidence(settings: PrometheusSettings) -> PrometheusEvidenceSource:
+    """The evidence source of ``kserve-canary run``: the Prometheus of the settings."""
+    return PrometheusEvidenceSource(
+        PrometheusConfig(
+            url=settings.url,
+            headers=dict(settings.headers),
+            bearer_token_file=settings.token_file,
+            ca_file=settings.ca_file,
+            timeout=settings.timeout,
+        ),
+        scrape_interval=settings.scrape_interval,
+        min_requests=settings.min_samples,
+    )
+
+
+def build_controller(
+    settings: ControllerSettings,
+    *,
+    api_client: client.ApiClient,
+    evidence: TickEvidenceSource | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+    metrics: ControllerMetrics | None = None,
+) -> Controller:
+    """The controller of ``settings``, talking to the cluster through ``api_client``.
+
+    ``evidence`` defaults to the Prometheus of ``settings.prometheus``; a source that can only
+    ``collect`` is given as :class:`~canary.controller.evidence.CollectEach` ``(source)``.
+    """
+    metrics = metrics or ControllerMetrics()
+    # Audit logs (and the emulator's request log) then say which replica wrote.
+    api_client.user_agent = f"kserve-canary/{__version__} ({settings.leasing.identity})"
+    metrics.count_api_requests(api_client)
+    return Controller(
+        settings,
+        api_client=api_client,
+        evidence=evidence if evidence is not None else prometheus_evidence(settings.prometheus),
+        registry=PolicyRegistry(
+            settings.policies.paths,
+            namespaces=settings.policies.namespaces,
+            secrets=settings.policies.secrets,
+            files=bool(settings.policies.sources & {PolicySource.FILES, PolicySource.AUTO}),
+        ),
+        clock=clock,
+        metrics=metrics,
+    )
+
+
 class Controller:
+    """Built by :func:`build_controller`; each part built by the method named after it, in the order
+    they depend on each other (the callbacks into this controller run only once :meth:`run` runs)."""
+
     def __init__(
         self,
-        settings: ControllerConfig,
+        settings: ControllerSettings,
         *,
         api_client: client.ApiClient,
-        evidence: EvidenceSource,
-        clock: Callable[[], datetime] = _utcnow,
-        metrics: ControllerMetrics | None = None,
+        evidence: TickEvidenceSource,
+        registry: PolicyRegistry,
+        clock: Callable[[], datetime],
+        metrics: ControllerMetrics,
     ):
         self.settings = settings
-        self.metrics = metrics or ControllerMetrics()
-        self._api_client = api_client
-        # Audit logs (and the emulator's request log) then say which replica wrote.
-        api_client.user_agent = f"kserve-canary/{__version__} ({settings.identity})"
-        sources = settings.policy_sources
-        self._read_files = bool(sources & {PolicySource.FILES, PolicySource.AUTO})
-        self._crd_required = PolicySource.CRD in sources
-        self._registry = PolicyRegistry(
-            settings.policy_paths,
-            namespaces=settings.policy_namespaces,
-            secrets=settings.secrets,
-            files=self._read_files,
-        )
+        self.metrics = metrics
+        self._registry = registry
         self._clock = clock
         self._stop = threading.Event()
         self._wake_main = threading.Event()  # a PromotionPolicy or a state changed: reload now
-        self._heartbeat = Heartbeat(tolerance=max(60.0, 6 * settings.reload_period))
-        self._resolver = SecretResolver(
-            DEFAULT_REDACTOR,
-            scope=settings.secrets,
-            url_guard=UrlGuard.allowing(settings.notify_allow_hosts),
+        self._heartbeat = Heartbeat(tolerance=max(60.0, 6 * settings.policies.reload_period))
+        self._health: HealthServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._loaded_once = False
+        self._parsed_objects: list[ParsedObject] = []
+        self._isvcs = InferenceServiceClient(api_client, request_timeout=settings.cluster.request_timeout)
+        self.inference_service_cache, self.configmap_cache = self._watch_caches(api_client)
+        self.policy_objects, self.status_writer = self._policy_objects(api_client)
+        self._policy_events = PolicyEvents(
+            api_client,
+            redactor=DEFAULT_REDACTOR,
+            request_timeout=settings.cluster.request_timeout,
+            reporting_instance=settings.leasing.identity,
         )
-        # Slack and webhook notifications wait in an outbox ConfigMap per InferenceService until
-        # delivered, so a restart or a takeover continues them; only the leader sends from it.
-        self.metrics.count_api_requests(api_client)
-        timeout = settings.request_timeout
-        self._isvcs = InferenceServiceClient(api_client, request_timeout=timeout)
-        scopes: list[str | None] = list(settings.namespaces) or [None]
-        self.inference_service_cache = WatchCache(
+        self.delivery = Delivery(
+            settings,
+            api_client=api_client,
+            configmaps=self.configmap_cache,
+            registry=registry,
+            metrics=metrics,
+            may_deliver=self._is_leading,
+        )
+        self._held_shards: frozenset[int] = frozenset()
+        self._elector, self._sharded = self._electors(api_client)
+        self.ownership: Ownership = self._sharded or SingleLeaseOwnership(self._elector)
+        # Gate calls run on their own small pool; a finished one asks the tick for its rollout.
+        self.gates = GateRunner(resolver_for=self.delivery.resolver_for, on_done=self._gate_done, clock=clock)
+        self.reconciler = self._reconciler(api_client, evidence)
+        self._timer = TickScheduler(self._tick_once, period=settings.tick.period)
+        self.ticks = self._tick_runner(evidence)
+
+    # -- the parts -----------------------------------------------------------------------------
+
+    def _watch_caches(self, api_client: client.ApiClient) -> tuple[WatchCache, WatchCache]:
+        """The InferenceServices and the controller's ConfigMaps, listed and watched."""
+        cluster = self.settings.cluster
+        timeout = cluster.request_timeout
+        scopes: list[str | None] = list(cluster.namespaces) or [None]
+        inference_services = WatchCache(
             "InferenceService",
             lister=self._isvcs.list,
             watcher=lambda scope, version, seconds: self._isvcs.watch(
@@ -223,12 +210,12 @@ class Controller:
             ),
             getter=self._isvcs.get,
             scopes=scopes,
-            watch_timeout=settings.watch_timeout,
+            watch_timeout=cluster.watch_timeout,
             on_event=self._inference_service_changed,
             on_synced=self._cache_synced,
         )
         core = client.CoreV1Api(api_client)
-        self.configmap_cache = WatchCache(
+        configmaps = WatchCache(
             "ConfigMap",
             lister=lambda scope: list_configmaps(api_client, scope, timeout=max(timeout, 30.0)),
             watcher=lambda scope, version, seconds: watch_configmaps(
@@ -236,148 +223,115 @@ class Controller:
             ),
             getter=lambda namespace, name: read_configmap(core, namespace, name, timeout),
             scopes=scopes,
-            watch_timeout=settings.watch_timeout,
+            watch_timeout=cluster.watch_timeout,
             on_event=self._configmap_changed,
             on_synced=self._cache_synced,
         )
-        # PromotionPolicy objects: a second policy source, listed and watched like the caches above.
-        self._policy_client = PromotionPolicyClient(api_client, request_timeout=timeout)
-        self.policy_objects: PolicyObjects | None = (
-            PolicyObjects(
-                self._policy_client,
-                scopes=scopes,
-                rules=ObjectRules(
-                    allow_custom_promql=settings.allow_custom_promql_from_crds,
-                    secret_name=settings.crd_secret_name,
-                ),
-                watch_timeout=settings.watch_timeout,
-                recheck=settings.crd_recheck,
-                on_change=self._wake_main.set,
-                spawn=self._spawn,
-            )
-            if sources & {PolicySource.CRD, PolicySource.AUTO}
-            else None
+        return inference_services, configmaps
+
+    def _policy_objects(
+        self, api_client: client.ApiClient
+    ) -> tuple[PolicyObjects | None, StatusWriter | None]:
+        """PromotionPolicy objects (a second policy source, listed and watched like the caches) and
+        the writer of their status; None when they are not a source (or nothing is written)."""
+        settings = self.settings
+        if not settings.policies.sources & {PolicySource.CRD, PolicySource.AUTO}:
+            return None, None
+        policy_client = PromotionPolicyClient(api_client, request_timeout=settings.cluster.request_timeout)
+        objects = PolicyObjects(
+            policy_client,
+            scopes=list(settings.cluster.namespaces) or [None],
+            rules=ObjectRules(
+                allow_custom_promql=settings.objects.allow_custom_promql,
+                secret_name=settings.objects.secret_name,
+            ),
+            watch_timeout=settings.cluster.watch_timeout,
+            recheck=settings.objects.crd_recheck,
+            on_change=self._wake_main.set,
+            spawn=self._spawn,
         )
-        self.status_writer: StatusWriter | None = (
-            StatusWriter(
-                self._policy_client,
-                self.policy_objects.cache,
-                min_interval=settings.status_min_interval,
-                max_per_second=settings.status_writes_per_second,
-            )
-            if self.policy_objects is not None and not settings.dry_run
-            else None
+        if settings.cluster.dry_run:
+            return objects, None
+        writer = StatusWriter(
+            policy_client,
+            objects.cache,
+            min_interval=settings.objects.status_min_interval,
+            max_per_second=settings.objects.status_writes_per_second,
         )
-        self._policy_events = PolicyEvents(
-            api_client,
-            redactor=DEFAULT_REDACTOR,
-            request_timeout=timeout,
-            reporting_instance=settings.identity,
-        )
-        self._parsed_objects: list[ParsedObject] = []
-        self._core = core
-        self._outbox = (
-            None
-            if settings.dry_run
-            else Outbox(
-                ConfigMapOutboxStore(
-                    api_client,
-                    request_timeout=timeout,
-                    cached=self.configmap_cache.get,
-                    on_written=self.configmap_cache.put,
-                    refresh=self.configmap_cache.refresh,
-                )
-            )
-        )
-        self._resumed: set[str] = set()  # rollouts whose outbox this replica took up while leading
-        self._message_context = MessageContext(
-            cluster=settings.cluster_name, dashboard_url=settings.dashboard_url
-        )
-        self._dispatcher = NotificationDispatcher(
-            []
-            if settings.dry_run
-            else [events_destination(api_client, resolver=self._resolver, context=self._message_context)],
-            recorder=PrometheusDeliveryRecorder(self.metrics.registry),
-            redactor=DEFAULT_REDACTOR,
-            horizon=RetryHorizon(settings.notify_retry_for, settings.notify_info_retry_for),
-            outbox=self._outbox,
-            may_deliver=self._is_leading,
-        )
-        # Per governed key: the policy, whether it is an object's (its secrets come from its
-        # namespace's Secret), and its destinations once built (None: not yet, or the policy changed).
-        self._destinations: dict[str, tuple[PromotionPolicy, bool, list[Destination] | None]] = {}
-        self._elector: LeaderElector | None = None
-        self._sharded: ShardedElector | None = None
-        self._held_shards: frozenset[int] = frozenset()
-        if settings.leader_elect and not settings.dry_run and settings.shards > 1:
-            self._sharded = ShardedElector(
+        return objects, writer
+
+    def _electors(self, api_client: client.ApiClient) -> tuple[LeaderElector | None, ShardedElector | None]:
+        """The Lease (or shard Leases) this replica leads by; none for a dry run or without election."""
+        settings, lease = self.settings, self.settings.leasing
+        elector: LeaderElector | None = None
+        sharded: ShardedElector | None = None
+        if lease.elect and not settings.cluster.dry_run and lease.shards > 1:
+            sharded = ShardedElector(
                 api_client,
-                name=settings.lease_name,
-                namespace=settings.lease_namespace,
-                identity=settings.identity,
-                shards=settings.shards,
-                lease_duration=settings.lease_duration,
-                renew_deadline=settings.renew_deadline,
-                retry_period=settings.retry_period,
-                request_timeout=min(settings.request_timeout, settings.retry_period * 2),
+                name=lease.name,
+                namespace=lease.namespace,
+                identity=lease.identity,
+                shards=lease.shards,
+                lease_duration=lease.duration,
+                renew_deadline=lease.renew_deadline,
+                retry_period=lease.retry_period,
+                request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
                 on_change=self._shards_changed,
                 in_flight=self._in_flight,
             )
-        elif settings.leader_elect and not settings.dry_run:
-            self._elector = LeaderElector(
+        elif lease.elect and not settings.cluster.dry_run:
+            elector = LeaderElector(
                 api_client,
-                name=settings.lease_name,
-                namespace=settings.lease_namespace,
-                identity=settings.identity,
-                lease_duration=settings.lease_duration,
-                renew_deadline=settings.renew_deadline,
-                retry_period=settings.retry_period,
-                request_timeout=min(settings.request_timeout, settings.retry_period * 2),
+                name=lease.name,
+                namespace=lease.namespace,
+                identity=lease.identity,
+                lease_duration=lease.duration,
+                renew_deadline=lease.renew_deadline,
+                retry_period=lease.retry_period,
+                request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
                 on_change=self._leadership_changed,
             )
-        if self._elector is None and self._sharded is None and not settings.dry_run:
+        if elector is None and sharded is None and not settings.cluster.dry_run:
             # A single replica without election acts alone: it is the leader (for dashboards and the
             # no-leader alert). A dry run never acts, so it never leads.
             self.metrics.leader.set(1)
-        self.ownership: Ownership = self._sharded or SingleLeaseOwnership(self._elector)
-        store = ConfigMapStateStore(api_client, request_timeout=timeout, on_written=self.configmap_cache.put)
-        # Gate calls run on their own small pool; a finished one asks the tick for its rollout.
-        self.gates = GateRunner(resolver_for=self._policy_resolver, on_done=self._gate_done, clock=clock)
-        self.reconciler = Reconciler(
+        return elector, sharded
+
+    def _reconciler(self, api_client: client.ApiClient, evidence: TickEvidenceSource) -> Reconciler:
+        timeout = self.settings.cluster.request_timeout
+        put = self.configmap_cache.put
+        return Reconciler(
             inference_services=self._isvcs,
-            store=store,
-            ledgers=ConfigMapLedgerStore(
-                api_client, request_timeout=timeout, on_written=self.configmap_cache.put
-            ),
+            store=ConfigMapStateStore(api_client, request_timeout=timeout, on_written=put),
+            ledgers=ConfigMapLedgerStore(api_client, request_timeout=timeout, on_written=put),
             reads=CachedReads(self.inference_service_cache, self.configmap_cache),
             evidence=evidence,
-            dispatcher=self._dispatcher,
+            dispatcher=self.delivery.dispatcher,
             metrics=self.metrics,
-            clock=clock,
+            clock=self._clock,
             fence=self.ownership.fence,
-            dry_run=settings.dry_run,
-            explain_every_intervals=settings.explain_every_intervals,
+            dry_run=self.settings.cluster.dry_run,
+            explain_every_intervals=self.settings.tick.explain_every_intervals,
             gates=self.gates,
         )
-        self._timer = TickScheduler(self._tick_once, period=settings.tick)
-        self.ticks = TickRunner(
+
+    def _tick_runner(self, evidence: TickEvidenceSource) -> TickRunner:
+        tick = self.settings.tick
+        return TickRunner(
             reconciler=self.reconciler,
             evidence=evidence,
             policy=self._registry.get,
-            destinations=self._policy_destinations,
+            destinations=self.delivery.destinations,
             ownership=self.ownership,
             metrics=self.metrics,
-            clock=clock,
-            period=settings.tick,
-            budget=settings.tick_budget,
-            max_workers=settings.max_workers,
+            clock=self._clock,
+            period=tick.period,
+            budget=tick.budget,
+            max_workers=tick.max_workers,
             synced=self.reconciler.reads.synced,
             before_reconcile=self._before_reconcile,
             wake=self._timer.wake,
         )
-        self._health: HealthServer | None = None
-        self._threads: list[threading.Thread] = []
-        self._loaded_once = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -387,46 +341,19 @@ class Controller:
 
     def run(self) -> None:
         """Run until :meth:`stop` (or SIGTERM through the CLI)."""
-        settings = self.settings
-        if settings.metrics_port >= 0:
-            self._health = HealthServer(
-                self.metrics,
-                host=settings.metrics_host,
-                port=settings.metrics_port,
-                liveness=self._heartbeat.check,
-                readiness=self._readiness,
-            )
-            self._health.start()
-        log.info(
-            "kserve-canary starting",
-            identity=settings.identity,
-            policies=[os.fspath(path) for path in settings.policy_paths] if self._read_files else None,
-            policySources=sorted(str(source) for source in settings.policy_sources),
-            namespaces=list(settings.namespaces) or "all",
-            dryRun=settings.dry_run,
-            leaderElection=self._elector is not None,
-            metricsPort=self._health.port if self._health else None,
-        )
-        if self._elector is not None:
-            self._spawn("leader-election", lambda: self._elector.run(self._stop) if self._elector else None)
-        if self._sharded is not None:
-            self._spawn("shard-election", lambda: self._sharded.run(self._stop) if self._sharded else None)
-        watched: list[str | None] = list(settings.namespaces) or [None]
-        for namespace in watched:
-            for cache in (self.inference_service_cache, self.configmap_cache):
-                self._spawn(f"watch-{cache.kind}-{namespace or 'all'}", self._watcher(cache, namespace))
-        if self.policy_objects is not None:
-            objects = self.policy_objects
-            self._spawn("policy-objects", lambda: objects.run(self._stop))
+        self._serve_health()
+        self._log_start()
+        self._start_threads()
         self._reload()
         self._timer.start()
+        period = self.settings.policies.reload_period
         try:
             while not self._stop.is_set():
-                woken = self._wake_main.wait(self.settings.reload_period)
+                woken = self._wake_main.wait(period)
                 self._wake_main.clear()
                 if woken:
                     # A burst of watch events is one reload, not one per event.
-                    self._stop.wait(min(0.2, self.settings.reload_period))
+                    self._stop.wait(min(0.2, period))
                 if self._stop.is_set():
                     break
                 self._heartbeat.beat()
@@ -434,14 +361,54 @@ class Controller:
         finally:
             self._shutdown()
 
+    def _serve_health(self) -> None:
+        serving = self.settings.serving
+        if serving.port >= 0:
+            self._health = HealthServer(
+                self.metrics,
+                host=serving.host,
+                port=serving.port,
+                liveness=self._heartbeat.check,
+                readiness=self._readiness,
+            )
+            self._health.start()
+
+    def _log_start(self) -> None:
+        settings = self.settings
+        policies = settings.policies
+        read_files = bool(policies.sources & {PolicySource.FILES, PolicySource.AUTO})
+        log.info(
+            "kserve-canary starting",
+            identity=settings.leasing.identity,
+            policies=[os.fspath(path) for path in policies.paths] if read_files else None,
+            policySources=sorted(str(source) for source in policies.sources),
+            namespaces=list(settings.cluster.namespaces) or "all",
+            dryRun=settings.cluster.dry_run,
+            leaderElection=self._elector is not None,
+            metricsPort=self._health.port if self._health else None,
+        )
+
+    def _start_threads(self) -> None:
+        if self._elector is not None:
+            self._spawn("leader-election", lambda: self._elector.run(self._stop) if self._elector else None)
+        if self._sharded is not None:
+            self._spawn("shard-election", lambda: self._sharded.run(self._stop) if self._sharded else None)
+        watched: list[str | None] = list(self.settings.cluster.namespaces) or [None]
+        for namespace in watched:
+            for cache in (self.inference_service_cache, self.configmap_cache):
+                self._spawn(f"watch-{cache.kind}-{namespace or 'all'}", self._watcher(cache, namespace))
+        if self.policy_objects is not None:
+            objects = self.policy_objects
+            self._spawn("policy-objects", lambda: objects.run(self._stop))
+
     def _shutdown(self) -> None:
         log.info("shutting down: finishing evaluations in flight")
         self._timer.shutdown(wait=True)
         self.ticks.close(wait=True)
         self.gates.close()
-        drained = self._dispatcher.close(timeout=5.0)
+        drained = self.delivery.dispatcher.close(timeout=5.0)
         for thread in self._threads:
-            thread.join(timeout=self.settings.retry_period + self.settings.request_timeout)
+            thread.join(timeout=self.settings.leasing.retry_period + self.settings.cluster.request_timeout)
         if self._health is not None:
             self._health.stop()
         log.info("stopped", notificationsDrained=drained)
@@ -454,7 +421,8 @@ class Controller:
     # -- policies --------------------------------------------------------------------------------
 
     def _governed(self, policy: PromotionPolicy) -> bool:
-        return not self.settings.namespaces or policy.metadata.namespace in self.settings.namespaces
+        namespaces = self.settings.cluster.namespaces
+        return not namespaces or policy.metadata.namespace in namespaces
 
     def _reload(self) -> None:
         try:
@@ -481,57 +449,24 @@ class Controller:
             )
         report = self._registry.reload()
         if report.changed:
-            for error in report.errors:
-                log.error(
-                    "policy error", error=str(error), file=error.path, line=error.line, field=error.field
-                )
-            for conflict in report.conflicts:
-                log.error(
-                    "policy conflict: neither policy governs the InferenceService; its rollout is held",
-                    error=str(conflict),
-                    key=conflict.key,
-                    claimants=[claimant.origin for claimant in conflict.claimants],
-                )
-            for key in report.kept_previous:
-                log.warning("policy edit rejected: the previous version keeps running", key=key)
-            if report.added or report.updated or report.removed or report.held:
-                log.info(
-                    "policies loaded",
-                    added=report.added,
-                    updated=report.updated,
-                    removed=report.removed,
-                    held=report.held,
-                )
+            self._log_reload(report)
             for key in report.held:
                 # Not paused, not rolled back: the state waits for whichever policy remains.
-                self._destinations.pop(key, None)
+                self.delivery.forget(key)
             for key in report.removed:
-                self._destinations.pop(key, None)
+                self.delivery.forget(key)
                 if self.ownership.owns(key):
                     self.reconciler.pause_removed(report.removed_policies[key])
         active = {
             key: loaded for key, loaded in self._registry.active.items() if self._governed(loaded.policy)
         }
-        for key, loaded in active.items():
-            cached = self._destinations.get(key)
-            from_object = loaded.object is not None
-            if (
-                cached is None
-                or cached[1] != from_object
-                or (cached[0] is not loaded.policy and cached[0] != loaded.policy)
-            ):
-                self._destinations[key] = (loaded.policy, from_object, None)
-        self.metrics.policies.labels("loaded").set(len(active))
-        invalid = {error.path for error in self._registry.errors if not error.conflict}
-        invalid_objects = {path for path in invalid if path.startswith("promotionpolicy/")}
-        # A conflict's claimant is not invalid; a held model is counted apart (nobody governs it).
-        self.metrics.policies.labels("invalid-files").set(len(invalid - invalid_objects))
-        self.metrics.policies.labels("invalid-objects").set(len(invalid_objects))
-        self.metrics.policies.labels("held").set(len(self._registry.held))
+        self.delivery.loaded(active)
+        self._count_policies(active)
         self.ticks.sync({key: loaded.policy.spec.interval for key, loaded in active.items()})
         # The tick is never longer than the smallest policy interval.
         smallest = self.ticks.smallest_interval()
-        period = min(self.settings.tick, smallest) if smallest else self.settings.tick
+        tick = self.settings.tick.period
+        period = min(tick, smallest) if smallest else tick
         self.ticks.period = period
         self._timer.set_period(period)
         if report.added:
@@ -540,60 +475,45 @@ class Controller:
             self._timer.wake()
         self._loaded_once = True
 
-    def _policy_destinations(self, policy: PromotionPolicy) -> list[Destination]:
-        cached = self._destinations.get(policy.key)
-        # Identity first: comparing two policies field by field on every reconcile was 3 % of the
-        # controller's CPU at 1,000 rollouts; an equal new object (a reload) is compared once.
-        # A policy without notify targets has no destinations, built once all the same.
-        if cached is not None and cached[2] is not None and (cached[0] is policy or cached[0] == policy):
-            if cached[0] is not policy:
-                self._destinations[policy.key] = (policy, cached[1], cached[2])
-            return cached[2]
-        loaded = self._registry.get(policy.key)
-        from_object = loaded is not None and loaded.object is not None
-        resolver = self._policy_resolver(policy)
-        built = destinations_for(policy.spec.notify, resolver=resolver, context=self._message_context)
-        self._destinations[policy.key] = (policy, from_object, built)
-        return built
+    def _log_reload(self, report: ReloadReport) -> None:
+        for error in report.errors:
+            log.error("policy error", error=str(error), file=error.path, line=error.line, field=error.field)
+        for conflict in report.conflicts:
+            log.error(
+                "policy conflict: neither policy governs the InferenceService; its rollout is held",
+                error=str(conflict),
+                key=conflict.key,
+                claimants=[claimant.origin for claimant in conflict.claimants],
+            )
+        for key in report.kept_previous:
+            log.warning("policy edit rejected: the previous version keeps running", key=key)
+        if report.added or report.updated or report.removed or report.held:
+            log.info(
+                "policies loaded",
+                added=report.added,
+                updated=report.updated,
+                removed=report.removed,
+                held=report.held,
+            )
+
+    def _count_policies(self, active: Mapping[str, LoadedPolicy]) -> None:
+        self.metrics.policies.labels("loaded").set(len(active))
+        invalid = {error.path for error in self._registry.errors if not error.conflict}
+        invalid_objects = {path for path in invalid if path.startswith("promotionpolicy/")}
+        # A conflict's claimant is not invalid; a held model is counted apart (nobody governs it).
+        self.metrics.policies.labels("invalid-files").set(len(invalid - invalid_objects))
+        self.metrics.policies.labels("invalid-objects").set(len(invalid_objects))
+        self.metrics.policies.labels("held").set(len(self._registry.held))
 
     def _gate_done(self, key: str) -> None:
         self.ticks.trigger(key)  # its next decision records the gate's answer
-
-    def _policy_resolver(self, policy: PromotionPolicy) -> SecretResolver:
-        """Where a policy's secret references are read (notifications and gates alike)."""
-        namespace = policy.metadata.namespace
-        loaded = self._registry.get(policy.key)
-        from_object = loaded is not None and loaded.object is not None
-        # Scoped to the policy's namespace: a file's references reach only what is opened to its
-        # namespace; an object's only keys of its namespace's Secret, never our environment or files.
-        if from_object:
-            return self._resolver.from_namespace_secret(
-                namespace, self._read_secret, self.settings.crd_secret_name
-            )
-        return self._resolver.scoped(namespace)
-
-    def _read_secret(self, namespace: str, name: str) -> dict[str, str] | None:
-        """A Secret's data, decoded (None: there is none). Read at send time: a rotation applies."""
-        try:
-            response = self._core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=self.settings.request_timeout
-            )
-        except ApiException as error:
-            if is_not_found(error):
-                return None
-            raise
-        body = json.loads(cast(Any, response).data)
-        data = body.get("data") or {}
-        decoded = {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
-        decoded.update(body.get("stringData") or {})
-        return decoded
 
     # -- PromotionPolicy status ------------------------------------------------------------------
 
     def _project_statuses(self) -> None:
         """Every object's status projected from the stored rollout state; written when it changed."""
         objects, writer = self.policy_objects, self.status_writer
-        if objects is None or not self._loaded_once or self.settings.dry_run:
+        if objects is None or not self._loaded_once or self.settings.cluster.dry_run:
             return
         now = self._clock()
         held = self._registry.held
@@ -666,7 +586,7 @@ class Controller:
         # A rollout whose shard comes (back) to this replica is read afresh, as after a restart
         # (what another replica decided meanwhile is not in this process's memory), takes its
         # outbox up again, and is reconciled in the next tick rather than at its next interval.
-        self._resumed = {key for key in self._resumed if sharded.shard_of(key) in held}
+        self.delivery.lead_anew(lambda key: sharded.shard_of(key) in held)
         for key in self.ticks.keys:
             if sharded.shard_of(key) in gained:
                 self.reconciler.forget(key)
@@ -674,37 +594,15 @@ class Controller:
 
     def _in_flight(self) -> set[str]:
         """The rollouts read and not yet written (a drained shard is released only after them)."""
-        ticks = getattr(self, "ticks", None)  # asked from the renew thread; None while constructing
-        return ticks.in_flight() if ticks is not None else set()
+        return self.ticks.in_flight()  # asked from the renew thread, which run() starts
 
     def _leadership_changed(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
         # Whoever leads next takes every outbox up afresh (this replica too, when it leads again).
-        self._resumed.clear()
-
-    def _resume_outbox(self, policy: PromotionPolicy) -> None:
-        """Once per leadership, before the first reconcile of a rollout: send what its outbox holds
-        (left by a killed process or by the previous leader)."""
-        if self._outbox is None or policy.key in self._resumed:
-            return
-        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
-        try:
-            pending = self._outbox.pending(namespace, name)
-        except Exception as error:
-            log.warning("notification outbox unreadable; trying again", key=policy.key, error=str(error))
-            return
-        self._resumed.add(policy.key)
-        if not pending:
-            return
-
-        def resolve(entry: OutboxEntry) -> Destination | None:
-            return next((d for d in self._policy_destinations(policy) if d.ref == entry.ref), None)
-
-        resumed = self._dispatcher.resume(pending, resolve)
-        log.info("notification outbox taken up", key=policy.key, waiting=len(pending), resumed=resumed)
+        self.delivery.lead_anew()
 
     def _before_reconcile(self, loaded: LoadedPolicy) -> None:
-        self._resume_outbox(loaded.policy)
+        self.delivery.resume(loaded.policy)
 
     def _tick_once(self) -> None:
         if self._stop.is_set():
@@ -747,7 +645,7 @@ class Controller:
         if not self._loaded_once:
             return False, f"policies not loaded yet{crd}\n"
         if (
-            self._crd_required
+            PolicySource.CRD in self.settings.policies.sources
             and self.policy_objects is not None
             and self.policy_objects.state
             in {

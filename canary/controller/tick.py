@@ -11,7 +11,9 @@ Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
 2. **Read.** Each due rollout is read from the watch caches and the pure core is asked for its
    evidence request (:meth:`Reconciler.prepare`), all with the same evaluation time ``at``.
 3. **Evidence, once.** ``collect_many([(policy, request), ...])`` once for every rollout that needs
-   evidence (any other :class:`EvidenceSource`: ``collect`` per rollout). Rollouts that need none —
+   evidence (the source is a :class:`~canary.controller.evidence.TickEvidenceSource`; one that can
+   only ``collect`` comes wrapped in :class:`~canary.controller.evidence.CollectEach`, which asks it
+   per rollout). Rollouts that need none —
    an auto-start, a first step, an idle model — are handed to the workers as soon as they are read,
    without waiting for the other reads or for Prometheus.
 4. **Alarms.** An evidence source that samples every tracked revision each tick (``take_alarms``:
@@ -47,10 +49,11 @@ from typing import Protocol
 
 import structlog
 
+from canary.controller.evidence import TickEvidenceSource
 from canary.controller.leader import LeaderElector, NotLeader
 from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Prepared, ReconcileOutcome, Reconciler
-from canary.evidence import Evidence, EvidenceRequest, EvidenceSource
+from canary.evidence import Evidence, EvidenceRequest
 from canary.notify import Destination
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.bookkeeping import TIMER_SLACK
@@ -97,7 +100,7 @@ class TickOutcome:
     in_flight: list[str] = field(default_factory=list)  # still writing when the budget ran out
     skipped: list[str] = field(default_factory=list)  # not owned, or caches not synced
     failed: list[str] = field(default_factory=list)
-    collect_calls: int = 0  # collect_many (or collect) calls to the evidence source
+    collect_calls: int = 0  # collect_many calls to the evidence source
     evidence_requests: int = 0  # rollouts that asked for evidence
     duration: float = 0.0
     outcomes: dict[str, ReconcileOutcome] = field(default_factory=dict)
@@ -108,7 +111,7 @@ class TickRunner:
         self,
         *,
         reconciler: Reconciler,
-        evidence: EvidenceSource,
+        evidence: TickEvidenceSource,
         policy: Callable[[str], LoadedPolicy | None],
         destinations: Callable[[PromotionPolicy], Sequence[Destination]] = lambda policy: (),
         ownership: Ownership,
@@ -222,9 +225,26 @@ class TickRunner:
             self._carried = []
             for key in due:
                 self._waiting_since.setdefault(key, now)
-        # 2. read, ask the core what to measure; 4a. what needs no evidence is decided at once, while
-        # the others are still read (after a restart with 10,000 idle models, the first is decided
-        # as soon as it is read, not after the last one)
+        futures, needing = self._read(due, now, deadline, outcome)
+        if needing:
+            self._collect_and_submit(needing, futures, outcome)
+        if self._watched_now:
+            self._sample_warm_up(now)
+        self._wait(futures, deadline, outcome)
+        with self._lock:
+            self._carried = [key for key in outcome.carried if key in self._intervals]
+        outcome.duration = self._monotonic() - started
+        self._record(outcome, api_before)
+        self.last = outcome
+        return outcome
+
+    def _read(
+        self, due: list[str], now: datetime, deadline: float, outcome: TickOutcome
+    ) -> tuple[dict[str, Future[ReconcileOutcome]], list[Prepared]]:
+        """Step 2: read, ask the core what to measure; 4a. what needs no evidence is decided at once,
+        while the others are still read (after a restart with 10,000 idle models, the first is
+        decided as soon as it is read, not after the last one). Returns those decisions and the
+        rollouts that need evidence."""
         futures: dict[str, Future[ReconcileOutcome]] = {}
         needing: list[Prepared] = []
         for index, key in enumerate(due):
@@ -238,28 +258,35 @@ class TickRunner:
                 futures[item.key] = self._submit(item, None)
             else:
                 needing.append(item)
-        # 3. one collect for all — but a rollout looked at for an alarm first, on its own: its
-        # rollback must not wait for the evidence of a tick of holds (the sample it takes is
-        # the one the others then share, so Prometheus is asked no more).
-        if needing:
-            outcome.evidence_requests = len(needing)
-            urgent = [item for item in needing if item.alarm]
-            rest = [item for item in needing if not item.alarm]
-            for batch in (urgent, rest):
-                if not batch:
-                    continue
-                evidences, calls = self._collect(batch)
-                outcome.collect_calls += calls
-                # The canaries this sample saw OOM-killed are decided first (behind no hold);
-                # alarmed rollouts not judged now are looked at next (step 4).
-                alarmed = self._take_alarms({item.key for item in needing})
-                order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
-                for index in order:
-                    futures[batch[index].key] = self._submit(batch[index], evidences[index])
-        if self._watched_now:
-            self._sample_warm_up(now)
-        # 4b. wait for the decisions within the budget. Their evidence is in hand: none is dropped;
-        # what is not done by then finishes on the pool, and its rollout is not read again until then.
+        return futures, needing
+
+    def _collect_and_submit(
+        self, needing: list[Prepared], futures: dict[str, Future[ReconcileOutcome]], outcome: TickOutcome
+    ) -> None:
+        """Step 3: one collect for all — but a rollout looked at for an alarm first, on its own: its
+        rollback must not wait for the evidence of a tick of holds (the sample it takes is the one
+        the others then share, so Prometheus is asked no more)."""
+        outcome.evidence_requests = len(needing)
+        urgent = [item for item in needing if item.alarm]
+        rest = [item for item in needing if not item.alarm]
+        for batch in (urgent, rest):
+            if not batch:
+                continue
+            evidences = self._collect(batch)
+            outcome.collect_calls += 1
+            # The canaries this sample saw OOM-killed are decided first (behind no hold);
+            # alarmed rollouts not judged now are looked at next (step 4).
+            alarmed = self._take_alarms({item.key for item in needing})
+            order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
+            for index in order:
+                futures[batch[index].key] = self._submit(batch[index], evidences[index])
+
+    def _wait(
+        self, futures: dict[str, Future[ReconcileOutcome]], deadline: float, outcome: TickOutcome
+    ) -> None:
+        """Step 4b: wait for the decisions within the budget. Their evidence is in hand: none is
+        dropped; what is not done by then finishes on the pool, and its rollout is not read again
+        until then."""
         for key, future in futures.items():
             remaining = deadline - self._monotonic()
             if remaining > 0:
@@ -274,12 +301,6 @@ class TickRunner:
                     (outcome.failed if result.error else outcome.decided).append(key)
                 continue
             outcome.in_flight.append(key)
-        with self._lock:
-            self._carried = [key for key in outcome.carried if key in self._intervals]
-        outcome.duration = self._monotonic() - started
-        self._record(outcome, api_before)
-        self.last = outcome
-        return outcome
 
     # -- the steps -----------------------------------------------------------------------------
 
@@ -287,22 +308,9 @@ class TickRunner:
         loaded = self._policy(key)
         if loaded is None:
             return None
-        namespace = loaded.policy.metadata.namespace
-        if not self._synced(namespace):
+        if not self._may_read(key, loaded.policy.metadata.namespace):
             outcome.skipped.append(key)
             return None
-        if not self._ownership.owns(key):
-            with self._lock:
-                self._not_owned.add(key)
-            outcome.skipped.append(key)
-            return None
-        with self._lock:
-            regained = key in self._not_owned
-            self._not_owned.discard(key)
-        if regained:
-            # Another replica may have decided (and not stored) in between: what this one remembers
-            # of the rollout is no longer the latest; read it as after a restart.
-            self._reconciler.forget(key)
         with self._lock:
             self._triggered.discard(key)
             alarm = key in self._alarmed
@@ -332,6 +340,28 @@ class TickRunner:
             self._done(key)
             self._schedule(key, now, prepared)
             return None
+        self._track_canary(key, prepared, now, alarm)
+        return prepared
+
+    def _may_read(self, key: str, namespace: str) -> bool:
+        """Whether ``key`` is read now: its namespace's caches have listed, and this replica owns it."""
+        if not self._synced(namespace):
+            return False
+        if not self._ownership.owns(key):
+            with self._lock:
+                self._not_owned.add(key)
+            return False
+        with self._lock:
+            regained = key in self._not_owned
+            self._not_owned.discard(key)
+        if regained:
+            # Another replica may have decided (and not stored) in between: what this one remembers
+            # of the rollout is no longer the latest; read it as after a restart.
+            self._reconciler.forget(key)
+        return True
+
+    def _track_canary(self, key: str, prepared: Prepared, now: datetime, alarm: bool) -> None:
+        """The canary whose alarms are ``key``'s: one evaluated now, or one warming up (watched)."""
         if prepared.request is not None:
             with self._lock:
                 self._canaries[(prepared.request.namespace, prepared.request.canary_revision)] = key
@@ -341,7 +371,6 @@ class TickRunner:
         else:
             with self._lock:
                 self._alarm_since.pop(key, None)
-        return prepared
 
     def _watch_warm_up(self, key: str, prepared: Prepared, now: datetime, alarm: bool) -> None:
         """A canary warming up with no evaluation due: its restart counters join the per-tick
@@ -361,11 +390,8 @@ class TickRunner:
                     self._triggered.add(key)
                 else:
                     self._alarm_since.pop(key, None)  # its regular evaluation has come meanwhile
-        watch = getattr(self._evidence, "watch_warm_up", None)
-        if not callable(watch):
-            return
         try:
-            watch(prepared.policy, revision, born, now)
+            self._evidence.watch_warm_up(prepared.policy, revision, born, now)
         except Exception as error:  # a watch is a shortcut; the first evaluation still comes
             log.warning("warm-up watch failed", key=key, error=str(error))
             return
@@ -375,11 +401,8 @@ class TickRunner:
         """The tick's sample of the canaries warming up, if no collect took it (nothing else needed
         evidence): a kill while a model loads must not wait for another rollout's evaluation. Its
         alarms are looked at at once (the next tick now)."""
-        sample = getattr(self._evidence, "sample_warm_up", None)
-        if not callable(sample):
-            return
         try:
-            sample(now)
+            self._evidence.sample_warm_up(now)
         except Exception as error:  # a shortcut, as the watch
             log.warning("warm-up sample failed", error=str(error))
             return
@@ -389,11 +412,8 @@ class TickRunner:
     def _take_alarms(self, judged_now: set[str]) -> set[str]:
         """Step 4: the rollouts whose canary the evidence source saw OOM-killed (returned); those
         not judged in this very tick (whose evidence already holds the kill) are looked at now."""
-        take = getattr(self._evidence, "take_alarms", None)
-        if not callable(take):
-            return set()
         try:
-            alarms = set(take())
+            alarms = set(self._evidence.take_alarms())
         except Exception as error:  # an alarm is a shortcut; the interval still comes
             log.warning("evidence alarms unreadable", error=str(error))
             return set()
@@ -424,41 +444,29 @@ class TickRunner:
         with self._lock:
             return set(self._in_flight)
 
-    def _collect(self, items: list[Prepared]) -> tuple[list[Evidence | None], int]:
-        started = self._monotonic()
+    def _collect(self, items: list[Prepared]) -> list[Evidence | None]:
+        """One ``collect_many`` for ``items``: their evidence, in order (None: none)."""
         asks: list[tuple[PromotionPolicy, EvidenceRequest]] = []
         for item in items:
-            assert item.request is not None
+            assert item.request is not None  # only the rollouts that need evidence are collected
             asks.append((item.policy, item.request))
-        collect_many = getattr(self._evidence, "collect_many", None)
+        started = self._monotonic()
         try:
-            if not callable(collect_many):
-                return [self._collect_one(policy, request) for policy, request in asks], len(asks)
-            try:
-                answers: list[Evidence | None] = list(collect_many(asks))
-                if len(answers) != len(asks):
-                    raise ValueError(f"collect_many answered {len(answers)} of {len(asks)} requests")
-            except Exception as error:  # the contract says it never raises: no evidence this tick
-                log.exception("evidence collection failed", rollouts=len(asks), error=str(error))
-                self._metrics.query_errors.labels("internal").inc()
-                return [None] * len(asks), 1
-            for answer in answers:
-                if answer is not None:
-                    self._reconciler.count_query_errors(answer)
-            return answers, 1
+            answers = list(self._evidence.collect_many(asks))
+            if len(answers) != len(asks):
+                raise ValueError(f"collect_many answered {len(answers)} of {len(asks)} requests")
+        except Exception as error:  # the contract says it never raises: no evidence this tick
+            log.exception("evidence collection failed", rollouts=len(asks), error=str(error))
+            self._metrics.query_errors.labels("internal").inc()
+            return [None] * len(asks)
         finally:
             self._metrics.query_duration.observe(self._monotonic() - started)
-
-    def _collect_one(self, policy: PromotionPolicy, request: EvidenceRequest) -> Evidence | None:
-        """Any other EvidenceSource: one rollout at a time; one failing never stops the others."""
-        try:
-            evidence = self._evidence.collect(policy, request)
-        except Exception as error:
-            log.exception("evidence collection failed", key=policy.key, error=str(error))
-            self._metrics.query_errors.labels("internal").inc()
-            return None
-        self._reconciler.count_query_errors(evidence)
-        return evidence
+        for answer in answers:
+            if answer is None:  # that rollout's evidence could not be collected (CollectEach logged it)
+                self._metrics.query_errors.labels("internal").inc()
+            else:
+                self._reconciler.count_query_errors(answer)
+        return answers
 
     def _submit(self, item: Prepared, evidence: Evidence | None) -> Future[ReconcileOutcome]:
         return self._pool.submit(self._finish, item, evidence)

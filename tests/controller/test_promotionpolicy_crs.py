@@ -36,10 +36,21 @@ from kubernetes import client, config
 from typer.testing import CliRunner
 
 from canary.cli import app
-from canary.controller.runtime import Controller, ControllerConfig, PolicySource
+from canary.controller.runtime import Controller, build_controller
+from canary.controller.settings import (
+    ClusterSettings,
+    ControllerSettings,
+    LeaseSettings,
+    NotifySettings,
+    PolicyObjectSettings,
+    PolicySettings,
+    PolicySource,
+    PrometheusSettings,
+    ServingSettings,
+    TickSettings,
+)
 from canary.kserve.store import ConfigMapStateStore, state_configmap_name
-from canary.metrics.client import PrometheusConfig
-from canary.metrics.prometheus import PrometheusEvidenceSource
+from canary.policy.scope import SecretScope
 from canary.rollout.state import Phase
 from tests.policy.support import valid_policy
 
@@ -134,26 +145,38 @@ class Stack:
             and e.user_agent.startswith("kserve-canary/")
         ]
 
-    def start(self, **settings: Any) -> Controller:
-        evidence = PrometheusEvidenceSource(
-            PrometheusConfig(url=f"http://127.0.0.1:{free_port()}", timeout=0.5), scrape_interval=1.0
+    def start(
+        self,
+        *,
+        sources: frozenset[PolicySource] = frozenset({PolicySource.AUTO}),
+        secrets: SecretScope | None = None,
+        allow_custom_promql: bool = False,
+        status_min_interval: float = 1.0,
+        metrics_port: int = -1,
+        tick: float = 0.3,
+    ) -> Controller:
+        settings = ControllerSettings(
+            policies=PolicySettings(
+                paths=(self.policies,), sources=sources, secrets=secrets or SecretScope(), reload_period=0.3
+            ),
+            objects=PolicyObjectSettings(
+                allow_custom_promql=allow_custom_promql,
+                crd_recheck=0.5,
+                status_min_interval=status_min_interval,
+            ),
+            # Nothing listens there: every query fails, fast.
+            prometheus=PrometheusSettings(
+                url=f"http://127.0.0.1:{free_port()}", timeout=0.5, scrape_interval=1.0, min_samples=1.0
+            ),
+            leasing=LeaseSettings(elect=False, identity="controller-under-test"),
+            tick=TickSettings(period=tick),
+            notify=NotifySettings(allow_hosts=("127.0.0.1",)),
+            serving=ServingSettings(port=metrics_port),
+            cluster=ClusterSettings(watch_timeout=5),
         )
-        options: dict[str, Any] = {
-            "policy_paths": [self.policies],
-            "metrics_port": -1,
-            "leader_elect": False,
-            "tick": 0.3,
-            "reload_period": 0.3,
-            "crd_recheck": 0.5,
-            "watch_timeout": 5,
-            "notify_allow_hosts": ("127.0.0.1",),
-            "identity": "controller-under-test",
-        }
-        options.update(settings)
-        controller = Controller(
-            ControllerConfig(**options),
+        controller = build_controller(
+            settings,
             api_client=config.new_client_from_config(config_file=str(self.kubeconfig)),  # type: ignore[no-untyped-call]
-            evidence=evidence,
         )
         thread = threading.Thread(target=controller.run, daemon=True)
         thread.start()
@@ -210,7 +233,7 @@ def test_a_valid_object_governs_and_its_status_is_written_only_when_it_changes(s
     install_crd(stack.api)
     stack.model("llama")
     stack.apply_policy(policy_object("llama", "llama"))
-    stack.start(policy_sources=frozenset({PolicySource.CRD}))
+    stack.start(sources=frozenset({PolicySource.CRD}))
     assert wait_until(lambda: (stack.condition("llama", "Promoted") or {}).get("reason") == "NoRollout")
     stack.push("llama", "v2")
     assert wait_until(lambda: first_step_written(stack, "llama")), stack.canary_percent("llama")
@@ -253,13 +276,13 @@ def test_a_policy_without_notify_targets_builds_its_destinations_once(stack: Sta
     install_crd(stack.api)
     stack.model("llama")
     stack.apply_policy(policy_object("llama", "llama"))
-    controller = stack.start(policy_sources=frozenset({PolicySource.CRD}))
+    controller = stack.start(sources=frozenset({PolicySource.CRD}))
     assert wait_until(lambda: (stack.condition("llama", "Promoted") or {}).get("reason") == "NoRollout")
     loaded = controller._registry.get("ml/llama")
     assert loaded is not None and not loaded.policy.spec.notify
-    built = controller._policy_destinations(loaded.policy)
+    built = controller.delivery.destinations(loaded.policy)
     assert built == []
-    assert controller._policy_destinations(loaded.policy) is built
+    assert controller.delivery.destinations(loaded.policy) is built
 
 
 # -- an invalid object ----------------------------------------------------------------------------
@@ -314,7 +337,7 @@ def test_custom_promql_from_an_object_is_refused_without_the_flag(stack: Stack) 
     time.sleep(2.0)
     assert stack.canary_percent("llama") is None, "a refused policy governs nothing"
     stack.stop()
-    stack.start(allow_custom_promql_from_crds=True)
+    stack.start(allow_custom_promql=True)
     assert wait_until(lambda: (stack.condition("llama", "PolicyValid") or {}).get("status") == "True")
 
 
@@ -402,8 +425,6 @@ def test_an_object_reads_its_namespace_secret_and_never_the_controller_environme
             policy_object("llama", "llama", notify=[{"webhook": {"urlFrom": {"env": "HOOK_URL"}}}])
         )
         # The controller's own env would be allowed for file policies of ml; an object never reads it.
-        from canary.policy.scope import SecretScope
-
         stack.start(secrets=SecretScope(env_allow={"ml": ("*",)}))
         assert wait_until(lambda: stack.condition("llama", "PolicyValid") is not None)
         stack.push("llama", "v2")
@@ -521,7 +542,7 @@ def test_without_the_crd_files_still_govern_and_readyz_says_so(stack: Stack) -> 
     stack.stop()
     # Objects only, and no CRD: not ready, and it says why.
     port = free_port()
-    stack.start(metrics_port=port, policy_sources=frozenset({PolicySource.CRD}))
+    stack.start(metrics_port=port, sources=frozenset({PolicySource.CRD}))
     assert wait_until(lambda: "the PromotionPolicy CRD is not served" in readyz(port)[1]), readyz(port)
     assert readyz(port)[0] == 503
     # Installed later: read without a restart.
@@ -543,7 +564,7 @@ def stored(world: Stack, model: str) -> bool:
 
 def test_a_policy_file_written_between_two_ticks_is_evaluated_before_the_next_tick(stack: Stack) -> None:
     stack.model("llama")
-    controller = stack.start(policy_sources=frozenset({PolicySource.FILES}), tick=60.0)
+    controller = stack.start(sources=frozenset({PolicySource.FILES}), tick=60.0)
     assert wait_until(lambda: controller.ticks.last is not None, 10), "the first tick ran"
     (stack.policies / "ml" / "llama.yaml").write_text(valid_policy("llama", "llama"))
     # Its first evaluation stores the model's state: within seconds, not the 60 s tick period.

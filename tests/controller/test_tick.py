@@ -2,7 +2,7 @@
 due, one evidence collect for all of them, the budget and what it carries over, ownership.
 
 The evidence source is a recording one written here (not our PrometheusEvidenceSource mocked): it
-implements the EvidenceSource protocol and ``collect_many``, and answers every request with no data.
+implements the TickEvidenceSource protocol, and answers every request with no data.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 
 from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.evidence import CollectEach, TickEvidenceSource
 from canary.controller.leader import NotLeader
 from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Reconciler
@@ -62,15 +63,13 @@ spec:
 class RecordingSource:
     """An EvidenceSource that remembers every call and answers "no requests yet"."""
 
-    def __init__(self, *, many: bool = True) -> None:
+    def __init__(self) -> None:
         self.calls: list[list[tuple[str, datetime]]] = []
         self.alarms: set[tuple[str, str]] = set()  # what take_alarms reports next (once)
         self.alarms_in_sample: set[tuple[str, str]] = set()  # raised by the next collect_many
         self.watched: list[tuple[str, str, datetime]] = []  # watch_warm_up: (policy, revision, born)
         self.warm_up_samples: list[datetime] = []  # sample_warm_up calls
         self.alarms_in_warm_up_sample: set[tuple[str, str]] = set()  # raised by the next sample_warm_up
-        if not many:
-            self.collect_many = None  # type: ignore[assignment]
 
     def _answer(self, request: EvidenceRequest) -> Evidence:
         empty = Measurement.no_data("no requests in the window")
@@ -304,10 +303,9 @@ def test_one_collect_per_tick_for_every_due_rollout_with_the_same_time(world: Wo
     assert world.metrics.api_totals()[1] == writes_before
 
 
-def test_without_collect_many_each_rollout_is_collected_on_its_own(world: World) -> None:
+def test_a_source_that_can_only_collect_is_asked_for_each_rollout_on_its_own(world: World) -> None:
     _wait(lambda: world.reconciler.reads.synced(NS))
-    world.source = RecordingSource(many=False)
-    runner = world.runner()
+    runner = world.runner(evidence=CollectEach(world.source))  # only its collect is ever called
     runner.run_tick()
     for name in MODELS:
         world.push(name)
@@ -316,7 +314,10 @@ def test_without_collect_many_each_rollout_is_collected_on_its_own(world: World)
     world.source.calls.clear()
     world.clock.now += timedelta(minutes=1, seconds=1)
     outcome = runner.run_tick()
-    assert outcome.collect_calls == len(MODELS) == len(world.source.calls)
+    assert outcome.collect_calls == 1, "the tick asks its source once"
+    assert len(world.source.calls) == len(MODELS) == outcome.evidence_requests
+    assert all(len(call) == 1 for call in world.source.calls), "the adapter collects one at a time"
+    assert sorted(outcome.decided) == sorted(world.policies)
 
 
 def test_a_tick_out_of_budget_carries_the_rest_first_into_the_next_tick(world: World) -> None:
@@ -485,3 +486,39 @@ def test_a_rollout_looked_at_for_an_alarm_gets_its_evidence_before_the_others(wo
     first, second = world.source.calls
     assert [key for key, _ in first] == [f"{NS}/m5"]
     assert sorted(key for key, _ in second) == sorted(set(world.policies) - {f"{NS}/m5"})
+
+
+def test_collect_each_collects_each_rollout_on_its_own_and_raises_no_alarm() -> None:
+    """The adapter for a source that can only collect: one failing is that rollout's missing evidence."""
+
+    class Flaky(RecordingSource):
+        def collect(self, policy: PromotionPolicy, request: EvidenceRequest) -> Evidence:
+            if policy.key == f"{NS}/m1":
+                raise RuntimeError("exporter exploded")
+            return super().collect(policy, request)
+
+    at = datetime.now(UTC)
+    asks = []
+    for name in MODELS[:3]:
+        policy = load_text(policy_text(name)).policies[0].policy
+        request = EvidenceRequest(
+            NS,
+            name,
+            f"{name}-predictor-00002",
+            None,
+            at - timedelta(minutes=5),
+            at,
+            tuple(policy.spec.checks),
+        )
+        asks.append((policy, request))
+    source = Flaky()
+    adapted: TickEvidenceSource = CollectEach(source)
+    answers = adapted.collect_many(asks)
+    assert [answer is None for answer in answers] == [False, True, False]
+    assert [answer.request for answer in answers if answer is not None] == [asks[0][1], asks[2][1]]
+    assert source.calls == [[(f"{NS}/m0", at)], [(f"{NS}/m2", at)]], (
+        "one collect per rollout, m2 after m1 failed"
+    )
+    adapted.watch_warm_up(asks[0][0], "m0-predictor-00002", at, at)
+    adapted.sample_warm_up(at)
+    assert not adapted.take_alarms()
