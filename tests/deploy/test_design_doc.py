@@ -33,7 +33,7 @@ SECTION = "\u00a7"  # spelled out so this file's own patterns are not citations
 QUOTE = '"'
 MAP_NAME = "docs/design" + ".md"  # split so that this file's own code is not a named citation
 CITING_TREES = ("canary", "sandbox", "tests", "docs", "benchmarks")
-CITING_FILES = ("README.md", ".importlinter", "Makefile", "pyproject.toml")
+CITING_FILES = ("README.md", "CONTRIBUTING.md", ".importlinter", "Makefile", "pyproject.toml")
 TEXT_SUFFIXES = {".py", ".md", ".txt", ".yaml", ".yml", ".toml", ".json", ".cfg", ".ini", ".sh", ".tpl"}
 SKIPPED_DIRS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules"}
 
