@@ -78,11 +78,11 @@ T = TypeVar("T")
 
 class _ParsedByRollout(Generic[T]):
     """Every evaluation reads its rollout's stored state and latest evaluation, which change only on
-    a write: each is parsed once per text, not once per look (1,000 rollouts spent about a tenth of
-    the controller's CPU parsing the same JSON again). One parsed record per rollout, its current
-    text's: a cache keyed by the text kept the records of texts already replaced as well, up to its
-    size. Beyond ``size`` rollouts the least recently read is dropped. A text that cannot be read
-    raises each time and nothing is kept. Thread-safe."""
+    a write: each is parsed once per text, not once per look (parsing the same JSON on every look is
+    a real share of the controller's CPU at a thousand rollouts). One parsed record per rollout, its
+    current text's: keyed by rollout rather than by text, so the records of texts already replaced
+    are not kept alive. Beyond ``size`` rollouts the least recently read is dropped. A text that
+    cannot be read raises each time and nothing is kept. Thread-safe."""
 
     def __init__(self, parse: Callable[[str], T], size: int = 2048) -> None:
         self._parse = parse
@@ -96,8 +96,8 @@ class _ParsedByRollout(Generic[T]):
             if found is not None and found[0] == text:
                 if found[0] is not text:
                     # The same text read again (a watch that re-listed decodes every object anew):
-                    # keep the caller's copy, or both would stay alive (8 kB of explain.json per
-                    # rollout, 1,000 rollouts, after every re-list).
+                    # keep the caller's copy, or both would stay alive — a second copy of every
+                    # rollout's explain.json after each re-list.
                     self._entries[rollout] = (text, found[1])
                 self._entries.move_to_end(rollout)
                 return found[1]

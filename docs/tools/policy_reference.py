@@ -65,7 +65,7 @@ SECTIONS = [
     (
         "Gate",
         "spec.gates[]",
-        "A webhook the rollout waits for (see [the README](../README.md#gates)): before the first step "
+        "A webhook the rollout waits for (see [gates.md](gates.md)): before the first step "
         "(`pre-rollout`), at every held step once it passed (`step`), or before the promotion "
         "(`pre-promotion`). 2xx passes; anything else is retried and holds, until `deadline`, then "
         "`failurePolicy`.",

@@ -323,7 +323,7 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return poisson(rng, mean)
 
 
-# -- Examples: the README's backtest walkthrough and tests/backtest ----------------------------------
+# -- Examples: the walkthrough of docs/backtest.md and tests/backtest --------------------------------
 
 EXAMPLE_START = 1_795_168_800.0  # 2026-11-20T10:00:00Z
 _MINUTE = 60.0

@@ -1,4 +1,4 @@
-"""`kserve-canary validate`: a path that does not exist is a usage error (exit 2, README), and a 100
+"""`kserve-canary validate`: a path that does not exist is a usage error (exit 2, docs/cli.md), and a 100
 step with a window is answered with what its author meant: bake."""
 
 from __future__ import annotations

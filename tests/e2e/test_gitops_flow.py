@@ -1,4 +1,4 @@
-"""The README's GitOps flow, with the real kubectl against the emulator and the controller as a process.
+"""The GitOps flow (docs/gitops.md): the real kubectl against the emulator, the controller as a process.
 
 A model team's directory holds its InferenceService and its PromotionPolicy. ``kubectl apply -f`` of
 the directory creates both; changing ``storageUri`` in that directory and applying again starts a

@@ -62,7 +62,7 @@ def test_validate_exits_2_on_usage_errors(tmp_path: Path) -> None:
 
 def test_validate_reports_a_missing_path(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope")])
-    assert result.exit_code == 2, "a path that is not there is a usage error (README: 2)"
+    assert result.exit_code == 2, "a path that is not there is a usage error (docs/cli.md: 2)"
     assert "no such file or directory" in result.output
 
 

@@ -216,7 +216,12 @@ EXAMPLES = example_policies()
 
 def test_the_examples_are_found() -> None:
     sources = {label.split("#")[0] for label, _ in EXAMPLES}
-    assert {"README.md", "docs/design.md", "docs/gitops.md", "policies/examples/ml/llm-vllm.yaml"} <= sources
+    assert {
+        "README.md",
+        "docs/design/policy.md",
+        "docs/gitops.md",
+        "policies/examples/ml/llm-vllm.yaml",
+    } <= sources
     assert any(label.startswith("deploy/base/policies/") for label in sources)
 
 
