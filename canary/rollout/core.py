@@ -240,6 +240,7 @@ class _Tick:
         self.gate_results = tuple(gates)
         self.gate_calls: list[GateCall] = []
         self.requested: EvidenceRequest | None = None
+        self.horizon: Horizon | None = None  # where the step stands against its horizon, once judged
         self.reasons: list[str] = []
         self.severity = Severity.INFO
         self.evaluation: Evaluation | None = None
@@ -1370,6 +1371,7 @@ class _Tick:
             covered = evidence_time((evidence.counts or {}).get("canary"), window_start)
             ended = step.started_at is not None and at - step.started_at >= self.plan.windows[step.index]
             horizon = Horizon(self.plan.horizons[step.index], covered, at, self.spec.at_horizon, ended)
+            self.horizon = horizon
         context = CountContext(
             step_start=window_start,
             budget=self.plan.budget,
@@ -1560,6 +1562,12 @@ class _Tick:
                     f" Before the promotion every limit must be shown met on the evidence pooled over the "
                     f"steps; not yet: {', '.join(undecided)}."
                 )
+        horizon = self.horizon
+        if horizon is not None and not horizon.reached:
+            waiting += (
+                f" Decided by {describe_time(horizon.by)} at the latest (the step's horizon: "
+                f"{_duration(horizon.length)} of evidence, {_duration(horizon.covered)} so far)."
+            )
         return (
             f"Holding {self.state.revision} at {step.weight}% (step {step.index + 1} of "
             f"{len(self.steps)}): held {_duration(held)} of {self.plan.window_texts[step.index]}, "

@@ -77,6 +77,10 @@ def test_a_tolerable_change_inside_a_wide_bucket_is_promoted_by_the_last_steps_h
         decision = run(harness, Revision(rate=20.0, error_share=0.002, p50=1.0, p99=3.2), seed=seed)
         assert decision.action is Action.PROMOTE, harness.timeline.render()
         assert minutes_since_start(harness) <= 12.0, harness.timeline.render()
+        # While it held, the status said by when it would be decided.
+        assert any(
+            "at the latest (the step's horizon: 4m of evidence" in d.summary for d in harness.decisions
+        )
         assert any(
             "met at the horizon on the estimate" in r or "met on the estimate" in r for r in decision.reasons
         )
