@@ -157,3 +157,33 @@ def test_a_limit_beyond_the_last_edge_is_never_broken_by_requests_beyond_it() ->
     # Few enough beyond the last edge: met soundly (the quantile is below 10 s).
     fast = exact_tally(T0, 600, 4000, 0, {7.5: 30, 10.0: 10}, edges=OTEL_EDGES)
     assert judge(policy, "p99", [fast], final=True).verdict is CheckVerdict.PASS
+
+
+def test_the_last_steps_share_ignores_requests_between_a_steps_pass_and_the_next_steps_start() -> None:
+    # The end-to-end case: 300 requests/s, a 15 s window, and KServe slow to show the next step's
+    # traffic (a minute). The pool holds that minute at 10 %; no step counted it. The healthy last step
+    # is promoted within two windows of its window elapsing, not after outweighing the gap.
+    errors = {**ERRORS, "max": "2%"}
+    policy = llm_policy(errors, steps=[10, 50, 100], window="15s", interval="5s", minRequests=100)
+    harness = progressing(policy)
+    healthy = Revision(rate=300.0, error_share=0.002, p50=0.05, p99=0.135)
+    world = CountingWorld(harness.sim, healthy, STABLE, seed=6, scrape=5.0, edges=OTEL_EDGES)
+    for _ in range(100):
+        advanced = harness.tick(5, evidence=world, reconcile=False)
+        if advanced.action is Action.ADVANCE:
+            break
+        harness.sim.reconcile()
+    assert advanced.weight == 50
+    for _ in range(12):  # a minute before KServe's status shows 50 %: the canary keeps its 10 %
+        harness.tick(5, evidence=world, reconcile=False)
+    harness.sim.reconcile()
+    started = harness.run(
+        lambda d: d.new_state.step is not None and d.new_state.step.started_at is not None,
+        every=5,
+        evidence=world,
+    )
+    step = started.new_state.step
+    assert step is not None and step.started_at is not None
+    promoted = harness.run(lambda d: d.action in (Action.PROMOTE, Action.ROLLBACK), every=5, evidence=world)
+    assert promoted.action is Action.PROMOTE, harness.timeline.render()
+    assert harness.now - step.started_at <= timedelta(seconds=15 + 2 * 15), harness.timeline.render()
