@@ -34,16 +34,18 @@ gates in :mod:`~canary.rollout.gating`, evaluations in :mod:`~canary.rollout.eva
 and someone else's percentage in :mod:`~canary.rollout.interventions`, and how a decision ends
 (wait, write, promote, roll back, pause, bake) in :mod:`~canary.rollout.outcomes`.
 
-Both entry points run the rules up to the evaluation the decision depends on (:func:`_reach`):
-:func:`evidence_request` reads the request off that point, :func:`decide` judges the evidence there
-and goes on with the rest of the rule.
+Both entry points run the rules up to the evaluation the decision depends on (:func:`prepare`): the
+request is read off that point, and the decision judges the evidence there and goes on. A caller
+that holds the :class:`Preparation` of :func:`evidence_request`'s inputs passes it to :func:`decide`
+(``prepared=``), which then runs only the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from canary.evidence import Evidence, EvidenceRequest
 from canary.policy.model import PromotionPolicy
@@ -62,7 +64,7 @@ from canary.rollout.starting import first_sight, new_revision, not_retried, roll
 from canary.rollout.state import CommandKind, PauseKind, Phase, RolloutState, describe_time
 from canary.rollout.vocabulary import Action, EventReason, Severity
 
-__all__ = ["decide", "evidence_request", "landed_write"]
+__all__ = ["Preparation", "decide", "evidence_request", "landed_write", "prepare"]
 
 
 def decide(
@@ -75,6 +77,7 @@ def decide(
     ledger: RollbackLedger | None = None,
     gates: Sequence[GateResult] = (),
     alarm: bool = False,
+    prepared: Preparation | None = None,
 ) -> Decision:
     """Decide what to do with one InferenceService now. Pure: same inputs, same decision.
 
@@ -88,9 +91,16 @@ def decide(
     critical signal move for the canary (an OOM kill in the evidence pipeline's latest sample), and
     an evaluation is due now, before its interval — an extra look, judged like any other (the
     sequential tests stay valid however often they look); it never skips a step's hold.
+
+    ``prepared``: the :func:`prepare` of these very inputs (the same objects, or equal ones), whose
+    rules up to the evaluation are then not run again; one prepared from other inputs is not used.
+    Either way the decision is the same.
     """
-    tick = Tick.of(policy, observed, state, now, ledger=ledger, gates=gates, alarm=alarm)
-    reached = _reach(tick)
+    if prepared is not None and prepared.made_of(policy, observed, state, now, ledger, gates, alarm):
+        tick, reached = prepared.tick, prepared.reached
+    else:
+        tick = Tick.of(policy, observed, state, now, ledger=ledger, gates=gates, alarm=alarm)
+        reached = _reach(tick)
     final = reached if isinstance(reached, Final) else judged(tick, reached, evidence)
     return _last_word(tick, final)
 
@@ -113,6 +123,62 @@ def evidence_request(
     tick = Tick.of(policy, observed, state, now, ledger=ledger, gates=gates, alarm=alarm)
     reached = _reach(tick)
     return request_at(tick, reached) if isinstance(reached, Judging) else None
+
+
+def prepare(
+    policy: PromotionPolicy,
+    observed: ObservedInferenceService,
+    state: RolloutState,
+    now: datetime,
+    *,
+    ledger: RollbackLedger | None = None,
+    gates: Sequence[GateResult] = (),
+    alarm: bool = False,
+) -> Preparation:
+    """The rules run up to the evaluation the decision depends on: its ``request`` is
+    :func:`evidence_request`'s answer; passed to :func:`decide` as ``prepared``, the decision on
+    the evidence collected for it runs only the rest. Pure, like both."""
+    tick = Tick.of(policy, observed, state, now, ledger=ledger, gates=gates, alarm=alarm)
+    reached = _reach(tick)
+    request = request_at(tick, reached) if isinstance(reached, Judging) else None
+    return Preparation(tick, reached, request, ledger)
+
+
+@dataclass(frozen=True, slots=True)
+class Preparation:
+    """A decision prepared up to its evaluation (:func:`prepare`)."""
+
+    tick: Tick
+    reached: Final | Judging  # the decision already, or the evaluation it depends on
+    request: EvidenceRequest | None  # the evidence that evaluation needs now, if it is due
+    ledger: RollbackLedger | None  # as given (the tick keeps this object's entries only)
+
+    def made_of(
+        self,
+        policy: PromotionPolicy,
+        observed: ObservedInferenceService,
+        state: RolloutState,
+        now: datetime,
+        ledger: RollbackLedger | None,
+        gates: Sequence[GateResult],
+        alarm: bool,
+    ) -> bool:
+        """Whether this was prepared from these inputs (then it is what :func:`prepare` would return)."""
+        tick = self.tick
+        return (
+            _same(tick.policy, policy)
+            and _same(tick.observed, observed)
+            and _same(tick.original, state)
+            and _same(self.ledger, ledger)
+            and now == tick.now
+            and now.tzinfo is tick.now.tzinfo
+            and tick.gate_results == tuple(gates)
+            and tick.alarm == alarm
+        )
+
+
+def _same(held: Any, given: Any) -> bool:
+    return held is given or held == given
 
 
 def landed_write(
