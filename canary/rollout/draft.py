@@ -93,6 +93,7 @@ class Tick(NamedTuple):
     policy: PromotionPolicy
     spec: PolicySpec
     plan: PolicyPlan
+    steps: tuple[Step, ...]  # the plan's: the held steps (below 100)
     observed: ObservedInferenceService
     original: RolloutState  # the state as given (a wait that changes the phase is history)
     now: datetime
@@ -114,10 +115,12 @@ class Tick(NamedTuple):
     ) -> Tick:
         if now.tzinfo is None or now.utcoffset() is None:
             raise ValueError("decide() needs a timezone-aware 'now'")
+        plan = _plan(policy)
         return cls(
             policy,
             policy.spec,
-            _plan(policy),
+            plan,
+            plan.steps,
             observed,
             state,
             now,
@@ -125,10 +128,6 @@ class Tick(NamedTuple):
             tuple(gates),
             alarm,
         )
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        return self.plan.steps
 
 
 class Draft(NamedTuple):
