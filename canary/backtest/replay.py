@@ -7,7 +7,9 @@ does within a reconcile) and runs, every ``interval`` of recorded time, exactly 
 controller runs for one rollout (``canary.controller.reconciler``):
 
 ``evidence_request(policy, observed, state, now)`` → ``PrometheusEvidenceSource.collect`` at that
-historical time → ``decide(policy, observed, state, evidence, now)``.
+historical time → ``decide(policy, observed, state, evidence, now)`` (the request taken from
+``prepare``, which ``decide`` is handed so as not to run the rules up to the evaluation again: the
+same request and decision as the pair).
 
 The evidence is the recorded one: the same counter pipeline (raw cumulative counters, the past
 filled once by range queries, then one instant sample per evaluation, ``at`` in the past) and the
@@ -36,8 +38,8 @@ from canary.rollout import (
     RolloutState,
     TrafficTarget,
     decide,
-    evidence_request,
     ledger_after,
+    prepare,
 )
 
 __all__ = [
@@ -193,9 +195,10 @@ def replay_period(
     def run(now: datetime) -> Decision:
         nonlocal state, ledger
         observed = world.observe()
-        request = evidence_request(policy, observed, state, now, ledger=ledger)
+        prepared = prepare(policy, observed, state, now, ledger=ledger)
+        request = prepared.request
         evidence = source.collect(policy, request) if request is not None else None
-        decision = decide(policy, observed, state, evidence, now, ledger=ledger)
+        decision = decide(policy, observed, state, evidence, now, ledger=ledger, prepared=prepared)
         recorded = ledger_after(decision, ledger, UID)
         if recorded is not None:
             ledger = recorded

@@ -60,7 +60,7 @@ def resolution_warnings(policy: PromotionPolicy) -> list[str]:
                 f"{check.name}: max {format_value(limit, Unit.SECONDS)} has no {layout.value} bucket edge "
                 f"within {round(check.tolerance * 100):g}% "
                 + ("above it" if not fail_edge else f"below {format_value(target, Unit.SECONDS)}")
-                + f" (nearest edges {shown}): the sequential tests cannot resolve it there; the step's horizon "
-                "decides on the estimate, interpolated inside the bucket, and says so"
+                + f" (nearest edges {shown}): the sequential tests cannot resolve it there; the step's "
+                "horizon decides on the estimate, interpolated inside the bucket, and says so"
             )
     return warnings

@@ -5,7 +5,7 @@ the demo, simulations and backtests all run the very same decisions.
 """
 
 from canary.rollout.commands import CommandResult, apply_command
-from canary.rollout.core import decide, evidence_request, landed_write
+from canary.rollout.core import Preparation, decide, evidence_request, landed_write, prepare
 from canary.rollout.decision import Decision
 from canary.rollout.judge import CheckVerdict, Evaluation, Judgement, judge_check, judge_evidence
 from canary.rollout.ledger import LedgerFormatError, RollbackLedger, ledger_after
@@ -49,6 +49,7 @@ __all__ = [
     "Pause",
     "PauseKind",
     "Phase",
+    "Preparation",
     "RollbackLedger",
     "RolloutState",
     "Severity",
@@ -66,4 +67,5 @@ __all__ = [
     "landed_write",
     "ledger_after",
     "notification_action",
+    "prepare",
 ]

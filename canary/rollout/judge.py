@@ -106,6 +106,7 @@ class Evaluation(NamedTuple):
     # No check failed, errored or lacks data, and every check is met or (counted) not yet decided:
     # what a step below the highest one needs to advance ("advance on exposure").
     advance_ok: bool = False
+    horizon: Horizon | None = None  # where the step stood against its horizon (counted checks)
 
     @property
     def critical_failures(self) -> tuple[Judgement, ...]:
@@ -183,7 +184,10 @@ def judge_evidence(
         verdict, failures = EvaluationVerdict.PASS, ()
     has_error = requests is None or CheckVerdict.ERROR in verdicts
     advance_ok = not has_error and verdicts <= {CheckVerdict.PASS, CheckVerdict.NOT_YET}
-    return Evaluation(verdict, judgements, requests, requests_detail, failures, has_error, advance_ok)
+    horizon = context.horizon if context is not None else None
+    return Evaluation(
+        verdict, judgements, requests, requests_detail, failures, has_error, advance_ok, horizon
+    )
 
 
 def _counted_requests(series: CountSeries, step_start: datetime) -> tuple[float | None, str]:

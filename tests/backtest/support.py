@@ -27,6 +27,7 @@ from canary_sandbox.kserve_metrics import OPENCENSUS_BUCKETS_MS, OTEL_BUCKETS
 
 from canary.evidence import CountSeries, EvidenceStatus, Histogram, Tally
 from canary.policy import PromotionPolicy
+from canary.rollout.horizon import Horizon, HorizonOutcome, evidence_time
 from canary.rollout.judge import CountContext, judge_evidence
 from canary.rollout.sampled import ErrorBudget
 from canary.rollout.state import EvaluationVerdict
@@ -144,17 +145,27 @@ def expected_story(history: RolloutHistory, policy: PromotionPolicy) -> list[Exp
     fair = [step.weight / sum(earlier.weight for earlier in steps[: i + 1]) for i, step in enumerate(steps)]
     first, last = first_served(history), last_shared(history)
     story: list[Expected] = []
-    index, step_start, moment = 0, first, first
+    index, step_start, moment, counted = 0, first, first, 0.0
     while moment + interval <= last:
         moment += interval
         final = index == len(steps) - 1
+        step = steps[index]
+        window = step.window if step.window is not None else spec.window
+        canary = counts(history, history.canary_name, first, moment, interval)
+        horizon = Horizon(
+            timedelta(seconds=spec.step_horizon(step)),
+            evidence_time(canary, when(step_start)),
+            when(moment),
+            spec.at_horizon,
+            moment - step_start >= window,
+        )
         evaluation = judge_evidence(
             spec.checks,
             {},
             {},
             compare_with_stable=True,
             counts={
-                "canary": counts(history, history.canary_name, first, moment, interval),
+                "canary": canary,
                 "stable": counts(history, history.stable_name, first, moment, interval),
             },
             context=CountContext(
@@ -162,21 +173,24 @@ def expected_story(history: RolloutHistory, policy: PromotionPolicy) -> list[Exp
                 budget=budget,
                 confidence=spec.confidence,
                 final_step=final,
-                share_needed=fair[index] if final else 0.0,
+                horizon=horizon,
             ),
         )
         if evaluation.verdict is EvaluationVerdict.FAIL:
             story.append(Expected("rollback", moment, 0))
             return story
-        step = steps[index]
-        window = step.window if step.window is not None else spec.window
         minimum = step.min_requests if step.min_requests is not None else spec.min_requests
-        held = moment - step_start >= window and (evaluation.requests or 0) >= minimum
-        if held and final and evaluation.verdict is EvaluationVerdict.PASS:
+        requests = evaluation.requests or 0
+        held = moment - step_start >= window and requests >= minimum
+        # The highest step carries its share of what the steps counted, unless decided on its estimate.
+        on_estimate = any(j.horizon is HorizonOutcome.ESTIMATE for j in evaluation.judgements)
+        share = on_estimate or fair[index] >= 1 or requests >= fair[index] / (1 - fair[index]) * counted
+        if held and final and evaluation.verdict is EvaluationVerdict.PASS and share:
             story.append(Expected("promote", moment, None))
             return story
         if held and not final and evaluation.advance_ok:
             index += 1
+            counted += requests
             story.append(Expected("advance", moment, steps[index].weight))
             step_start = moment
     return story
