@@ -38,8 +38,8 @@ from canary.metrics.catalog import (
 )
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
 from canary.policy import PromotionPolicy, load_paths
-from canary.policy.loader import load_object
 from canary.policy.model import Check, GpuLabelStyle, RequestsProfile
+from canary.policy.objects import load_object
 from canary.report.charts import PrometheusRange, by_revision
 from canary.report.rollout import CheckSeries, ReportedRollout, choose_rollout, render_report
 from canary.rollout.past import PastRollouts

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from canary.controller.caches import WatchCache
 from canary.kserve.client import ConflictError, WatchEvent, is_not_found
 from canary.policy import LoadedPolicy, PolicyError
-from canary.policy.loader import ObjectRules, load_object
+from canary.policy.objects import ObjectRules, load_object
 
 __all__ = [
     "POLICY_API_VERSION",

@@ -69,7 +69,7 @@ from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
 from canary.notify.secrets import DEFAULT_REDACTOR
 from canary.policy import LoadedPolicy, PromotionPolicy
-from canary.policy.loader import ObjectRules
+from canary.policy.objects import ObjectRules
 from canary.rollout.records import ExplainDocument
 from canary.rollout.state import RolloutState, StateFormatError
 

@@ -12,8 +12,9 @@ import yaml
 
 from canary.controller.policies import PolicyRegistry
 from canary.notify.secrets import Redactor, SecretResolver, SecretUnavailable
-from canary.policy.loader import ObjectRules, load_object, load_text
+from canary.policy.loader import load_text
 from canary.policy.model import SecretRef
+from canary.policy.objects import ObjectRules, load_object
 from canary.policy.scope import SecretScope
 from tests.policy.support import valid_policy
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from canary.policy import load_paths
-from canary.policy.loader import load_object
+from canary.policy.objects import load_object
 from canary.policy.scope import SecretScope
 from tests.controller.test_policy_sources import policy_object
 from tests.policy.support import valid_policy

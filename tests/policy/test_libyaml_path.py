@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from canary.policy import loader
+from canary.policy import loader, yaml_lines
 from tests.policy.support import valid_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def both(text: str) -> tuple[object, object]:
 
 def test_libyaml_is_there_so_the_fast_path_is_taken() -> None:
     # The PyYAML wheels ship libyaml; without it every load would take the slow path unnoticed.
-    assert yaml.__with_libyaml__ and loader._LIBYAML
+    assert yaml.__with_libyaml__ and yaml_lines._LIBYAML
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -46,7 +46,7 @@ def test_errors_lines_and_duplicates_are_the_same_with_libyaml() -> None:
     ids=["too-deep", "unclosed", "json-surrogates", "syntax"],
 )
 def test_what_libyaml_refuses_or_cannot_compose_safely_goes_to_pyyaml(text: str) -> None:
-    with pytest.raises(loader._NotForLibyaml):
+    with pytest.raises(yaml_lines._NotForLibyaml):
         loader._parse_documents(text, "p.yaml", loader._Origin(), None, fast=True)
     # What the file reports is PyYAML's reading (its words, its lines), as before libyaml was used.
     policies, errors = loader._load_documents(text, "p.yaml")

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canary.policy import loader
+from canary.policy import yaml_lines
 
 scalars = st.one_of(
     st.none(),
@@ -35,7 +35,7 @@ documents = st.recursive(
 
 
 def composed(text: str) -> tuple[yaml.SafeLoader, yaml.Node | None]:
-    reader = loader._CLoader(text) if loader._LIBYAML else loader._Loader(text)
+    reader = yaml_lines._CLoader(text) if yaml_lines._LIBYAML else yaml_lines._Loader(text)
     return reader, reader.get_single_node()
 
 
@@ -58,7 +58,7 @@ def built(text: str, *, anchors: bool = True) -> tuple[Any, bool]:
     try:
         if node is None:
             return None, False
-        result = loader._construct_plain(reader, node, anchors=anchors)
+        result = yaml_lines._construct_plain(reader, node, anchors=anchors)
         return result.data, result.duplicates
     finally:
         reader.dispose()
@@ -89,7 +89,7 @@ def test_a_repeated_key_is_noticed_as_the_line_index_notices_it(keys: list[str])
     reader, node = composed(text)
     try:
         assert node is not None
-        expected = bool(loader._index_lines(node)[1])
+        expected = bool(yaml_lines._index_lines(node)[1])
     finally:
         reader.dispose()
     assert built(text)[1] is expected
@@ -99,16 +99,16 @@ def test_more_nodes_than_the_budget_are_too_complex_as_the_line_index_counts_the
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     text = "a: [1, 2, 3]\nb: {c: 4, d: 5}\n"  # 1 root + 2 values + 3 items + 2 values = 8 nodes
-    monkeypatch.setattr(loader, "_MAX_NODES", 8)
+    monkeypatch.setattr(yaml_lines, "_MAX_NODES", 8)
     assert built(text)[0] == {"a": [1, 2, 3], "b": {"c": 4, "d": 5}}
     reader, node = composed(text)
     assert node is not None
-    loader._index_lines(node)  # the index agrees: 8 is within the budget
-    monkeypatch.setattr(loader, "_MAX_NODES", 7)
-    with pytest.raises(loader._TooComplex):
+    yaml_lines._index_lines(node)  # the index agrees: 8 is within the budget
+    monkeypatch.setattr(yaml_lines, "_MAX_NODES", 7)
+    with pytest.raises(yaml_lines._TooComplex):
         built(text)
-    with pytest.raises(loader._TooComplex):
-        loader._index_lines(node)
+    with pytest.raises(yaml_lines._TooComplex):
+        yaml_lines._index_lines(node)
     reader.dispose()
 
 
@@ -125,7 +125,7 @@ def test_more_nodes_than_the_budget_are_too_complex_as_the_line_index_counts_the
     ids=["alias", "merge", "set", "omap", "collection-key", "unknown-tag"],
 )
 def test_what_is_not_plain_is_left_to_the_constructor(text: str) -> None:
-    with pytest.raises(loader._NotPlain):
+    with pytest.raises(yaml_lines._NotPlain):
         plain(text)
 
 
@@ -159,8 +159,8 @@ def test_the_character_bound_never_clears_a_text_too_deep_to_compose(
     depth: int, style: str, noise: str
 ) -> None:
     text = nested(depth, style) + "#" + noise.replace("\n", " ") + "\n"
-    if not loader._may_be_too_deep(text):
-        assert not loader._too_deep(text), f"cleared a text nested {depth} deep ({style})"
+    if not yaml_lines._may_be_too_deep(text):
+        assert not yaml_lines._too_deep(text), f"cleared a text nested {depth} deep ({style})"
 
 
 def test_a_typical_policy_is_cleared_without_the_event_walk() -> None:
@@ -170,15 +170,15 @@ def test_a_typical_policy_is_cleared_without_the_event_walk() -> None:
         "spec:\n  target: {inferenceService: m}\n  steps: [10, 50, 100]\n  window: 10m\n"
         "  checks:\n    - {name: p99, metric: latency, quantile: 0.99, max: 2s}\n"
     )
-    assert not loader._may_be_too_deep(policy)
-    assert loader._may_be_too_deep("[" * 64 + "]" * 64)
+    assert not yaml_lines._may_be_too_deep(policy)
+    assert yaml_lines._may_be_too_deep("[" * 64 + "]" * 64)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=20), st.booleans(), st.booleans())
 def test_the_memoised_resolver_tags_as_pyyaml_does(value: str, plain_implicit: bool, quoted: bool) -> None:
     reference = yaml.SafeLoader("")
-    ours = loader._CLoader("")
+    ours = yaml_lines._CLoader("")
     try:
         for _ in range(2):  # the second answer comes from the memo
             implicit = (plain_implicit, quoted)
