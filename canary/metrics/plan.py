@@ -10,7 +10,7 @@ answers into :class:`~canary.evidence.Measurement` values.
 Evidence keys
 -------------
 * :data:`~canary.evidence.REQUESTS` (``request-count``): requests the revision received in the window,
-  an integer from the counter book (:mod:`canary.metrics.counters`: raw counter differences between
+  an integer from the counter book (:mod:`canary.metrics.counting`: raw counter differences between
   the tick samples standing for the window's start and end; counter resets handled, no
   extrapolation). No request series at all is no-data; a series with no increase is ``0``.
   ``latency`` and ``error-rate`` come from the same counts (:class:`CountsAsk`): the 5xx share of the
@@ -152,14 +152,14 @@ class CountsAsk:
 @dataclass(frozen=True, slots=True)
 class PeaksAsk:
     """A gauge peak answered from the peak book (gpu-memory-peak and its fraction, kv-cache-usage):
-    one peak query per family per tick serves every rollout (canary.metrics.counters.PeakBook)."""
+    one peak query per family per tick serves every rollout (canary.metrics.counting.peaks)."""
 
     peaks: PeakQuery
 
 
 Ask = GroupedAsk | SingleAsk | CountsAsk | PeaksAsk
 
-# The measures the counter book answers (canary.metrics.counters); the others are queried per window.
+# The measures the counter book answers (canary.metrics.counting); the others are queried per window.
 COUNTED_MEASURES = frozenset({REQUESTS, MetricKind.LATENCY.value, MetricKind.ERROR_RATE.value})
 # vLLM's histograms come with the requests profile's counter sample when a profile is known.
 VLLM_COUNTED = frozenset({MetricKind.TTFT.value, MetricKind.E2E_LATENCY.value})
