@@ -9,7 +9,8 @@ read, and the tallies between consecutive ones when they are read (:class:`_Tall
 Which total sits at which index is a :class:`_Layout`: immutable, and shared by every revision whose
 keys appeared in the same order (the revisions of a thousand rollouts export the same response
 classes and buckets). A revision's rows grow as keys appear: a key that came later is 0 in an
-earlier row.
+earlier row. The property test in ``tests/metrics/test_counting_rules.py`` checks what this store
+answers against :mod:`.rules` on plain dicts.
 """
 
 from __future__ import annotations
