@@ -42,6 +42,8 @@ import msgspec
 import structlog
 
 from canary.evidence import CountSeries, ErrorClass, Evidence, EvidenceRequest, EvidenceStatus, Measurement
+from canary.metrics.answers import GroupedAnswer, parse_grouped, parse_single
+from canary.metrics.budget import TickBudget, deferred_detail
 from canary.metrics.catalog import BuiltinQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
@@ -59,7 +61,6 @@ from canary.metrics.explain_queries import canary_queries
 from canary.metrics.plan import (
     COUNTED_MEASURES,
     CountsAsk,
-    GroupedAnswer,
     GroupedAsk,
     Need,
     PeaksAsk,
@@ -70,8 +71,6 @@ from canary.metrics.plan import (
     families_needed,
     measurement_for,
     merge_asks,
-    parse_grouped,
-    parse_single,
     plan_rollout,
 )
 from canary.policy.model import GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
@@ -114,9 +113,8 @@ class PrometheusEvidenceSource:
             query per revision each); the others are ``error``/``deferred`` until a later tick.
         :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
             ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
-            memory: an answer decodes to about 150 bytes of Python objects per point, so one of a
-            million points held 165 MiB at its peak (memray, 1,000 rollouts starting at once), and
-            that peak stayed in the process' RSS; 200,000 keep it near 30 MiB, in more queries.
+            memory: an answer decodes to about 150 bytes of Python objects per point while it is
+            read, and the process' RSS keeps that peak; a smaller budget costs more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
         """
         if max_parallel_queries < 1:
@@ -161,7 +159,7 @@ class PrometheusEvidenceSource:
             sample_budget=backfill_sample_budget,
         )
         self.max_single_queries_per_tick = max_single_queries_per_tick
-        self._budget = _TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
+        self._budget = TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
 
     # -- the EvidenceSource protocol -------------------------------------------------------------
 
@@ -175,47 +173,24 @@ class PrometheusEvidenceSource:
         tick, whatever its window); equal builtin queries of the other families are asked once; custom
         queries are asked within the per-tick budget.
         """
-        needs: list[Need] = []
-        profiles: list[dict[str, str]] = []
-        detection_cost = [0] * len(rollouts)
-        for index, (policy, request) in enumerate(rollouts):
-            resolutions, used, cost = self._resolve(policy, request)
-            detection_cost[index] = cost
-            profiles.append(used)
-            needs.extend(
-                plan_rollout(
-                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
-                )
-            )
+        needs, profiles, detection_cost = self._plan(rollouts)
         grouped, singles = merge_asks(needs)
         granted = self._budget.grant(rollouts, needs, singles)
         outcomes = self._run(grouped, [single for single in singles if single in granted])
         parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None] = {}
-        for ask, outcome in outcomes.items():
-            parsed[ask] = parse_grouped(outcome) if isinstance(ask, GroupedAsk) else parse_single(outcome)
+        for asked, outcome in outcomes.items():
+            parsed[asked] = parse_grouped(outcome) if isinstance(asked, GroupedAsk) else parse_single(outcome)
         counted = self.counts.serve(rollouts, needs)
         peaked = self.peaks.serve(rollouts, needs)
-
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
         used_asks: list[set[GroupedAsk | SingleAsk]] = [set() for _ in rollouts]
-        deferred = _deferred_detail(self.max_single_queries_per_tick)
         for need in needs:
-            if isinstance(need.ask, CountsAsk):
-                measurement = counted.measurements[id(need)]
-            elif isinstance(need.ask, PeaksAsk):
-                measurement = peaked.measurements[id(need)]
-            elif isinstance(need.ask, SingleAsk) and need.ask not in granted:
-                measurement = Measurement.error(
-                    ErrorClass.DEFERRED, deferred, need.unit, query=need.ask.promql
-                )
+            if isinstance(need.ask, CountsAsk | PeaksAsk):
+                measurement = (counted if isinstance(need.ask, CountsAsk) else peaked).measurements[id(need)]
             else:
-                answered = outcomes.get(need.ask) if need.ask is not None else None
-                result = parsed.get(need.ask) if need.ask is not None else None
-                measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
-                if isinstance(need.ask, GroupedAsk) and measurement.query:
-                    measurement = replace(measurement, query=_builtin_for(need.ask.query, need.revision))
-                if need.ask is not None:
+                measurement = self._measured(need, granted, outcomes, parsed)
+                if isinstance(need.ask, GroupedAsk) or need.ask in granted:
                     used_asks[need.rollout].add(need.ask)
             (canary if need.side is Side.CANARY else stable)[need.rollout][need.key] = measurement
         evidence = []
@@ -242,6 +217,44 @@ class PrometheusEvidenceSource:
             )
             self._log_failures(request, canary[index], stable[index])
         return evidence
+
+    def _plan(
+        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]]
+    ) -> tuple[list[Need], list[dict[str, str]], list[int]]:
+        """What the rollouts need, the profile each uses per family, and the detection round trips
+        spent for each."""
+        needs: list[Need] = []
+        profiles: list[dict[str, str]] = []
+        detection_cost = [0] * len(rollouts)
+        for index, (policy, request) in enumerate(rollouts):
+            resolutions, used, cost = self._resolve(policy, request)
+            detection_cost[index] = cost
+            profiles.append(used)
+            needs.extend(
+                plan_rollout(
+                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
+                )
+            )
+        return needs, profiles, detection_cost
+
+    def _measured(
+        self,
+        need: Need,
+        granted: set[SingleAsk],
+        outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome],
+        parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None],
+    ) -> Measurement:
+        """The measurement of a need answered by a query of its own or a grouped one (or settled)."""
+        ask = need.ask
+        if isinstance(ask, SingleAsk) and ask not in granted:
+            deferred = deferred_detail(self.max_single_queries_per_tick)
+            return Measurement.error(ErrorClass.DEFERRED, deferred, need.unit, query=ask.promql)
+        answered = outcomes.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
+        result = parsed.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
+        measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
+        if isinstance(ask, GroupedAsk) and measurement.query:
+            measurement = replace(measurement, query=_builtin_for(ask.query, need.revision))
+        return measurement
 
     # -- detection ------------------------------------------------------------------------------
 
@@ -435,68 +448,9 @@ def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int
     return counts
 
 
-def _deferred_detail(budget: int) -> str:
-    return f"not asked this tick: the per-tick budget of {budget} custom queries is spent; asked next tick"
-
-
-class _TickBudget:
-    """How many custom (per-revision) queries a tick may ask, shared fairly between rollouts.
-
-    A tick is every call whose ``at`` is within half a scrape interval of the tick's first one. The
-    rollouts whose queries were deferred longest go first, so nobody is starved tick after tick.
-    """
-
-    def __init__(self, budget: int, tolerance: timedelta) -> None:
-        self.budget = budget
-        self.tolerance = tolerance
-        self._lock = threading.Lock()
-        self._tick_at: datetime | None = None
-        self._tick = 0
-        self._spent = 0
-        self._served: dict[tuple[str, str], int] = {}  # rollout -> the tick it was last fully served
-
-    def grant(
-        self,
-        rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]],
-        needs: Sequence[Need],
-        singles: Sequence[SingleAsk],
-    ) -> set[SingleAsk]:
-        if not singles:
-            return set()
-        wanted: dict[int, list[SingleAsk]] = {}
-        for need in needs:
-            if isinstance(need.ask, SingleAsk) and need.ask not in wanted.setdefault(need.rollout, []):
-                wanted[need.rollout].append(need.ask)
-        at = max(rollouts[index][1].at for index in wanted)
-        granted: set[SingleAsk] = set()
-        with self._lock:
-            if self._tick_at is None or abs(at - self._tick_at) > self.tolerance:
-                self._tick_at, self._tick, self._spent = at, self._tick + 1, 0
-
-            def key(index: int) -> tuple[str, str]:
-                request = rollouts[index][1]
-                return (request.namespace, request.inference_service)
-
-            for index in sorted(wanted, key=lambda index: (self._served.get(key(index), -1), index)):
-                asks = [ask for ask in wanted[index] if ask not in granted]
-                fitting = asks[: max(0, self.budget - self._spent)]
-                granted.update(fitting)
-                self._spent += len(fitting)
-                if len(fitting) == len(asks):
-                    self._served[key(index)] = self._tick
-            if len(self._served) > 10_000:  # rollouts long gone
-                oldest = sorted(self._served.items(), key=lambda item: item[1])[: len(self._served) - 10_000]
-                for gone, _ in oldest:
-                    del self._served[gone]
-        return granted
-
-
 # The query a measurement shows (explain.json, status, notifications) is the grouped query narrowed
 # to its own revision: what was asked for it, readable, and bounded. The grouped query itself lists
-# every revision of the tick — at 1,000 rollouts about 100 kB, three copies in every explain
-# document, and the state ConfigMaps' bulk in the watch caches and in every write.
-
-
+# every revision of the tick, and would be copied into every explain document and state write.
 @functools.lru_cache(maxsize=8192)
 def _builtin_for(query: BuiltinQuery, revision: RevisionKey) -> str:
     return render_builtin(query, [revision])
