@@ -36,7 +36,7 @@ Semantics built into the PromQL
   the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name
   (``<revision>-deployment-...``) everywhere else.
 
-Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counters`)
+Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
 :func:`render_counters` samples *raw cumulative counters* — no ``rate``, no ``increase``, no range
 selector — of every tracked revision at once: the request counter and latency buckets of a requests
@@ -483,7 +483,7 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counters)
+# Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counting)
 
 CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no readable code
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
@@ -599,7 +599,7 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Gauge peaks per tick (the evidence pipeline's peak book, canary.metrics.counters.PeakBook)
+# Gauge peaks per tick (the evidence pipeline's peak book, canary.metrics.counting.peaks.PeakBook)
 
 PEAK_FIELD = "peak"  # evidence_field of a series' peak over the span (bytes for GPU memory)
 PEAK_MEASURES = frozenset(

@@ -1,7 +1,7 @@
 """Per check, a short PromQL query that returns the canary revision's value alone (``kserve-canary explain``).
 
 The controller never runs these: its evidence comes from grouped queries over many revisions and from
-raw counter samples per tick (:mod:`canary.metrics.catalog`, :mod:`canary.metrics.counters`), which
+raw counter samples per tick (:mod:`canary.metrics.catalog`, :mod:`canary.metrics.counting`), which
 answer several series per revision and cannot be pasted into Prometheus to see one number. These are
 for people: an instant query, evaluated at the evaluation's time (``request.at``, the end of the
 window explain shows), that answers **one series** — the canary's value in the check's canonical

@@ -4,13 +4,13 @@ Pure functions, no I/O: :func:`plan_rollout` lists what one rollout needs (:clas
 key for a revision, and the :class:`GroupedAsk` or :class:`SingleAsk` that answers it);
 :func:`merge_asks` merges equal asks so that one grouped query serves the canary and the stable
 revision — and every rollout collected in the same tick whose window is the same —; the
-``parse_*``/:func:`measurement_for` functions turn Prometheus answers into
-:class:`~canary.evidence.Measurement` values.
+``parse_*`` functions (:mod:`canary.metrics.answers`) and :func:`measurement_for` turn Prometheus
+answers into :class:`~canary.evidence.Measurement` values.
 
 Evidence keys
 -------------
 * :data:`~canary.evidence.REQUESTS` (``request-count``): requests the revision received in the window,
-  an integer from the counter book (:mod:`canary.metrics.counters`: raw counter differences between
+  an integer from the counter book (:mod:`canary.metrics.counting`: raw counter differences between
   the tick samples standing for the window's start and end; counter resets handled, no
   extrapolation). No request series at all is no-data; a series with no increase is ``0``.
   ``latency`` and ``error-rate`` come from the same counts (:class:`CountsAsk`): the 5xx share of the
@@ -58,9 +58,9 @@ from canary.evidence import (
     Measurement,
     fraction_key,
 )
+from canary.metrics.answers import VALUE_FIELD, GroupedAnswer, parse_grouped, parse_single, shown
 from canary.metrics.catalog import (
     FIELD_FRACTION,
-    FIELD_LABEL,
     FIELD_SAMPLES,
     KIND_FAMILY,
     PEAK_MEASURES,
@@ -152,14 +152,14 @@ class CountsAsk:
 @dataclass(frozen=True, slots=True)
 class PeaksAsk:
     """A gauge peak answered from the peak book (gpu-memory-peak and its fraction, kv-cache-usage):
-    one peak query per family per tick serves every rollout (canary.metrics.counters.PeakBook)."""
+    one peak query per family per tick serves every rollout (canary.metrics.counting.peaks)."""
 
     peaks: PeakQuery
 
 
 Ask = GroupedAsk | SingleAsk | CountsAsk | PeaksAsk
 
-# The measures the counter book answers (canary.metrics.counters); the others are queried per window.
+# The measures the counter book answers (canary.metrics.counting); the others are queried per window.
 COUNTED_MEASURES = frozenset({REQUESTS, MetricKind.LATENCY.value, MetricKind.ERROR_RATE.value})
 # vLLM's histograms come with the requests profile's counter sample when a profile is known.
 VLLM_COUNTED = frozenset({MetricKind.TTFT.value, MetricKind.E2E_LATENCY.value})
@@ -332,116 +332,7 @@ def merge_asks(needs: Sequence[Need]) -> tuple[dict[GroupedAsk, set[RevisionKey]
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading answers
-
-
-@dataclass(frozen=True, slots=True)
-class GroupedAnswer:
-    """A grouped query's answer: per revision, the value and its companion fields."""
-
-    values: Mapping[RevisionKey, Mapping[str, float]]
-
-
-VALUE_FIELD = "value"  # where a GroupedAnswer keeps a revision's value
-_VALUE = VALUE_FIELD
-
-
-def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
-    if outcome.failure is not None:
-        return outcome.failure
-    answer = outcome.answer
-    if answer is None or answer.result_type != "vector" or not isinstance(answer.result, list):
-        kind = answer.result_type if answer is not None else "nothing"
-        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"expected an instant vector, got a {kind}")
-    values: dict[RevisionKey, dict[str, float]] = {}
-    for series in answer.result:
-        labels = series.get("metric", {}) if isinstance(series, dict) else {}
-        if not isinstance(labels, dict):  # Prometheus' labels are an object of strings
-            return QueryFailure(
-                ErrorClass.UNEXPECTED_RESULT, f"a series whose labels are not an object: {_brief(labels)}"
-            )
-        namespace, revision = labels.get("namespace"), labels.get("revision")
-        if not isinstance(namespace, str) or not isinstance(revision, str):
-            return QueryFailure(
-                ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {_brief(labels)}"
-            )
-        field = labels.get(FIELD_LABEL, _VALUE)
-        if not isinstance(field, str):
-            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"a series whose {FIELD_LABEL} is not a string")
-        fields = values.setdefault(RevisionKey(namespace, revision), {})
-        if field in fields:
-            return QueryFailure(
-                ErrorClass.UNEXPECTED_RESULT,
-                f"several series for {_brief(namespace)}/{_brief(revision)} ({_brief(field)})",
-            )
-        parsed = _sample_value(series)
-        if parsed is None:
-            return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable sample: {_brief(series)}")
-        fields[field] = parsed
-    return GroupedAnswer(values)
-
-
-def parse_single(outcome: QueryOutcome) -> float | QueryFailure | None:
-    """One value, ``None`` for an empty answer, or why the answer is not one value."""
-    if outcome.failure is not None:
-        return outcome.failure
-    answer = outcome.answer
-    if answer is None:
-        return QueryFailure(ErrorClass.UNEXPECTED_RESULT, "no answer")
-    if answer.result_type == "scalar":
-        value = (
-            _number(answer.result[1]) if isinstance(answer.result, list) and len(answer.result) == 2 else None
-        )
-        return (
-            value if value is not None else QueryFailure(ErrorClass.UNEXPECTED_RESULT, "an unreadable scalar")
-        )
-    if answer.result_type != "vector":
-        return QueryFailure(
-            ErrorClass.UNEXPECTED_RESULT,
-            f"expected one value (an instant vector or a scalar), got a {answer.result_type}"
-            + (
-                ": a range selector [..] needs an *_over_time function"
-                if answer.result_type == "matrix"
-                else ""
-            ),
-        )
-    result = answer.result if isinstance(answer.result, list) else []
-    if not result:
-        return None
-    if len(result) > 1:
-        shown = ", ".join(
-            _brief(series.get("metric", {})) for series in result[:3] if isinstance(series, dict)
-        )
-        return QueryFailure(
-            ErrorClass.UNEXPECTED_RESULT,
-            f"{len(result)} series where one was expected ({shown}{', ...' if len(result) > 3 else ''}); "
-            "aggregate it, e.g. sum(...) or max(...)",
-        )
-    value = _sample_value(result[0])
-    return value if value is not None else QueryFailure(ErrorClass.UNEXPECTED_RESULT, "an unreadable sample")
-
-
-def _brief(value: object, limit: int = 120) -> str:
-    """A piece of Prometheus' answer quoted in a detail: labels can be any length, a detail is short."""
-    text = str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _sample_value(series: object) -> float | None:
-    if not isinstance(series, dict):
-        return None
-    pair = series.get("value")
-    if not isinstance(pair, list) or len(pair) != 2:
-        return None
-    return _number(pair[1])
-
-
-def _number(text: object) -> float | None:
-    # Prometheus sends numbers as strings: "1e-07", "NaN", "+Inf", "-Inf".
-    try:
-        return float(str(text))
-    except ValueError:
-        return None
+# Measurements from answers
 
 
 def _no_data_detail(need: Need) -> str:
@@ -484,7 +375,7 @@ def measurement_for(
     samples: float | None = None
     if isinstance(parsed, GroupedAnswer):
         fields = parsed.values.get(need.revision, {})
-        value = fields.get(need.field or _VALUE)
+        value = fields.get(need.field or VALUE_FIELD)
         samples = value if need.measure == REQUESTS else fields.get(FIELD_SAMPLES)
     else:
         value = parsed
@@ -493,7 +384,7 @@ def measurement_for(
             _no_data_detail(need), unit, samples=samples, query=query, duration=duration
         )
     if samples is not None and not math.isfinite(samples):
-        detail = f"Prometheus answered {_shown(samples)} for the {_samples_word(need)}" + (
+        detail = f"Prometheus answered {shown(samples)} for the {_samples_word(need)}" + (
             "" if need.measure == REQUESTS else " behind the value"
         )
         return Measurement.invalid(detail, unit, query=query, duration=duration)
@@ -505,16 +396,9 @@ def measurement_for(
     if not math.isfinite(value):
         # NaN, +Inf, -Inf: nothing a limit can be judged on (and +Inf would "fail" any max, -Inf pass
         # it): the check holds as on a query problem, and says which value it got.
-        detail = f"Prometheus answered {_shown(value)}, which no limit can be judged on"
+        detail = f"Prometheus answered {shown(value)}, which no limit can be judged on"
         return Measurement.invalid(detail, unit, samples=samples, query=query, duration=duration)
     return Measurement.ok(value, unit, samples=samples, query=query, duration=duration)
-
-
-def _shown(value: float) -> str:
-    """A non-finite value as Prometheus writes it."""
-    if math.isnan(value):
-        return "NaN"
-    return "+Inf" if value > 0 else "-Inf"
 
 
 def _samples_word(need: Need) -> str:

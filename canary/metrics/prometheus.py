@@ -7,7 +7,7 @@ meaning are documented in :mod:`canary.metrics.plan`; the PromQL in :mod:`canary
 Guarantees:
 
 * ``request-count``, ``latency`` and ``error-rate`` (unless overridden) come from the **counter
-  book** (:mod:`canary.metrics.counters`): one instant query per requests profile per tick samples
+  book** (:mod:`canary.metrics.counting`): one instant query per requests profile per tick samples
   the raw cumulative counters of every tracked revision together (:class:`CountsPipeline`; calls
   whose ``at`` is within half a scrape interval share a sample, single-flight), so the cost does not
   grow with the number of rollouts; a revision's past is filled once by range queries
@@ -32,38 +32,19 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 import structlog
 
-from canary.evidence import (
-    REQUESTS,
-    CountSeries,
-    ErrorClass,
-    Evidence,
-    EvidenceRequest,
-    EvidenceStatus,
-    Measurement,
-    Tally,
-)
-from canary.metrics.catalog import (
-    FIELD_SAMPLES,
-    PEAK_FIELD,
-    RESTARTS_COUNTER,
-    BuiltinQuery,
-    CounterQuery,
-    Family,
-    PeakQuery,
-    RevisionKey,
-    render_builtin,
-    render_counters,
-    render_peaks,
-)
+from canary.evidence import CountSeries, ErrorClass, Evidence, EvidenceRequest, EvidenceStatus, Measurement
+from canary.metrics.answers import GroupedAnswer, parse_grouped, parse_single
+from canary.metrics.budget import TickBudget, deferred_detail
+from canary.metrics.catalog import BuiltinQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
@@ -72,29 +53,14 @@ from canary.metrics.client import (
     VectorEnvelope,
     redact_url,
 )
-from canary.metrics.counters import (
-    COUNTER_VECTOR,
-    BackfillChunk,
-    CounterBook,
-    PeakBook,
-    PeakSample,
-    RevisionSample,
-    Snapshot,
-    count_measurement,
-    parse_counter_matrix,
-    parse_counter_vector,
-    parse_peak_matrix,
-    parse_peaks,
-    plan_backfill,
-)
+from canary.metrics.counting.counts import CountsPipeline
+from canary.metrics.counting.decode import COUNTER_VECTOR
+from canary.metrics.counting.peaks import PeaksPipeline
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
 from canary.metrics.explain_queries import canary_queries
-from canary.metrics.heap import collector_paused
 from canary.metrics.plan import (
     COUNTED_MEASURES,
-    VALUE_FIELD,
     CountsAsk,
-    GroupedAnswer,
     GroupedAsk,
     Need,
     PeaksAsk,
@@ -105,8 +71,6 @@ from canary.metrics.plan import (
     families_needed,
     measurement_for,
     merge_asks,
-    parse_grouped,
-    parse_single,
     plan_rollout,
 )
 from canary.policy.model import GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
@@ -149,9 +113,8 @@ class PrometheusEvidenceSource:
             query per revision each); the others are ``error``/``deferred`` until a later tick.
         :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
             ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
-            memory: an answer decodes to about 150 bytes of Python objects per point, so one of a
-            million points held 165 MiB at its peak (memray, 1,000 rollouts starting at once), and
-            that peak stayed in the process' RSS; 200,000 keep it near 30 MiB, in more queries.
+            memory: an answer decodes to about 150 bytes of Python objects per point while it is
+            read, and the process' RSS keeps that peak; a smaller budget costs more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
         """
         if max_parallel_queries < 1:
@@ -179,7 +142,7 @@ class PrometheusEvidenceSource:
         self._pool_lock = threading.Lock()
         self.scrape_interval = scrape_interval
         self.counts = CountsPipeline(
-            functools.partial(self._ask, typed=COUNTER_VECTOR),  # typed series (counters.CounterSeries)
+            functools.partial(self._ask, typed=COUNTER_VECTOR),  # typed series (decode.CounterSeries)
             self._ask_range,
             scrape_interval=scrape_interval,
             sample_budget=backfill_sample_budget,
@@ -196,7 +159,7 @@ class PrometheusEvidenceSource:
             sample_budget=backfill_sample_budget,
         )
         self.max_single_queries_per_tick = max_single_queries_per_tick
-        self._budget = _TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
+        self._budget = TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
 
     # -- the EvidenceSource protocol -------------------------------------------------------------
 
@@ -210,47 +173,24 @@ class PrometheusEvidenceSource:
         tick, whatever its window); equal builtin queries of the other families are asked once; custom
         queries are asked within the per-tick budget.
         """
-        needs: list[Need] = []
-        profiles: list[dict[str, str]] = []
-        detection_cost = [0] * len(rollouts)
-        for index, (policy, request) in enumerate(rollouts):
-            resolutions, used, cost = self._resolve(policy, request)
-            detection_cost[index] = cost
-            profiles.append(used)
-            needs.extend(
-                plan_rollout(
-                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
-                )
-            )
+        needs, profiles, detection_cost = self._plan(rollouts)
         grouped, singles = merge_asks(needs)
         granted = self._budget.grant(rollouts, needs, singles)
         outcomes = self._run(grouped, [single for single in singles if single in granted])
         parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None] = {}
-        for ask, outcome in outcomes.items():
-            parsed[ask] = parse_grouped(outcome) if isinstance(ask, GroupedAsk) else parse_single(outcome)
+        for asked, outcome in outcomes.items():
+            parsed[asked] = parse_grouped(outcome) if isinstance(asked, GroupedAsk) else parse_single(outcome)
         counted = self.counts.serve(rollouts, needs)
         peaked = self.peaks.serve(rollouts, needs)
-
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
         used_asks: list[set[GroupedAsk | SingleAsk]] = [set() for _ in rollouts]
-        deferred = _deferred_detail(self.max_single_queries_per_tick)
         for need in needs:
-            if isinstance(need.ask, CountsAsk):
-                measurement = counted.measurements[id(need)]
-            elif isinstance(need.ask, PeaksAsk):
-                measurement = peaked.measurements[id(need)]
-            elif isinstance(need.ask, SingleAsk) and need.ask not in granted:
-                measurement = Measurement.error(
-                    ErrorClass.DEFERRED, deferred, need.unit, query=need.ask.promql
-                )
+            if isinstance(need.ask, CountsAsk | PeaksAsk):
+                measurement = (counted if isinstance(need.ask, CountsAsk) else peaked).measurements[id(need)]
             else:
-                answered = outcomes.get(need.ask) if need.ask is not None else None
-                result = parsed.get(need.ask) if need.ask is not None else None
-                measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
-                if isinstance(need.ask, GroupedAsk) and measurement.query:
-                    measurement = replace(measurement, query=_builtin_for(need.ask.query, need.revision))
-                if need.ask is not None:
+                measurement = self._measured(need, granted, outcomes, parsed)
+                if isinstance(need.ask, GroupedAsk) or need.ask in granted:
                     used_asks[need.rollout].add(need.ask)
             (canary if need.side is Side.CANARY else stable)[need.rollout][need.key] = measurement
         evidence = []
@@ -277,6 +217,44 @@ class PrometheusEvidenceSource:
             )
             self._log_failures(request, canary[index], stable[index])
         return evidence
+
+    def _plan(
+        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]]
+    ) -> tuple[list[Need], list[dict[str, str]], list[int]]:
+        """What the rollouts need, the profile each uses per family, and the detection round trips
+        spent for each."""
+        needs: list[Need] = []
+        profiles: list[dict[str, str]] = []
+        detection_cost = [0] * len(rollouts)
+        for index, (policy, request) in enumerate(rollouts):
+            resolutions, used, cost = self._resolve(policy, request)
+            detection_cost[index] = cost
+            profiles.append(used)
+            needs.extend(
+                plan_rollout(
+                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
+                )
+            )
+        return needs, profiles, detection_cost
+
+    def _measured(
+        self,
+        need: Need,
+        granted: set[SingleAsk],
+        outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome],
+        parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None],
+    ) -> Measurement:
+        """The measurement of a need answered by a query of its own or a grouped one (or settled)."""
+        ask = need.ask
+        if isinstance(ask, SingleAsk) and ask not in granted:
+            deferred = deferred_detail(self.max_single_queries_per_tick)
+            return Measurement.error(ErrorClass.DEFERRED, deferred, need.unit, query=ask.promql)
+        answered = outcomes.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
+        result = parsed.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
+        measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
+        if isinstance(ask, GroupedAsk) and measurement.query:
+            measurement = replace(measurement, query=_builtin_for(ask.query, need.revision))
+        return measurement
 
     # -- detection ------------------------------------------------------------------------------
 
@@ -455,397 +433,6 @@ def _resolution_from(detection: Detection) -> Resolution:
     return Resolution(detection.choice)
 
 
-# ---------------------------------------------------------------------------------------------
-# The counted measures: one counter sample per requests profile per tick, and the book
-
-
-@dataclass(slots=True)
-class _Refresh:
-    """One tick's counter sample of one requests profile, and what it cost the call that took it."""
-
-    at: datetime
-    revisions: set[RevisionKey]
-    failures: dict[RevisionKey, QueryFailure]
-    query: str
-    http_requests: int = 0
-    duration: float = 0.0
-
-
-class _Ask(NamedTuple):
-    """A rollout's ask for a revision's counts: from ``start`` (and ``step_start``) to ``at``."""
-
-    revision: RevisionKey
-    who: Hashable
-    start: datetime
-    at: datetime
-    step_start: datetime
-    interval: float  # the policy's evaluation interval, seconds
-    born: bool = False  # a canary's restart counters in its first step: counted from birth
-
-
-@dataclass(slots=True)
-class Counted:
-    """What :meth:`CountsPipeline.serve` gives one collect call."""
-
-    measurements: dict[int, Measurement] = field(default_factory=dict)  # id(need) -> measurement
-    series: dict[int, dict[str, CountSeries]] = field(default_factory=dict)  # rollout -> side -> counts
-    http_requests: dict[int, int] = field(default_factory=dict)  # rollout -> round trips spent for it
-
-
-def _from_birth(need: Need, request: EvidenceRequest) -> bool:
-    """Whether ``need`` reads a canary's restart counters from its birth (Pending, the first step)."""
-    assert isinstance(need.ask, CountsAsk)
-    canary = need.side is Side.CANARY and request.canary_born is not None
-    return canary and need.ask.counter == RESTARTS_COUNTER
-
-
-class CountsPipeline:
-    """Samples the raw request counters once per tick for every tracked revision, keeps the
-    :class:`~canary.metrics.counters.CounterBook` per requests profile, backfills a revision's past
-    once, and answers the counted measures (single-flight: safe from worker threads).
-
-    A sample taken at ``t`` serves every collect call whose ``at`` is within half a scrape interval
-    of ``t``; a revision new in that tick is sampled on its own at ``t``.
-    """
-
-    def __init__(
-        self,
-        instant: Callable[[str, datetime], QueryOutcome],
-        range_query: Callable[[str, datetime, datetime, float], QueryOutcome],
-        *,
-        scrape_interval: float,
-        sample_budget: int,
-        idle: float,
-        min_requests: float = 1.0,
-    ) -> None:
-        if scrape_interval <= 0:
-            raise ValueError("scrape_interval must be positive")
-        self._instant = instant
-        self._range = range_query
-        self.step = scrape_interval
-        self.tolerance = timedelta(seconds=scrape_interval / 2)
-        self.sample_budget = sample_budget
-        self.min_requests = min_requests
-        self._idle = timedelta(seconds=idle)
-        self._lock = threading.Lock()
-        self.books: dict[CounterQuery, CounterBook] = {}
-        self._last: dict[CounterQuery, _Refresh] = {}
-        self._alarms: set[RevisionKey] = set()
-
-    def explain(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "scrapeIntervalSeconds": self.step,
-                "backfillSampleBudget": self.sample_budget,
-                "trackedRevisions": dict(
-                    sorted((counter.name, len(book.tracked())) for counter, book in self.books.items())
-                ),
-            }
-
-    def book(self, counter: CounterQuery) -> CounterBook:
-        book = self.books.get(counter)
-        if book is None:
-            # Only the requests family is judged tick by tick (count_series); the restart counters
-            # are read over whole ranges, and their book keeps nothing per tick.
-            book = self.books[counter] = CounterBook(
-                tolerance=self.tolerance, idle=self._idle, per_tick=counter.profile is not None
-            )
-        return book
-
-    def serve(
-        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
-    ) -> Counted:
-        counted = Counted()
-        # Per (profile, tick): the revisions wanted and the earliest start each must cover.
-        wanted: dict[tuple[CounterQuery, datetime], dict[RevisionKey, datetime]] = {}
-        askers: dict[CounterQuery, list[_Ask]] = {}
-        for need in needs:
-            if not isinstance(need.ask, CountsAsk):
-                continue
-            policy, request = rollouts[need.rollout]
-            counter = need.ask.counter
-            starts = wanted.setdefault((counter, request.at), {})
-            start = request.counts_start
-            starts[need.revision] = min(start, starts.get(need.revision, start))
-            who = (request.namespace, request.inference_service)
-            askers.setdefault(counter, []).append(
-                _Ask(
-                    need.revision,
-                    who,
-                    start,
-                    request.at,
-                    request.window_start,
-                    policy.spec.interval,
-                    born=_from_birth(need, request),
-                )
-            )
-        refreshes: dict[tuple[CounterQuery, datetime], tuple[_Refresh, bool]] = {}
-        for counter, at in sorted(wanted, key=lambda item: item[1]):
-            refreshes[(counter, at)] = self._refresh(counter, wanted[(counter, at)], askers[counter], at)
-        charged: set[tuple[int, CounterQuery, datetime]] = set()
-        tallies: dict[tuple[object, ...], tuple[tuple[Tally | None, Snapshot | None], int, int]] = {}
-        with self._lock:
-            for need in needs:
-                if not isinstance(need.ask, CountsAsk):
-                    continue
-                request = rollouts[need.rollout][1]
-                refresh, paid = refreshes[(need.ask.counter, request.at)]
-                charge = (need.rollout, need.ask.counter, request.at)
-                if paid and charge not in charged:
-                    charged.add(charge)
-                    counted.http_requests[need.rollout] = (
-                        counted.http_requests.get(need.rollout, 0) + refresh.http_requests
-                    )
-                self._answer(counted, need, request, refresh, tallies)
-        return counted
-
-    def _answer(
-        self,
-        counted: Counted,
-        need: Need,
-        request: EvidenceRequest,
-        refresh: _Refresh,
-        tallies: dict[tuple[object, ...], tuple[tuple[Tally | None, Snapshot | None], int, int]],
-    ) -> None:
-        """``tallies``: the ranges already added up in this call (a rollout's checks read the same
-        revision over the same range: p99 and error rate of one canary)."""
-        assert isinstance(need.ask, CountsAsk)
-        book = self.book(need.ask.counter)
-        failure = refresh.failures.get(need.revision)
-        shown = _counters_for(need.ask.counter, need.revision) if refresh.query else ""
-        side = counted.series.setdefault(need.rollout, {})
-        if need.side.value not in side and need.ask.counter.profile is not None:  # requests only
-            if failure is not None:
-                side[need.side.value] = CountSeries(
-                    EvidenceStatus.ERROR,
-                    detail=failure.detail,
-                    error_class=failure.error_class,
-                    query=shown,
-                )
-            else:
-                side[need.side.value] = book.count_series(
-                    need.revision, request.counts_start, request.at, query=shown
-                )
-        counts: tuple[Tally | None, Snapshot | None] | QueryFailure
-        pods = oom_kills = 0
-        if failure is not None:
-            counts = failure
-        else:
-            born = _from_birth(need, request)
-            start = request.restarts_start(born)
-            key = (need.ask.counter, need.revision, start, request.at, born)
-            known = tallies.get(key)
-            if known is None:
-                known = tallies[key] = (
-                    book.tally(need.revision, start, request.at, from_birth=born),
-                    book.pods_seen(need.revision, start, request.at),
-                    book.oom_kills(need.revision, start, request.at, from_birth=born),
-                )
-            counts, pods, oom_kills = known
-        counted.measurements[id(need)] = count_measurement(
-            need.measure or REQUESTS,
-            need.unit,
-            need.revision,
-            need.ask.quantile,
-            counts,
-            min_requests=self.min_requests,
-            query=shown,
-            duration=refresh.duration,
-            pods=pods,
-            oom_kills=oom_kills,
-        )
-
-    def _refresh(
-        self,
-        counter: CounterQuery,
-        wanted: Mapping[RevisionKey, datetime],
-        askers: Sequence[_Ask],
-        at: datetime,
-    ) -> tuple[_Refresh, bool]:
-        """The sample standing for tick ``at`` (taken now unless one within tolerance exists); and
-        whether this call paid for a query."""
-        with self._lock:
-            book = self.book(counter)
-            for ask in askers:
-                book.asked(
-                    ask.revision,
-                    ask.who,
-                    ask.start,
-                    ask.at,
-                    starts=(ask.step_start,),
-                    interval=ask.interval,
-                    born=ask.born,
-                )
-            last = self._last.get(counter)
-            if last is not None and abs(last.at - at) <= self.tolerance:
-                missing = {
-                    revision: start for revision, start in wanted.items() if revision not in last.revisions
-                }
-                if not missing:
-                    return last, False
-                fresh = self._sample(counter, book, missing, last.at)
-                last.revisions |= fresh.revisions
-                last.failures.update(fresh.failures)
-                return _Refresh(
-                    last.at, last.revisions, last.failures, fresh.query, fresh.http_requests, fresh.duration
-                ), True
-            starts: dict[RevisionKey, datetime | None] = dict.fromkeys(book.tracked())
-            starts.update(wanted)
-            refresh = self._sample(counter, book, starts, at)
-            self._last[counter] = refresh
-            book.prune(at)
-            # Every tracked revision was sampled: one whose containers were OOM-killed since the last
-            # sample is an alarm (take_alarms), whoever is due now.
-            self._alarms.update(
-                revision
-                for revision in refresh.revisions
-                if revision not in refresh.failures and book.new_oom_kills(revision) > 0
-            )
-            return refresh, True
-
-    def sample_restarts(self, at: datetime) -> None:
-        """Sample every revision the restart book tracks at ``at`` unless a sample within the
-        tolerance exists (see :meth:`watch`)."""
-        book = self.books.get(RESTARTS_COUNTER)
-        if book is None or not book.tracked():
-            return
-        self._refresh(RESTARTS_COUNTER, {}, [], at)
-
-    def watch(self, revision: RevisionKey, who: Hashable, born: datetime, at: datetime) -> None:
-        """Sample ``revision``'s restart counters in every tick from now on, counted from birth (a
-        canary warming up, not evaluated yet): an OOM kill then raises an alarm within a tick
-        instead of waiting for the first evaluation. Once the revision is tracked (asked for, or
-        watched before), nothing changes."""
-        with self._lock:
-            book = self.book(RESTARTS_COUNTER)
-            if not book.is_tracked(revision):
-                book.asked(revision, who, born, at, born=True)
-
-    def take_alarms(self) -> set[RevisionKey]:
-        """The revisions OOM-killed in a sample since the last call (each reported once)."""
-        with self._lock:
-            alarms, self._alarms = self._alarms, set()
-        return alarms
-
-    def _sample(
-        self,
-        counter: CounterQuery,
-        book: CounterBook,
-        starts: Mapping[RevisionKey, datetime | None],
-        at: datetime,
-    ) -> _Refresh:
-        # The answer lives only until it is recorded; the collector waits (canary.metrics.heap).
-        with collector_paused():
-            return self._sample_and_record(counter, book, starts, at)
-
-    def _sample_and_record(
-        self,
-        counter: CounterQuery,
-        book: CounterBook,
-        starts: Mapping[RevisionKey, datetime | None],
-        at: datetime,
-    ) -> _Refresh:
-        revisions = sorted(starts)
-        try:
-            promql = render_counters(counter, revisions)
-        except ValueError as error:  # a catalog bug must not take the controller down
-            failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
-            return _Refresh(at, set(revisions), dict.fromkeys(revisions, failure), "")
-        outcome = self._instant(promql, at)
-        refresh = _Refresh(at, set(revisions), {}, promql, outcome.http_requests, outcome.duration)
-        parsed = parse_counter_vector(outcome, revisions, divisor=counter.divisor, metric=counter.metric_name)
-        if isinstance(parsed, QueryFailure):
-            refresh.failures = dict.fromkeys(revisions, parsed)
-            return refresh
-        backfill = {
-            revision: start
-            for revision, start in starts.items()
-            if start is not None and start < at - self.tolerance and book.needs_backfill(revision, start)
-        }
-        filled = self._backfill(counter, book, backfill, parsed, at, refresh) if backfill else set()
-        for revision in revisions:
-            if revision not in filled:
-                book.record(revision, at, parsed[revision])
-        return refresh
-
-    def _backfill(
-        self,
-        counter: CounterQuery,
-        book: CounterBook,
-        starts: Mapping[RevisionKey, datetime],
-        live: Mapping[RevisionKey, RevisionSample],
-        at: datetime,
-        refresh: _Refresh,
-    ) -> set[RevisionKey]:
-        """Fill the revisions' past from [earliest start, at] with range queries; the ones filled."""
-        start = min(starts.values())
-        estimate = {
-            revision: max(_MIN_SERIES_ESTIMATE, 2 * len(live[revision].values)) for revision in starts
-        }
-        chunks = plan_backfill(estimate, start, at, self.step, sample_budget=self.sample_budget)
-        history: dict[RevisionKey, list[tuple[datetime, RevisionSample]]] = {
-            revision: [] for revision in starts
-        }
-        failed: set[RevisionKey] = set()
-        pending = [(chunk, False) for chunk in chunks]
-        while pending:
-            chunk, halved = pending.pop(0)
-            promql = render_counters(counter, chunk.revisions)
-            outcome = self._range(promql, chunk.start, chunk.end, self.step)
-            refresh.http_requests += outcome.http_requests
-            refresh.duration += outcome.duration
-            matrix = parse_counter_matrix(
-                outcome, chunk.revisions, divisor=counter.divisor, metric=counter.metric_name
-            )
-            if _halve(matrix, chunk, halved, pending):
-                continue
-            if isinstance(matrix, QueryFailure):
-                for revision in chunk.revisions:
-                    failed.add(revision)
-                    refresh.failures[revision] = QueryFailure(
-                        matrix.error_class, f"backfill of the counters: {matrix.detail}", matrix.http_status
-                    )
-                continue
-            by_time = {round(moment, 3): samples for moment, samples in matrix.items()}
-            points = round((chunk.end - chunk.start).total_seconds() / self.step)
-            for index in range(points + 1):
-                moment = chunk.start + timedelta(seconds=index * self.step)
-                at_moment = by_time.get(round(moment.timestamp(), 3), {})
-                for revision in chunk.revisions:
-                    # A grid point without series is an empty sample, as a live tick without series.
-                    history[revision].append((moment, at_moment.get(revision, RevisionSample({}))))
-        filled = set()
-        for revision in starts:
-            if revision in failed:
-                continue
-            samples = [item for item in history[revision] if item[0] < at] + [(at, live[revision])]
-            book.replay(revision, samples)
-            book.mark_backfilled(revision, start)
-            filled.add(revision)
-        return filled
-
-
-_MIN_SERIES_ESTIMATE = 64  # a revision's series in the past: pods come and go (the live count x 2)
-_PEAK_SERIES_ESTIMATE = 64  # GPUs (x4 series in the fraction) or vLLM engines of a revision
-
-
-def _halve(
-    answer: object, chunk: BackfillChunk, halved: bool, pending: list[tuple[BackfillChunk, bool]]
-) -> bool:
-    """A backfill chunk Prometheus timed out on is asked again once, as two halves of its revisions
-    (the same query re-run would time out again; two smaller ones may not). True when halved."""
-    if halved or not isinstance(answer, QueryFailure) or answer.error_class is not ErrorClass.TIMEOUT:
-        return False
-    if len(chunk.revisions) < 2:
-        return False
-    middle = len(chunk.revisions) // 2
-    pending[:0] = [
-        (BackfillChunk(chunk.revisions[:middle], chunk.start, chunk.end), True),
-        (BackfillChunk(chunk.revisions[middle:], chunk.start, chunk.end), True),
-    ]
-    return True
-
-
 def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int) -> dict[str, CountSeries]:
     """The counts of a rollout whose requests family is not available (not detected, detection failed)."""
     counts: dict[str, CountSeries] = {}
@@ -861,319 +448,9 @@ def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int
     return counts
 
 
-def _deferred_detail(budget: int) -> str:
-    return f"not asked this tick: the per-tick budget of {budget} custom queries is spent; asked next tick"
-
-
-class _TickBudget:
-    """How many custom (per-revision) queries a tick may ask, shared fairly between rollouts.
-
-    A tick is every call whose ``at`` is within half a scrape interval of the tick's first one. The
-    rollouts whose queries were deferred longest go first, so nobody is starved tick after tick.
-    """
-
-    def __init__(self, budget: int, tolerance: timedelta) -> None:
-        self.budget = budget
-        self.tolerance = tolerance
-        self._lock = threading.Lock()
-        self._tick_at: datetime | None = None
-        self._tick = 0
-        self._spent = 0
-        self._served: dict[tuple[str, str], int] = {}  # rollout -> the tick it was last fully served
-
-    def grant(
-        self,
-        rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]],
-        needs: Sequence[Need],
-        singles: Sequence[SingleAsk],
-    ) -> set[SingleAsk]:
-        if not singles:
-            return set()
-        wanted: dict[int, list[SingleAsk]] = {}
-        for need in needs:
-            if isinstance(need.ask, SingleAsk) and need.ask not in wanted.setdefault(need.rollout, []):
-                wanted[need.rollout].append(need.ask)
-        at = max(rollouts[index][1].at for index in wanted)
-        granted: set[SingleAsk] = set()
-        with self._lock:
-            if self._tick_at is None or abs(at - self._tick_at) > self.tolerance:
-                self._tick_at, self._tick, self._spent = at, self._tick + 1, 0
-
-            def key(index: int) -> tuple[str, str]:
-                request = rollouts[index][1]
-                return (request.namespace, request.inference_service)
-
-            for index in sorted(wanted, key=lambda index: (self._served.get(key(index), -1), index)):
-                asks = [ask for ask in wanted[index] if ask not in granted]
-                fitting = asks[: max(0, self.budget - self._spent)]
-                granted.update(fitting)
-                self._spent += len(fitting)
-                if len(fitting) == len(asks):
-                    self._served[key(index)] = self._tick
-            if len(self._served) > 10_000:  # rollouts long gone
-                oldest = sorted(self._served.items(), key=lambda item: item[1])[: len(self._served) - 10_000]
-                for gone, _ in oldest:
-                    del self._served[gone]
-        return granted
-
-
-# ---------------------------------------------------------------------------------------------
-# Gauge peaks: one peak query per family per tick, and the peak book
-
-
-@dataclass(slots=True)
-class _PeakRefresh:
-    at: datetime
-    revisions: set[RevisionKey]
-    failures: dict[RevisionKey, QueryFailure]
-    query: str
-    http_requests: int = 0
-    duration: float = 0.0
-    span: str = ""  # the peak query's range (one scrape interval in a backfill)
-
-
-@dataclass(slots=True)
-class Peaked:
-    """What :meth:`PeaksPipeline.serve` gives one collect call."""
-
-    measurements: dict[int, Measurement] = field(default_factory=dict)  # id(need) -> measurement
-    http_requests: dict[int, int] = field(default_factory=dict)
-
-
-class PeaksPipeline:
-    """gpu-memory-peak (bytes and fraction) and kv-cache-usage: each tick, one query per family asks
-    every tracked revision's per-series peak since the previous tick (``max_over_time`` over that
-    span only); a window's value is the maximum of its ticks' peaks. A revision first asked for with
-    a window reaching into the past gets it filled once by a range query (one peak per scrape
-    interval). Single-flight as :class:`CountsPipeline`."""
-
-    def __init__(
-        self,
-        instant: Callable[[str, datetime], QueryOutcome],
-        range_query: Callable[[str, datetime, datetime, float], QueryOutcome],
-        *,
-        scrape_interval: float,
-        min_window: float,
-        idle: float,
-        min_requests: float,
-        sample_budget: int,
-    ) -> None:
-        self._instant = instant
-        self._range = range_query
-        self.step = scrape_interval
-        self.tolerance = timedelta(seconds=scrape_interval / 2)
-        self.min_window = timedelta(seconds=min_window)
-        self.min_requests = min_requests
-        self.sample_budget = sample_budget
-        self._idle = timedelta(seconds=idle)
-        self._lock = threading.Lock()
-        self.books: dict[PeakQuery, PeakBook] = {}
-        self._last: dict[PeakQuery, _PeakRefresh] = {}
-
-    def book(self, query: PeakQuery) -> PeakBook:
-        book = self.books.get(query)
-        if book is None:
-            book = self.books[query] = PeakBook(tolerance=self.tolerance, idle=self._idle)
-        return book
-
-    def _start(self, request: EvidenceRequest) -> datetime:
-        """The window the peaks must cover: at least ``min_window``, as the per-window queries were."""
-        return min(request.window_start, request.at - self.min_window)
-
-    def serve(
-        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
-    ) -> Peaked:
-        peaked = Peaked()
-        wanted: dict[tuple[PeakQuery, datetime], dict[RevisionKey, datetime]] = {}
-        askers: dict[PeakQuery, list[tuple[RevisionKey, Hashable, datetime, datetime]]] = {}
-        for need in needs:
-            if not isinstance(need.ask, PeaksAsk):
-                continue
-            request = rollouts[need.rollout][1]
-            start = self._start(request)
-            starts = wanted.setdefault((need.ask.peaks, request.at), {})
-            starts[need.revision] = min(start, starts.get(need.revision, start))
-            who = (request.namespace, request.inference_service)
-            askers.setdefault(need.ask.peaks, []).append((need.revision, who, start, request.at))
-        refreshes: dict[tuple[PeakQuery, datetime], tuple[_PeakRefresh, bool]] = {}
-        for query, at in sorted(wanted, key=lambda item: item[1]):
-            refreshes[(query, at)] = self._refresh(query, wanted[(query, at)], askers[query], at)
-        charged: set[tuple[int, PeakQuery, datetime]] = set()
-        with self._lock:
-            for need in needs:
-                if not isinstance(need.ask, PeaksAsk):
-                    continue
-                request = rollouts[need.rollout][1]
-                refresh, paid = refreshes[(need.ask.peaks, request.at)]
-                charge = (need.rollout, need.ask.peaks, request.at)
-                if paid and charge not in charged:
-                    charged.add(charge)
-                    peaked.http_requests[need.rollout] = (
-                        peaked.http_requests.get(need.rollout, 0) + refresh.http_requests
-                    )
-                shown = _peaks_for(need.ask.peaks, need.revision, refresh.span) if refresh.query else ""
-                outcome = QueryOutcome(shown, None, None, 0, refresh.duration)
-                failure = refresh.failures.get(need.revision)
-                parsed: GroupedAnswer | QueryFailure
-                if failure is not None:
-                    parsed = failure
-                else:
-                    maxima, series = self.book(need.ask.peaks).window(
-                        need.revision, self._start(request), request.at
-                    )
-                    fields = {
-                        (VALUE_FIELD if name == PEAK_FIELD else name): value for name, value in maxima.items()
-                    }
-                    if fields:
-                        fields[FIELD_SAMPLES] = float(series)
-                    parsed = GroupedAnswer({need.revision: fields})
-                peaked.measurements[id(need)] = measurement_for(
-                    need, outcome, parsed, min_requests=self.min_requests
-                )
-        return peaked
-
-    def _refresh(
-        self,
-        query: PeakQuery,
-        wanted: Mapping[RevisionKey, datetime],
-        askers: Sequence[tuple[RevisionKey, Hashable, datetime, datetime]],
-        at: datetime,
-    ) -> tuple[_PeakRefresh, bool]:
-        with self._lock:
-            book = self.book(query)
-            for revision, who, start, asked_at in askers:
-                book.asked(revision, who, start, asked_at)
-            last = self._last.get(query)
-            if last is not None and abs(last.at - at) <= self.tolerance:
-                missing = {
-                    revision: start for revision, start in wanted.items() if revision not in last.revisions
-                }
-                if not missing:
-                    return last, False
-                fresh = self._sample(query, book, missing, last.at)
-                last.revisions |= fresh.revisions
-                last.failures.update(fresh.failures)
-                merged = _PeakRefresh(
-                    last.at, last.revisions, last.failures, fresh.query, fresh.http_requests, fresh.duration
-                )
-                return merged, True
-            starts: dict[RevisionKey, datetime | None] = dict.fromkeys(book.tracked())
-            starts.update(wanted)
-            refresh = self._sample(query, book, starts, at)
-            self._last[query] = refresh
-            book.prune(at)
-            return refresh, True
-
-    def _sample(
-        self, query: PeakQuery, book: PeakBook, starts: Mapping[RevisionKey, datetime | None], at: datetime
-    ) -> _PeakRefresh:
-        with collector_paused():  # as CountsPipeline._sample
-            return self._sample_and_record(query, book, starts, at)
-
-    def _sample_and_record(
-        self, query: PeakQuery, book: PeakBook, starts: Mapping[RevisionKey, datetime | None], at: datetime
-    ) -> _PeakRefresh:
-        revisions = sorted(starts)
-        backfill = {
-            revision: start
-            for revision, start in starts.items()
-            if start is not None and start < at - self.tolerance and book.needs_backfill(revision, start)
-        }
-        ends = {revision: book.last_end(revision) for revision in revisions if revision not in backfill}
-        known = [end for end in ends.values() if end is not None and end < at]
-        span_start = min(known) if known else at - timedelta(seconds=self.step)
-        live = [revision for revision in revisions if revision not in backfill]
-        refresh = _PeakRefresh(at, set(revisions), {}, "")
-        if live:
-            span = f"{max(1, round((at - span_start).total_seconds() * 1000))}ms"
-            try:
-                promql = render_peaks(query, live, span)
-            except ValueError as error:
-                failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
-                refresh.failures.update(dict.fromkeys(revisions, failure))
-                return refresh
-            outcome = self._instant(promql, at)
-            refresh.span = span
-            refresh.query, refresh.http_requests, refresh.duration = (
-                promql,
-                outcome.http_requests,
-                outcome.duration,
-            )
-            parsed = parse_peaks(outcome, live)
-            if isinstance(parsed, QueryFailure):
-                refresh.failures.update(dict.fromkeys(live, parsed))
-            else:
-                for revision in live:
-                    book.record(revision, ends.get(revision) or span_start, at, parsed[revision])
-        if backfill:
-            self._backfill(query, book, backfill, at, refresh)
-        return refresh
-
-    def _backfill(
-        self,
-        query: PeakQuery,
-        book: PeakBook,
-        starts: Mapping[RevisionKey, datetime],
-        at: datetime,
-        refresh: _PeakRefresh,
-    ) -> None:
-        """One peak per scrape interval, on a grid ending at ``at``, back to the earliest start."""
-        start = min(starts.values())
-        intervals = max(1, round((at - start).total_seconds() / self.step))
-        first_point = at - timedelta(seconds=(intervals - 1) * self.step)
-        revisions = sorted(starts)
-        span = f"{round(self.step * 1000)}ms"
-        estimate = dict.fromkeys(revisions, _PEAK_SERIES_ESTIMATE)
-        chunks = plan_backfill(estimate, first_point, at, self.step, sample_budget=self.sample_budget)
-        history: dict[RevisionKey, list[tuple[datetime, datetime, PeakSample]]] = {r: [] for r in revisions}
-        failed: QueryFailure | None = None
-        pending = [(chunk, False) for chunk in chunks]
-        while pending and failed is None:
-            chunk, halved = pending.pop(0)
-            promql = render_peaks(query, chunk.revisions, span)
-            if not refresh.query:
-                refresh.query, refresh.span = promql, span
-            outcome = self._range(promql, chunk.start, chunk.end, self.step)
-            refresh.http_requests += outcome.http_requests
-            refresh.duration += outcome.duration
-            matrix = parse_peak_matrix(outcome, chunk.revisions)
-            if _halve(matrix, chunk, halved, pending):
-                continue
-            if isinstance(matrix, QueryFailure):
-                failed = QueryFailure(
-                    matrix.error_class, f"backfill of the peaks: {matrix.detail}", matrix.http_status
-                )
-                break
-            points = round((chunk.end - chunk.start).total_seconds() / self.step)
-            for index in range(points + 1):
-                moment = chunk.start + timedelta(seconds=index * self.step)
-                per = matrix.get(round(moment.timestamp(), 3), {})
-                for revision in chunk.revisions:
-                    sample = per.get(revision, PeakSample({}))
-                    history[revision].append((moment - timedelta(seconds=self.step), moment, sample))
-        if failed is not None:
-            refresh.failures.update(dict.fromkeys(revisions, failed))
-            return
-        for revision in revisions:
-            book.replay(revision, history[revision], start)
-
-
 # The query a measurement shows (explain.json, status, notifications) is the grouped query narrowed
 # to its own revision: what was asked for it, readable, and bounded. The grouped query itself lists
-# every revision of the tick — at 1,000 rollouts about 100 kB, three copies in every explain
-# document, and the state ConfigMaps' bulk in the watch caches and in every write.
-
-
-@functools.lru_cache(maxsize=8192)
-def _counters_for(counter: CounterQuery, revision: RevisionKey) -> str:
-    return render_counters(counter, [revision])
-
-
-@functools.lru_cache(maxsize=8192)
-def _peaks_for(query: PeakQuery, revision: RevisionKey, span: str) -> str:
-    return render_peaks(query, [revision], span or "1ms")
-
-
+# every revision of the tick, and would be copied into every explain document and state write.
 @functools.lru_cache(maxsize=8192)
 def _builtin_for(query: BuiltinQuery, revision: RevisionKey) -> str:
     return render_builtin(query, [revision])

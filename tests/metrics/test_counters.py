@@ -16,19 +16,12 @@ from hypothesis import strategies as st
 from canary.evidence import REQUESTS, CountSeries, ErrorClass, EvidenceStatus, Histogram, Tally
 from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD, RevisionKey
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
-from canary.metrics.counters import (
-    MAX_POINTS_PER_SERIES,
-    CounterBook,
-    PeakBook,
-    PeakSample,
-    RevisionSample,
-    SeriesId,
-    count_measurement,
-    interpolated_quantile,
-    parse_counter_matrix,
-    parse_counter_vector,
-    plan_backfill,
-)
+from canary.metrics.counting.book import CounterBook
+from canary.metrics.counting.counts import count_measurement, interpolated_quantile
+from canary.metrics.counting.decode import parse_counter_matrix, parse_counter_vector
+from canary.metrics.counting.peaks import PeakBook, PeakSample
+from canary.metrics.counting.pipeline import MAX_POINTS_PER_SERIES, plan_backfill
+from canary.metrics.counting.rules import RevisionSample, SeriesId
 from canary.policy.model import MetricKind
 from canary.policy.units import Unit
 
@@ -799,7 +792,7 @@ def test_a_remembered_series_identity_is_the_one_its_labels_give(
 ) -> None:
     """The identities are remembered across ticks by their label values: asking again, in any order,
     for any labels (broken ones too), gives what reading the labels afresh gives."""
-    from canary.metrics import counters
+    from canary.metrics.counting import decode as counters
 
     for labels in [*labels_seen, *reversed(labels_seen)]:
         assert counters._series_id(labels, divisor) == counters._read_series_id(labels, divisor)

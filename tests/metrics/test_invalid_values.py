@@ -12,7 +12,9 @@ import pytest
 from canary.evidence import REQUESTS, EvidenceStatus, Measurement
 from canary.metrics.catalog import RevisionKey
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
-from canary.metrics.counters import CounterBook, count_measurement, parse_counter_vector
+from canary.metrics.counting.book import CounterBook
+from canary.metrics.counting.counts import count_measurement
+from canary.metrics.counting.decode import parse_counter_vector
 from canary.metrics.plan import Need, QueryGrouping, Side, measurement_for, parse_grouped, plan_rollout
 from canary.policy.units import Unit
 from tests.metrics.test_plan import ALL_BUILTINS, RESOLVED, policy, request

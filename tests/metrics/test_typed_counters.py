@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from canary.metrics.catalog import RevisionKey
 from canary.metrics.client import PrometheusClient, PrometheusConfig, QueryFailure
-from canary.metrics.counters import COUNTER_VECTOR, CounterSeries, parse_counter_vector
+from canary.metrics.counting.decode import COUNTER_VECTOR, CounterSeries, parse_counter_vector
 from tests.metrics.test_prometheus_errors import Answer, FaultyPrometheus
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -26,7 +26,7 @@ from canary.evidence import (
     Histogram,
 )
 from canary.metrics import PrometheusConfig, PrometheusEvidenceSource, RetryPolicy
-from canary.metrics.counters import interpolated_quantile
+from canary.metrics.counting.counts import interpolated_quantile
 from canary.policy.model import PromotionPolicy
 from tests.integration.metrics.support import (
     AT,

@@ -57,7 +57,7 @@ def test_request_metrics_match_the_raw_requests(
     assert evidence.profile["requests"] == profile
     for side, revision in (("canary", canary), ("stable", stable)):
         measurements = evidence.canary if side == "canary" else evidence.stable
-        # Counted exactly (canary.metrics.counters): every request scraped after the window's first
+        # Counted exactly (canary.metrics.counting): every request scraped after the window's first
         # sample, across queue-proxy restarts; tests/integration/metrics/test_counters.py checks
         # every bucket.
         raw = counted_requests(production.simulation, revision, AT_SECONDS - WINDOW, AT_SECONDS)
