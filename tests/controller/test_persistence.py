@@ -28,7 +28,7 @@ from canary.rollout.persistence import (
     text_shape,
 )
 from canary.rollout.records import ExplainCheck, ExplainDocument
-from canary.rollout.sampled import _minutes
+from canary.rollout.sampled import minutes_text
 from canary.rollout.state import (
     CommandKind,
     EvaluationRecord,
@@ -225,7 +225,7 @@ def test_a_not_yet_estimate_reads_alike_whatever_its_unit(first: float, second: 
     write)."""
 
     def statement(seconds: float) -> str:
-        return f"p99: not-yet — about 832 more needed (~{_minutes(seconds)} at this rate)"
+        return f"p99: not-yet — about 832 more needed (~{minutes_text(seconds)} at this rate)"
 
     assert text_shape(statement(first)) == text_shape(statement(second))
 
