@@ -49,8 +49,9 @@ from canary.kserve.view import observe
 from canary.notify import Destination, Notification, NotificationDispatcher
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.rollout.commands import apply_command
-from canary.rollout.core import decide, evidence_request, landed_write
+from canary.rollout.core import Preparation, decide, landed_write, prepare
 from canary.rollout.decision import Decision
+from canary.rollout.gates import GateResult
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
 from canary.rollout.past import ends_rollout, record_after
@@ -104,6 +105,10 @@ class Prepared:
     baseline: RolloutState | None = None
     started: float = field(default_factory=time.monotonic)
     alarm: bool = False  # a critical signal moved: evaluated now, before its interval (core.decide)
+    # The gate results the decision is made with, read once: the core runs its rules up to the
+    # evaluation once (``preparation``), and the decision on the evidence runs only the rest.
+    gate_results: tuple[GateResult, ...] = ()
+    preparation: Preparation | None = None
 
     @property
     def key(self) -> str:
@@ -358,10 +363,11 @@ class Reconciler:
         if stored.command_json is not None and not stale:
             state, answer = self._apply_command(stored, state, now, bound)
 
-        request = evidence_request(policy, observed, state, now, ledger=ledger, alarm=alarm)
+        gate_results = self._gates.results(key) if self._gates is not None else ()
+        preparation = prepare(policy, observed, state, now, ledger=ledger, gates=gate_results, alarm=alarm)
         return Prepared(
             policy, destinations, bound, now, observed, stored, stored_ledger, state, ledger, stale, answer,
-            request, baseline, alarm=alarm,
+            preparation.request, baseline, alarm=alarm, gate_results=gate_results, preparation=preparation,
         )  # fmt: skip
 
     def _remembered(self, key: str, stored: StoredState, state: RolloutState, now: datetime) -> RolloutState:
@@ -380,9 +386,16 @@ class Reconciler:
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         observed, stored, state = prepared.observed, prepared.stored, prepared.state
         ledger, stale, answer = prepared.ledger, prepared.stale, prepared.answer
-        gate_results = self._gates.results(key) if self._gates is not None else ()
         decision = decide(
-            policy, observed, state, evidence, now, ledger=ledger, gates=gate_results, alarm=prepared.alarm
+            policy,
+            observed,
+            state,
+            evidence,
+            now,
+            ledger=ledger,
+            gates=prepared.gate_results,
+            alarm=prepared.alarm,
+            prepared=prepared.preparation,
         )
         outcome = ReconcileOutcome(key, decision=decision, evaluated=prepared.request is not None)
         self._tell_landed(prepared, outcome)
