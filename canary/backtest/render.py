@@ -7,6 +7,7 @@ and every output says what a replay cannot do (:data:`canary.backtest.runner.HON
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -282,34 +283,47 @@ def render_html(backtest: Backtest) -> str:
 
 def _replay_html(replay: Replay, history: History) -> str:
     origin = replay.period.start.timestamp()
-    gap = max(replay.interval, history.step) * 1.5
-
-    def x(tick: Tick) -> float:
-        return tick.at.timestamp() - origin
-
     ticks = replay.ticks
     markers = [
-        Marker(x(tick), _marker_label(tick), _MARKER_ACTIONS[tick.action], tick.reason)
+        Marker(_since(tick.at, origin), _marker_label(tick), _MARKER_ACTIONS[tick.action], tick.reason)
         for tick in ticks
         if tick.action in _MARKER_ACTIONS
     ]
     # What happened is drawn over the whole period, also after the policy would have decided.
     until = max(ticks[-1].at, replay.period.end) + timedelta(seconds=replay.interval)
+    first = _since(ticks[0].at, origin)
+    span = (first, max(until.timestamp() - origin, first + 1))
+    charts = [_traffic_chart(replay, history, origin, until, span), *_check_charts(replay, history, origin)]
+    return (
+        _replay_summary(replay)
+        + "".join(svg_chart(chart, markers, span) for chart in charts)
+        + _replay_table(replay)
+    )
+
+
+def _since(moment: datetime, origin: float) -> float:
+    return moment.timestamp() - origin
+
+
+def _traffic_chart(
+    replay: Replay, history: History, origin: float, until: datetime, span: tuple[float, float]
+) -> Chart:
+    """The policy's steps, the share of requests the canary actually got, and the recorded weight."""
+    ticks = replay.ticks
     points = history.between(ticks[0].at, until)
-    span = (x(ticks[0]), max(until.timestamp() - origin, x(ticks[0]) + 1))
-    policy_line = [(x(t), float(t.weight or 0)) for t in ticks]
+    policy_line = [(_since(t.at, origin), float(t.weight or 0)) for t in ticks]
     policy_line.append((span[1], policy_line[-1][1]))
     shares = [
-        (point.at.timestamp() - origin, share)
+        (_since(point.at, origin), share)
         for point in points
         if (share := point.share(replay.period.canary, replay.period.stable)) is not None
     ]
     weights = [
-        (point.at.timestamp() - origin, point.controller_weight)
+        (_since(point.at, origin), point.controller_weight)
         for point in points
         if point.controller_weight is not None and point.controller_weight >= 0
     ]
-    traffic = Chart(
+    return Chart(
         "traffic to the canary",
         "%",
         _drawn(
@@ -323,37 +337,52 @@ def _replay_html(replay: Replay, history: History) -> str:
         ),
         y_max=100,
     )
-    charts = [svg_chart(traffic, markers, span)]
+
+
+def _check_charts(replay: Replay, history: History, origin: float) -> list[Chart]:
+    """One chart per check, in the order the checks first appear."""
+    gap = max(replay.interval, history.step) * 1.5
+    ticks = replay.ticks
     names = list(dict.fromkeys(check.name for tick in ticks for check in tick.checks))
-    for name in names:
-        found = [(tick, check) for tick in ticks for check in tick.checks if check.name == name]
-        unit = found[0][1].unit
-        scale = 100.0 if unit == "ratio" else 1000.0 if unit == "seconds" else 1.0
-        shown_unit = {"ratio": "%", "seconds": "ms"}.get(unit, unit)
-        series = [
-            _series(
-                "canary",
-                CANARY_COLOUR,
-                [(x(t), c.value * scale) for t, c in found if c.value is not None],
-                gap=gap,
-            ),
-            _series(
-                "stable",
-                STABLE_COLOUR,
-                [(x(t), c.stable_value * scale) for t, c in found if c.stable_value is not None],
-                gap=gap,
-            ),
-            _series(
-                "limit",
-                LIMIT_COLOUR,
-                [(x(t), c.max_allowed * scale) for t, c in found if c.max_allowed is not None],
-                dashed=True,
-                gap=gap,
-            ),
-        ]
-        charts.append(
-            svg_chart(Chart(f"{name}: {found[0][1].limit}", shown_unit, _drawn(series)), markers, span)
+    return [
+        _check_chart(
+            name,
+            [(tick, check) for tick in ticks for check in tick.checks if check.name == name],
+            origin,
+            gap,
         )
+        for name in names
+    ]
+
+
+def _check_chart(name: str, found: list[tuple[Tick, CheckPoint]], origin: float, gap: float) -> Chart:
+    """The canary, the stable revision and the limit over the replay, in the unit a person reads."""
+    unit = found[0][1].unit
+    scale = 100.0 if unit == "ratio" else 1000.0 if unit == "seconds" else 1.0
+    shown_unit = {"ratio": "%", "seconds": "ms"}.get(unit, unit)
+
+    def line(value: Callable[[CheckPoint], float | None]) -> list[tuple[float, float]]:
+        return [(_since(t.at, origin), v * scale) for t, c in found if (v := value(c)) is not None]
+
+    series = [
+        _series("canary", CANARY_COLOUR, line(lambda c: c.value), gap=gap),
+        _series("stable", STABLE_COLOUR, line(lambda c: c.stable_value), gap=gap),
+        _series("limit", LIMIT_COLOUR, line(lambda c: c.max_allowed), dashed=True, gap=gap),
+    ]
+    return Chart(f"{name}: {found[0][1].limit}", shown_unit, _drawn(series))
+
+
+def _replay_summary(replay: Replay) -> str:
+    return (
+        f"<h2>Rollout {html.escape(replay.period.id)}</h2>"
+        f"<p><b>Policy:</b> {html.escape(replay.summary)}</p>"
+        f"<p><b>Actual:</b> {html.escape(replay.actual)}</p>"
+        f"<p><b>Difference:</b> {html.escape(replay.comparison)}</p>"
+        + (f"<p class='muted'>{html.escape(replay.recorded)}</p>" if replay.recorded else "")
+    )
+
+
+def _replay_table(replay: Replay) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(_offset(tick, replay))}</td><td>{html.escape(_policy(tick))}</td>"
         f"<td>{html.escape(_actual(tick))}</td><td>{html.escape(_decision(tick))}</td>"
@@ -362,13 +391,7 @@ def _replay_html(replay: Replay, history: History) -> str:
         for tick in _rows(replay)
     )
     return (
-        f"<h2>Rollout {html.escape(replay.period.id)}</h2>"
-        f"<p><b>Policy:</b> {html.escape(replay.summary)}</p>"
-        f"<p><b>Actual:</b> {html.escape(replay.actual)}</p>"
-        f"<p><b>Difference:</b> {html.escape(replay.comparison)}</p>"
-        + (f"<p class='muted'>{html.escape(replay.recorded)}</p>" if replay.recorded else "")
-        + "".join(charts)
-        + "<table><tr><th>time</th><th>policy</th><th>actual</th><th>decision</th><th>checks</th></tr>"
+        "<table><tr><th>time</th><th>policy</th><th>actual</th><th>decision</th><th>checks</th></tr>"
         + rows
         + "</table>"
     )

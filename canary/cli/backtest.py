@@ -13,12 +13,15 @@ import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from canary.cli import ContextOption, KubeconfigOption, app
 from canary.cli.help import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, fail
+
+if TYPE_CHECKING:
+    from canary.backtest.command import BacktestRequest, RecordReader
 
 __all__ = ["backtest", "parse_time"]
 
@@ -49,86 +52,101 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+_PolicyArgument = Annotated[
+    Path,
+    typer.Argument(metavar="POLICY", help="The policy file (a directory or file as validate reads it)."),
+]
+_IsvcOption = Annotated[
+    str | None,
+    typer.Option(
+        "--isvc",
+        metavar="NAMESPACE/NAME",
+        help="The InferenceService (required when the file holds several policies).",
+    ),
+]
+_FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        metavar="TIME",
+        help="Start of the history: RFC 3339, or now-6h. Default: the --rollout's start, else now-6h.",
+    ),
+]
+_ToOption = Annotated[
+    str | None,
+    typer.Option(
+        "--to",
+        metavar="TIME",
+        help="End of the history: RFC 3339, or now. Default: the --rollout's end, else now.",
+    ),
+]
+_RolloutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--rollout",
+        metavar="ID",
+        help="One past rollout from the controller's record (rollouts.json in its state ConfigMap): "
+        "1 the latest, 2 the one before, a revision, or REVISION@STARTED as the record names it.",
+    ),
+]
+_WhatIfOption = Annotated[
+    list[str],
+    typer.Option(
+        "--what-if",
+        metavar="KEY=VALUE",
+        help="Change the policy for this backtest (repeatable): window=5m, checks.p99.max=600ms.",
+    ),
+]
+_FormatOption = Annotated[
+    BacktestFormat, typer.Option("--format", "-o", metavar="table|json|html", help="What to print.")
+]
+_OutputOption = Annotated[
+    Path | None, typer.Option("--output", metavar="FILE", help="Write to FILE instead of stdout.")
+]
+_PrometheusUrlOption = Annotated[
+    str, typer.Option(envvar="PROMETHEUS_URL", metavar="URL", help="The Prometheus holding the history.")
+]
+_PrometheusHeaderOption = Annotated[
+    list[str],
+    typer.Option(metavar="NAME=VALUE", help="Extra header, e.g. X-Scope-OrgID=tenant (repeatable)."),
+]
+_PrometheusTokenFileOption = Annotated[
+    str | None,
+    typer.Option(envvar="PROMETHEUS_TOKEN_FILE", metavar="FILE", help="Bearer token file."),
+]
+_PrometheusCaFileOption = Annotated[str | None, typer.Option(envvar="PROMETHEUS_CA_FILE", metavar="FILE")]
+_PrometheusTimeoutOption = Annotated[
+    float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
+]
+_ScrapeIntervalOption = Annotated[
+    float,
+    typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
+]
+_MinSamplesOption = Annotated[
+    float,
+    typer.Option(envvar="MIN_SAMPLES", help="A latency or error rate from fewer requests is no data."),
+]
+
+
 @app.command()
 def backtest(
-    policy: Annotated[
-        Path,
-        typer.Argument(metavar="POLICY", help="The policy file (a directory or file as validate reads it)."),
-    ],
-    isvc: Annotated[
-        str | None,
-        typer.Option(
-            "--isvc",
-            metavar="NAMESPACE/NAME",
-            help="The InferenceService (required when the file holds several policies).",
-        ),
-    ] = None,
-    start: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            metavar="TIME",
-            help="Start of the history: RFC 3339, or now-6h. Default: the --rollout's start, else now-6h.",
-        ),
-    ] = None,
-    end: Annotated[
-        str | None,
-        typer.Option(
-            "--to",
-            metavar="TIME",
-            help="End of the history: RFC 3339, or now. Default: the --rollout's end, else now.",
-        ),
-    ] = None,
-    rollout: Annotated[
-        str | None,
-        typer.Option(
-            "--rollout",
-            metavar="ID",
-            help="One past rollout from the controller's record (rollouts.json in its state ConfigMap): "
-            "1 the latest, 2 the one before, a revision, or REVISION@STARTED as the record names it.",
-        ),
-    ] = None,
+    policy: _PolicyArgument,
+    isvc: _IsvcOption = None,
+    start: _FromOption = None,
+    end: _ToOption = None,
+    rollout: _RolloutOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
-    what_if: Annotated[
-        list[str],
-        typer.Option(
-            "--what-if",
-            metavar="KEY=VALUE",
-            help="Change the policy for this backtest (repeatable): window=5m, checks.p99.max=600ms.",
-        ),
-    ] = [],  # noqa: B006 - typer reads the default, never mutates it
-    output_format: Annotated[
-        BacktestFormat, typer.Option("--format", "-o", metavar="table|json|html", help="What to print.")
-    ] = BacktestFormat.TABLE,
-    output: Annotated[
-        Path | None, typer.Option("--output", metavar="FILE", help="Write to FILE instead of stdout.")
-    ] = None,
-    prometheus_url: Annotated[
-        str, typer.Option(envvar="PROMETHEUS_URL", metavar="URL", help="The Prometheus holding the history.")
-    ] = "http://localhost:9090",
-    prometheus_header: Annotated[
-        list[str],
-        typer.Option(metavar="NAME=VALUE", help="Extra header, e.g. X-Scope-OrgID=tenant (repeatable)."),
-    ] = [],  # noqa: B006
-    prometheus_token_file: Annotated[
-        str | None,
-        typer.Option(envvar="PROMETHEUS_TOKEN_FILE", metavar="FILE", help="Bearer token file."),
-    ] = None,
-    prometheus_ca_file: Annotated[
-        str | None, typer.Option(envvar="PROMETHEUS_CA_FILE", metavar="FILE")
-    ] = None,
-    prometheus_timeout: Annotated[
-        float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
-    ] = 30.0,
-    scrape_interval: Annotated[
-        float,
-        typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
-    ] = 30.0,
-    min_samples: Annotated[
-        float,
-        typer.Option(envvar="MIN_SAMPLES", help="A latency or error rate from fewer requests is no data."),
-    ] = 20,
+    what_if: _WhatIfOption = [],  # noqa: B006 - typer reads the default, never mutates it
+    output_format: _FormatOption = BacktestFormat.TABLE,
+    output: _OutputOption = None,
+    prometheus_url: _PrometheusUrlOption = "http://localhost:9090",
+    prometheus_header: _PrometheusHeaderOption = [],  # noqa: B006
+    prometheus_token_file: _PrometheusTokenFileOption = None,
+    prometheus_ca_file: _PrometheusCaFileOption = None,
+    prometheus_timeout: _PrometheusTimeoutOption = 30.0,
+    scrape_interval: _ScrapeIntervalOption = 30.0,
+    min_samples: _MinSamplesOption = 20,
 ) -> None:
     """Replay a policy over recorded history: what it would have done and when, each check against
     its limits over time, and how that differs from what happened.
@@ -137,11 +155,8 @@ def backtest(
     the backtest ran, 1 for an invalid policy or --what-if, 3 when Prometheus cannot answer.
     """
     now = datetime.now(UTC)
-    begin = parse_time(start, "--from", now) if start is not None else None
-    finish = parse_time(end, "--to", now) if end is not None else None
-    if begin is not None and finish is not None and finish <= begin:
-        raise fail(f"--to ({finish.isoformat()}) must be after --from ({begin.isoformat()})", EXIT_USAGE)
-    from canary.backtest.command import BacktestRequest, execute  # noqa: PLC0415 - lazy: start-up time
+    begin, finish = _period(start, end, now)
+    from canary.backtest.command import BacktestRequest  # noqa: PLC0415 - lazy: start-up time
 
     request = BacktestRequest(
         policy_path=policy,
@@ -161,7 +176,22 @@ def backtest(
         min_samples=min_samples,
         now=now,
     )
-    reader = _record_reader(kubeconfig, context) if rollout is not None else None
+    _run(request, _record_reader(kubeconfig, context) if rollout is not None else None)
+
+
+def _period(start: str | None, end: str | None, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """``--from`` and ``--to`` as times (None: not given); refused when they are the wrong way round."""
+    begin = parse_time(start, "--from", now) if start is not None else None
+    finish = parse_time(end, "--to", now) if end is not None else None
+    if begin is not None and finish is not None and finish <= begin:
+        raise fail(f"--to ({finish.isoformat()}) must be after --from ({begin.isoformat()})", EXIT_USAGE)
+    return begin, finish
+
+
+def _run(request: BacktestRequest, reader: RecordReader | None) -> None:
+    """Run the backtest ``request`` and exit as its outcome says."""
+    from canary.backtest.command import execute  # noqa: PLC0415 - lazy: start-up time
+
     code, messages = execute(request, _console(), reader)
     for message in messages:
         typer.echo(message, err=True)

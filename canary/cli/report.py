@@ -31,11 +31,11 @@ from canary.cli.rollouts import _load, split_target
 from canary.metrics.catalog import (
     FIELD_LABEL,
     KIND_FAMILY,
-    BuiltinQuery,
     Family,
     RevisionKey,
     render_builtin,
 )
+from canary.metrics.plan import builtin_query
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.model import Check, GpuLabelStyle, RequestsProfile
@@ -76,6 +76,34 @@ def write_report(
     if missing:
         raise fail(f"error: {', '.join(map(str, missing))}: no such file or directory", EXIT_USAGE)
     api = api_client(kubeconfig, context)
+    rollout = _reported_rollout(api, namespace, name, selector)
+    now = datetime.now(UTC)
+    started = (rollout.started_at or now).timestamp()
+    ended = (rollout.ended_at or now).timestamp()
+    margin = max((ended - started) * MARGIN_FRACTION, 10.0)
+    start, end = started - margin, min(ended + margin, now.timestamp())
+    url = prometheus_url.rstrip("/") if prometheus_url and not no_charts else None
+    if url is not None:
+        series, note = _charted(url, api, policy_paths, rollout, start, end)
+    else:
+        series, note = None, "A report without check charts (--no-charts): Prometheus was not asked."
+    shown = _shown(url) if url is not None else None
+    page = render_report(
+        rollout, series, start=start, end=end, generated_at=now, prometheus_url=shown, note=note
+    )
+    path = output or Path(f"{namespace}-{name}-{rollout.revision}.html")
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as error:
+        raise fail(f"error: cannot write {path}: {error.strerror or error}", EXIT_REFUSED) from None
+    typer.echo(printable(_written(path, rollout, series)))
+
+
+def _reported_rollout(
+    api: client.ApiClient, namespace: str, name: str, selector: str | None
+) -> ReportedRollout:
+    """The rollout ``selector`` names, from the state ConfigMap; a warning on stderr for what could not
+    be read but is not needed."""
     stored = _load(api, namespace, name)
     if stored.state_json is None and stored.rollouts_json is None:
         raise fail(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
@@ -104,43 +132,33 @@ def write_report(
     for problem in (unreadable_record, unreadable_explain if rollout.number is None else ""):
         if problem:
             typer.echo(printable(f"warning: {namespace}/{name}: {problem}; reported without it"), err=True)
+    return rollout
 
-    now = datetime.now(UTC)
-    started = (rollout.started_at or now).timestamp()
-    ended = (rollout.ended_at or now).timestamp()
-    margin = max((ended - started) * MARGIN_FRACTION, 10.0)
-    start, end = started - margin, min(ended + margin, now.timestamp())
-    series: list[CheckSeries] | None = None
-    note = ""
-    url = prometheus_url.rstrip("/") if prometheus_url and not no_charts else None
-    if url is not None:
-        _probe(url)
-        policy, where = _policy(api, namespace, name, policy_paths)
-        if policy is None:
-            note = f"No check charts: {where}."
-            series = []
-        else:
-            note = f"Check charts from the checks of {where}."
-            series = _series(url, policy, rollout, start, end)
-    else:
-        note = "A report without check charts (--no-charts): Prometheus was not asked."
-    shown = _shown(url) if url is not None else None
-    page = render_report(
-        rollout, series, start=start, end=end, generated_at=now, prometheus_url=shown, note=note
-    )
-    path = output or Path(f"{namespace}-{name}-{rollout.revision}.html")
-    try:
-        path.write_text(page, encoding="utf-8")
-    except OSError as error:
-        raise fail(f"error: cannot write {path}: {error.strerror or error}", EXIT_REFUSED) from None
+
+def _charted(
+    url: str,
+    api: client.ApiClient,
+    policy_paths: Sequence[Path],
+    rollout: ReportedRollout,
+    start: float,
+    end: float,
+) -> tuple[list[CheckSeries], str]:
+    """The check series from Prometheus at ``url``, and the page's note on where the checks came from."""
+    _probe(url)
+    policy, where = _policy(api, rollout.namespace, rollout.name, policy_paths)
+    if policy is None:
+        return [], f"No check charts: {where}."
+    return _series(url, policy, rollout, start, end), f"Check charts from the checks of {where}."
+
+
+def _written(path: Path, rollout: ReportedRollout, series: Sequence[CheckSeries] | None) -> str:
+    """The line saying what was written."""
     drawn = sum(1 for s in series or () if any(s.revisions.values()))
     charts = "no check charts" if series is None else f"{drawn} of {len(series)} check charts with data"
-    typer.echo(
-        printable(
-            f"{path}: {rollout.key} rollout of {rollout.revision} "
-            f"({'finished: ' if rollout.finished else 'under way: '}{rollout.outcome}), "
-            f"{_count(len(rollout.steps), 'step')}, {_count(len(rollout.decisions), 'decision')}, {charts}"
-        )
+    return (
+        f"{path}: {rollout.key} rollout of {rollout.revision} "
+        f"({'finished: ' if rollout.finished else 'under way: '}{rollout.outcome}), "
+        f"{_count(len(rollout.steps), 'step')}, {_count(len(rollout.decisions), 'decision')}, {charts}"
     )
 
 
@@ -319,13 +337,8 @@ def _queries(
     choice = profiles.get(family)
     if family in (Family.REQUESTS, Family.DCGM) and choice is None:
         raise ValueError(f"no {family.value} metrics found in Prometheus (profile detection found none)")
-    query = BuiltinQuery(
-        measure=check.metric.value,
-        window=window,
-        quantile=check.effective_quantile,
-        requests_profile=RequestsProfile(choice) if family is Family.REQUESTS and choice else None,
-        revision_label=metrics.revision_label if family is Family.REQUESTS else None,
-        gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
+    query = builtin_query(
+        check.metric.value, window, check.effective_quantile, choice, metrics.revision_label
     )
     return [(None, render_builtin(query, revisions))]
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import typer
@@ -451,29 +451,65 @@ def issue_command(kind: CommandKind, target: str, options: CommandOptions) -> No
         ) from None
     if identity.note:
         typer.echo(f"note: {identity.note}", err=True)
-    seen: tuple[str | None, int | None] | None = None
-    stored = first
-    for attempt in range(_ATTEMPTS):
-        if attempt:
-            stored = store.load(namespace, name)
+    issued = _IssuedCommand(store, kind, namespace, name, options, identity.username)
+    state, command = issued.write(first)
+    issued.await_answer(state, command)
+
+
+@dataclass(frozen=True)
+class _IssuedCommand:
+    """One command being issued: to which rollout, by whom, with which options."""
+
+    store: ConfigMapStateStore
+    kind: CommandKind
+    namespace: str
+    name: str
+    options: CommandOptions
+    by: str
+
+    @property
+    def target(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def write(self, first: StoredState) -> tuple[RolloutState, CommandRequest]:
+        """Write the command bound to the rollout as ``first`` (then each reread) shows it; a write that
+        loses a race is retried while the rollout stays at the same revision and step."""
+        seen: tuple[str | None, int | None] | None = None
+        stored = first
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                stored = self.store.load(self.namespace, self.name)
+            state, command = self._bound(stored, seen)
+            seen = (state.revision, command.step)
+            try:
+                self.store.request_command(
+                    self.namespace,
+                    self.name,
+                    command,
+                    issuer=self.by,
+                    resource_version=stored.resource_version,
+                )
+                return state, command
+            except ConflictError:
+                continue
+            except LookupError as error:
+                raise _refused(str(error)) from None
+        raise _refused(f"{self.kind} refused: the state of {self.target} kept changing; try again")
+
+    def _bound(
+        self, stored: StoredState, seen: tuple[str | None, int | None] | None
+    ) -> tuple[RolloutState, CommandRequest]:
+        """The state ``stored`` holds and the command bound to it; refused when the rollout is not the
+        one asked for, has moved since ``seen``, already has a command waiting, or cannot take it."""
+        kind, target = self.kind, self.target
         if stored.state_json is None:
-            raise _refused(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+            raise _refused(f"no rollout state for {target}: kserve-canary has not seen it")
         try:
             state = stored.state()
         except StateFormatError as error:
-            raise _refused(f"{namespace}/{name}: {error}") from None
+            raise _refused(f"{target}: {error}") from None
         step = state.step.index if state.step is not None else None
-        if options.revision is not None and options.revision != state.revision:
-            raise _refused(
-                f"{kind} for {options.revision} refused: the rollout of {namespace}/{name} is of "
-                f"{state.revision or 'no revision'}"
-            )
-        if seen is not None and seen != (state.revision, step):
-            raise _refused(
-                f"{kind} refused: the rollout of {namespace}/{name} moved while the command was issued "
-                f"(now {state.revision}, {_step_text(state)}); look at `kserve-canary status` and try again"
-            )
-        seen = (state.revision, step)
+        self._refuse_moved(state, step, seen)
         now = datetime.now(UTC)
         waiting = _waiting_command(stored, now)
         if waiting is not None:
@@ -483,9 +519,9 @@ def issue_command(kind: CommandKind, target: str, options: CommandOptions) -> No
             )
         command = CommandRequest(
             kind,
-            by=identity.username,
+            by=self.by,
             at=now,
-            reason=options.reason,
+            reason=self.options.reason,
             revision=state.revision,
             step=step,
             state_resource_version=stored.resource_version,
@@ -494,35 +530,45 @@ def issue_command(kind: CommandKind, target: str, options: CommandOptions) -> No
         # What is impossible now is refused at once, as the controller would; it stays the authority.
         verdict = apply_command(state, command, now)
         if not verdict.accepted:
-            raise _refused(f"{kind} of {namespace}/{name} refused: {verdict.message}")
-        try:
-            store.request_command(
-                namespace, name, command, issuer=identity.username, resource_version=stored.resource_version
+            raise _refused(f"{kind} of {target} refused: {verdict.message}")
+        return state, command
+
+    def _refuse_moved(
+        self, state: RolloutState, step: int | None, seen: tuple[str | None, int | None] | None
+    ) -> None:
+        """Refuse when the rollout is not of the revision asked for, or moved while issuing."""
+        kind, target = self.kind, self.target
+        if self.options.revision is not None and self.options.revision != state.revision:
+            raise _refused(
+                f"{kind} for {self.options.revision} refused: the rollout of {target} is of "
+                f"{state.revision or 'no revision'}"
             )
-            break
-        except ConflictError:
-            continue
-        except LookupError as error:
-            raise _refused(str(error)) from None
-    else:
-        raise _refused(f"{kind} refused: the state of {namespace}/{name} kept changing; try again")
-    what = f"{kind} of {namespace}/{name} ({state.revision}, {_step_text(state)}) by {identity.username}"
-    if options.wait <= 0:
-        typer.echo(f"{what} issued; the controller answers at its next evaluation (not waiting)")
+        if seen is not None and seen != (state.revision, step):
+            raise _refused(
+                f"{kind} refused: the rollout of {target} moved while the command was issued "
+                f"(now {state.revision}, {_step_text(state)}); look at `kserve-canary status` and try again"
+            )
+
+    def await_answer(self, state: RolloutState, command: CommandRequest) -> NoReturn:
+        """Say the command was issued, wait up to --wait for the controller's answer, and exit with it."""
+        kind, target, wait = self.kind, self.target, self.options.wait
+        what = f"{kind} of {target} ({state.revision}, {_step_text(state)}) by {self.by}"
+        if wait <= 0:
+            typer.echo(f"{what} issued; the controller answers at its next evaluation (not waiting)")
+            raise typer.Exit(EXIT_OK)
+        typer.echo(f"{what} issued; waiting up to {wait:g}s for the controller's answer")
+        answer = _answer(self.store, self.namespace, self.name, command, wait)
+        if answer is None:
+            raise fail(
+                f"no answer from the controller within {wait:g}s: the command waits in ConfigMap "
+                f"{self.namespace}/{state_configmap_name(self.name)} (the controller reads it at its next "
+                "evaluation; is it running?)",
+                EXIT_NO_ANSWER,
+            )
+        if not answer.accepted:
+            raise _refused(f"the controller refused {kind} of {target}: {answer.message}")
+        typer.echo(printable(f"the controller accepted {kind} of {target}: {answer.message}"))
         raise typer.Exit(EXIT_OK)
-    typer.echo(f"{what} issued; waiting up to {options.wait:g}s for the controller's answer")
-    answer = _answer(store, namespace, name, command, options.wait)
-    if answer is None:
-        raise fail(
-            f"no answer from the controller within {options.wait:g}s: the command waits in ConfigMap "
-            f"{namespace}/{state_configmap_name(name)} (the controller reads it at its next evaluation; "
-            "is it running?)",
-            EXIT_NO_ANSWER,
-        )
-    if not answer.accepted:
-        raise _refused(f"the controller refused {kind} of {namespace}/{name}: {answer.message}")
-    typer.echo(printable(f"the controller accepted {kind} of {namespace}/{name}: {answer.message}"))
-    raise typer.Exit(EXIT_OK)
 
 
 def _waiting_command(stored: StoredState, now: datetime) -> str | None:

@@ -181,29 +181,45 @@ def _gates(state: RolloutState) -> list[GateStatus]:
 def _conditions(
     view: PolicyView, state: RolloutState, previous: Sequence[Condition], now: datetime
 ) -> list[Condition]:
-    generation = view.generation
     revision = state.revision
     about = f"revision {revision}" if revision else "no revision seen yet"
-    phase = state.phase
-    pause = state.pause
+    found = [
+        Condition.of(kind, status, reason, _clip(message), now, view.generation)
+        for kind, status, reason, message in (
+            *_spec_conditions(view, about),
+            _promoted(state, about),
+            _rolled_back(state, about),
+            *_kstatus_conditions(view, state, about),
+        )
+    ]
+    conditions = list(previous)
+    for new in found:
+        conditions = set_condition(conditions, new)
+    order = [str(kind) for kind in ConditionType]
+    return sorted((c for c in conditions if c.type in order), key=lambda c: order.index(c.type))
 
-    def condition(kind: ConditionType, status: bool, reason: str, message: str) -> Condition:
-        return Condition.of(kind, status, reason, _clip(message), now, generation)
 
-    found: list[Condition] = []
+# A condition before it is stamped: its type, status, reason and message.
+_Fact = tuple[ConditionType, bool, str, str]
+
+
+def _spec_conditions(view: PolicyView, about: str) -> list[_Fact]:
+    """PolicyValid and Conflict."""
     if view.errors:
         text = "; ".join(f"{e.field}: {e.message}" if e.field else e.message for e in view.errors)
-        found.append(condition(ConditionType.POLICY_VALID, False, "InvalidSpec", text))
+        valid = (ConditionType.POLICY_VALID, False, "InvalidSpec", text)
     else:
-        found.append(condition(ConditionType.POLICY_VALID, True, "Valid", f"the spec is valid ({about})"))
+        valid = (ConditionType.POLICY_VALID, True, "Valid", f"the spec is valid ({about})")
     if view.conflict:
-        found.append(condition(ConditionType.CONFLICT, True, "TargetClaimed", f"{view.conflict} ({about})"))
+        conflict = (ConditionType.CONFLICT, True, "TargetClaimed", f"{view.conflict} ({about})")
     else:
-        found.append(
-            condition(ConditionType.CONFLICT, False, "NoConflict", f"no other policy claims it ({about})")
-        )
+        conflict = (ConditionType.CONFLICT, False, "NoConflict", f"no other policy claims it ({about})")
+    return [valid, conflict]
 
-    # Promoted is about ``revision``: a new revision starts as Pending -> False at once.
+
+def _promoted(state: RolloutState, about: str) -> _Fact:
+    """Promoted is about ``revision``: a new revision starts as Pending -> False at once."""
+    phase, pause = state.phase, state.pause
     if phase is Phase.BAKING:
         promoted = (True, "Baking", f"{about} has 100% and is baking")
     elif phase is Phase.SUCCEEDED:
@@ -218,63 +234,61 @@ def _conditions(
         promoted = (False, "Paused", f"{about} is paused: {pause.reason if pause else ''}".rstrip(": "))
     else:
         promoted = (False, "Progressing", f"{about} is being rolled out ({phase})")
-    found.append(condition(ConditionType.PROMOTED, *promoted))
+    return (ConditionType.PROMOTED, *promoted)
 
-    if phase is Phase.ROLLED_BACK:
-        last = state.history[-1].event if state.history else "CanaryRolledBack"
-        reason_text = state.history[-1].reason if state.history else ""
-        found.append(
-            condition(
-                ConditionType.ROLLED_BACK, True, last, f"{about} was rolled back: {reason_text}".rstrip(": ")
-            )
-        )
-    else:
-        found.append(
-            condition(ConditionType.ROLLED_BACK, False, "NotRolledBack", f"{about} is not rolled back")
-        )
 
-    # kstatus: Reconciling while it goes on by itself (or by an expected approval), Stalled when a
-    # person must fix something, Ready when neither.
-    reconciling: tuple[str, str] | None = None
-    stalled: tuple[str, str] | None = None
-    if view.errors and view.policy is None:
-        stalled = ("InvalidSpec", "the spec is invalid: no rollout runs under this policy")
-    elif view.errors:
-        stalled = ("InvalidSpec", f"the spec is invalid: the previous valid version still runs {about}")
-    elif view.conflict:
-        stalled = ("TargetClaimed", f"{view.conflict}: the rollout of {about} is held")
-    elif phase is Phase.ROLLED_BACK:
-        stalled = ("RolledBack", f"{about} was rolled back; Git asks for a revision that is not served")
-    elif phase is Phase.PAUSED and pause is not None and pause.kind in _PROBLEM_PAUSES:
-        stalled = (_PROBLEM_PAUSES[pause.kind], f"{about} is paused: {pause.reason}")
-    elif phase is Phase.PAUSED and pause is not None and pause.kind is PauseKind.APPROVAL:
-        reconciling = ("AwaitingApproval", f"{about} waits for approval")
-    elif phase is Phase.PAUSED:
-        reconciling = ("Paused", f"{about} is paused by an operator")
-    elif phase in _RUNNING:
-        reconciling = (str(phase), f"{about} is {str(phase).lower()}")
+def _rolled_back(state: RolloutState, about: str) -> _Fact:
+    if state.phase is not Phase.ROLLED_BACK:
+        return (ConditionType.ROLLED_BACK, False, "NotRolledBack", f"{about} is not rolled back")
+    last = state.history[-1].event if state.history else "CanaryRolledBack"
+    reason_text = state.history[-1].reason if state.history else ""
+    return (ConditionType.ROLLED_BACK, True, last, f"{about} was rolled back: {reason_text}".rstrip(": "))
+
+
+def _kstatus_conditions(view: PolicyView, state: RolloutState, about: str) -> list[_Fact]:
+    """kstatus: Reconciling while it goes on by itself (or by an expected approval), Stalled when a
+    person must fix something, Ready when neither."""
+    phase = state.phase
+    reconciling, stalled = _reconciling_or_stalled(view, state, about)
     idle = "Succeeded" if phase is Phase.SUCCEEDED else "Idle"
-    found.append(
-        condition(ConditionType.RECONCILING, True, *reconciling)
+    facts: list[_Fact] = [
+        (ConditionType.RECONCILING, True, *reconciling)
         if reconciling
-        else condition(ConditionType.RECONCILING, False, idle, f"no rollout under way ({about})")
-    )
-    found.append(
-        condition(ConditionType.STALLED, True, *stalled)
+        else (ConditionType.RECONCILING, False, idle, f"no rollout under way ({about})"),
+        (ConditionType.STALLED, True, *stalled)
         if stalled
-        else condition(ConditionType.STALLED, False, "NotStalled", f"nothing waits for a person ({about})")
-    )
+        else (ConditionType.STALLED, False, "NotStalled", f"nothing waits for a person ({about})"),
+    ]
     if stalled or reconciling:
         reason, message = stalled or reconciling or ("", "")
-        found.append(condition(ConditionType.READY, False, reason, message))
+        facts.append((ConditionType.READY, False, reason, message))
     else:
-        found.append(condition(ConditionType.READY, True, idle, f"{about}: no rollout under way"))
+        facts.append((ConditionType.READY, True, idle, f"{about}: no rollout under way"))
+    return facts
 
-    conditions = list(previous)
-    for new in found:
-        conditions = set_condition(conditions, new)
-    order = [str(kind) for kind in ConditionType]
-    return sorted((c for c in conditions if c.type in order), key=lambda c: order.index(c.type))
+
+def _reconciling_or_stalled(
+    view: PolicyView, state: RolloutState, about: str
+) -> tuple[tuple[str, str] | None, tuple[str, str] | None]:
+    """The reason and message of Reconciling, or of Stalled (at most one of them is set)."""
+    phase, pause = state.phase, state.pause
+    if view.errors and view.policy is None:
+        return None, ("InvalidSpec", "the spec is invalid: no rollout runs under this policy")
+    if view.errors:
+        return None, ("InvalidSpec", f"the spec is invalid: the previous valid version still runs {about}")
+    if view.conflict:
+        return None, ("TargetClaimed", f"{view.conflict}: the rollout of {about} is held")
+    if phase is Phase.ROLLED_BACK:
+        return None, ("RolledBack", f"{about} was rolled back; Git asks for a revision that is not served")
+    if phase is Phase.PAUSED and pause is not None and pause.kind in _PROBLEM_PAUSES:
+        return None, (_PROBLEM_PAUSES[pause.kind], f"{about} is paused: {pause.reason}")
+    if phase is Phase.PAUSED and pause is not None and pause.kind is PauseKind.APPROVAL:
+        return ("AwaitingApproval", f"{about} waits for approval"), None
+    if phase is Phase.PAUSED:
+        return ("Paused", f"{about} is paused by an operator"), None
+    if phase in _RUNNING:
+        return (str(phase), f"{about} is {str(phase).lower()}"), None
+    return None, None
 
 
 def project_status(

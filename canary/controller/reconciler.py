@@ -381,95 +381,116 @@ class Reconciler:
         return restarted(state, now)
 
     def _finish(self, prepared: Prepared, evidence: Evidence | None) -> ReconcileOutcome:
-        policy, bound, now = prepared.policy, prepared.bound, prepared.now
-        key = policy.key
-        namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
-        observed, stored, state = prepared.observed, prepared.stored, prepared.state
-        ledger, stale, answer = prepared.ledger, prepared.stale, prepared.answer
+        policy, key = prepared.policy, prepared.key
         decision = decide(
             policy,
-            observed,
-            state,
+            prepared.observed,
+            prepared.state,
             evidence,
-            now,
-            ledger=ledger,
+            prepared.now,
+            ledger=prepared.ledger,
             gates=prepared.gate_results,
             alarm=prepared.alarm,
             prepared=prepared.preparation,
         )
         outcome = ReconcileOutcome(key, decision=decision, evaluated=prepared.request is not None)
         self._tell_landed(prepared, outcome)
+        # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo; then the
+        # state; then the patch. A write that loses a race ends the reconcile: it is decided again.
+        if not self._write_ledger(prepared, decision, outcome):
+            return outcome
+        if not self._write_state(prepared, decision, evidence, outcome):
+            return outcome
+        self._write_patch(prepared, decision, outcome)
+        if self._gates is not None and decision.gate_calls and not self._dry_run:
+            # After the state (with each gate's first-call time) is stored: a restart keeps the deadline.
+            self._gates.submit(policy, decision.gate_calls)
+        if decision.action.writes:
+            self._told_write[key] = decision.id
+        self._log(policy, decision, prepared.bound)
+        self._export(policy, decision)
+        self._announce(policy, decision, prepared.destinations, prepared.observed.uid, outcome, prepared.now)
+        return outcome
 
-        # Write-ahead, first of all: the rollback ledger, which losing the state cannot undo.
-        recorded = ledger_after(decision, ledger, observed.uid)
-        if recorded is not None:
-            try:
-                self._save_ledger(key, namespace, name, prepared.stored_ledger, recorded)
-            except ConflictError:
-                bound.info("rollback ledger changed while deciding; deciding again")
-                self._reads.refresh_ledger(namespace, name)
-                outcome.retry_soon = True
-                return outcome
+    def _write_ledger(self, prepared: Prepared, decision: Decision, outcome: ReconcileOutcome) -> bool:
+        """Save the rollback ledger this decision changes; False when it changed since it was read
+        (``outcome.retry_soon``: decide again)."""
+        recorded = ledger_after(decision, prepared.ledger, prepared.observed.uid)
+        if recorded is None:
+            return True
+        namespace, name = prepared.policy.metadata.namespace, prepared.policy.spec.target.inference_service
+        try:
+            self._save_ledger(prepared.key, namespace, name, prepared.stored_ledger, recorded)
+        except ConflictError:
+            prepared.bound.info("rollback ledger changed while deciding; deciding again")
+            self._reads.refresh_ledger(namespace, name)
+            outcome.retry_soon = True
+            return False
+        return True
 
+    def _write_state(
+        self, prepared: Prepared, decision: Decision, evidence: Evidence | None, outcome: ReconcileOutcome
+    ) -> bool:
+        """Save the state when this decision changes what a restart needs; False when the state changed
+        since it was read (``outcome.retry_soon``: decide again)."""
         # Only what a restart needs is written (canary.rollout.persistence); a stored command is
         # consumed by saving the state without it, even if nothing else changed. An
         # InferenceService that does not exist gets no state: a ConfigMap written for it would have
         # no owner, outlive it, and wait for the next object of that name.
         # explain_with_gates reads the stored evaluation only for a gated rollout's tick that judged
         # nothing: parsed whole (it is written back) only then.
+        key, stored, stale, now = prepared.key, prepared.stored, prepared.stale, prepared.now
         kept = not stale and not decision.judgements and bool(decision.new_state.gates)
         explain = explain_with_gates(_readable_explain(stored) if kept else None, decision, evidence, now)
         reason = self._store_reason(prepared, decision.new_state, explain)
-        if observed.exists and reason:
-            try:
-                written = self._save(
-                    key,
-                    stored,
-                    decision.new_state,
-                    # The object the state describes: the owner is never another object's uid.
-                    owner_uid=decision.new_state.inference_service_uid,
-                    explain=explain or (None if stale else _readable_explain(stored)),
-                    command_result=answer or stored.readable_command_result(),
-                    # In the same write: the record of past rollouts, with the one this decision ends.
-                    rollouts=_rollouts_text(prepared, decision, bound),
-                )
-                outcome.wrote_state = True
-                outcome.store_reason = reason
-                self._metrics.state_writes.labels(reason).inc()
-                with self._lock:
-                    self._unstored[key] = _Unstored(written, decision.new_state)
-                    if explain is not None:
-                        self._explained_at[key] = now
-            except ConflictError:
-                bound.info("state changed while deciding (an operator command?); deciding again")
-                self._reads.refresh_state(namespace, name)
-                outcome.retry_soon = True
-                return outcome
-        elif observed.exists:
+        if not prepared.observed.exists:
+            return True
+        if not reason:
             self._metrics.state_writes_skipped.inc()
             with self._lock:
                 self._unstored[key] = _Unstored(stored.resource_version, decision.new_state)
+            return True
+        try:
+            written = self._save(
+                key,
+                stored,
+                decision.new_state,
+                # The object the state describes: the owner is never another object's uid.
+                owner_uid=decision.new_state.inference_service_uid,
+                explain=explain or (None if stale else _readable_explain(stored)),
+                command_result=prepared.answer or stored.readable_command_result(),
+                # In the same write: the record of past rollouts, with the one this decision ends.
+                rollouts=_rollouts_text(prepared, decision, prepared.bound),
+            )
+            outcome.wrote_state = True
+            outcome.store_reason = reason
+            self._metrics.state_writes.labels(reason).inc()
+            with self._lock:
+                self._unstored[key] = _Unstored(written, decision.new_state)
+                if explain is not None:
+                    self._explained_at[key] = now
+        except ConflictError:
+            prepared.bound.info("state changed while deciding (an operator command?); deciding again")
+            policy = prepared.policy
+            self._reads.refresh_state(policy.metadata.namespace, policy.spec.target.inference_service)
+            outcome.retry_soon = True
+            return False
+        return True
 
-        if decision.patch is not None:
-            try:
-                self._patch(key, namespace, name, decision.patch)
-                outcome.patched = True
-            except ConflictError:
-                bound.info(
-                    "InferenceService changed since it was read; deciding again", action=str(decision.action)
-                )
-                self._reads.refresh_inference_service(namespace, name)
-                outcome.retry_soon = True
-
-        if self._gates is not None and decision.gate_calls and not self._dry_run:
-            # After the state (with each gate's first-call time) is stored: a restart keeps the deadline.
-            self._gates.submit(policy, decision.gate_calls)
-        if decision.action.writes:
-            self._told_write[key] = decision.id
-        self._log(policy, decision, bound)
-        self._export(policy, decision)
-        self._announce(policy, decision, prepared.destinations, observed.uid, outcome, now)
-        return outcome
+    def _write_patch(self, prepared: Prepared, decision: Decision, outcome: ReconcileOutcome) -> None:
+        """Patch the InferenceService as decided; a conflict asks for the decision again soon."""
+        if decision.patch is None:
+            return
+        namespace, name = prepared.policy.metadata.namespace, prepared.policy.spec.target.inference_service
+        try:
+            self._patch(prepared.key, namespace, name, decision.patch)
+            outcome.patched = True
+        except ConflictError:
+            prepared.bound.info(
+                "InferenceService changed since it was read; deciding again", action=str(decision.action)
+            )
+            self._reads.refresh_inference_service(namespace, name)
+            outcome.retry_soon = True
 
     def _tell_landed(self, prepared: Prepared, outcome: ReconcileOutcome) -> None:
         """Tell a write of the stored intent that the spec already shows, unless this process told

@@ -113,33 +113,116 @@ def perform_action(
     """Issue ``kind`` for the rollout of ``namespace/name`` with the credentials of ``api_client``
     and wait up to ``wait`` seconds for the controller's answer."""
     store = ConfigMapStateStore(api_client)
-    target = f"{namespace}/{name}"
     try:
         identity = who_am_i(api_client, kubeconfig)
     except ApiException as error:
         return _api_refusal(error, f"{kind} not issued: asking the API server who you are failed")
-    seen: tuple[str | None, int | None] | None = None
-    command: CommandRequest | None = None
-    state = RolloutState()
-    for _ in range(_ATTEMPTS):
-        try:
-            stored = store.load(namespace, name)
-        except ApiException as error:
-            return _api_refusal(error, f"{kind} not issued: reading the state of {target} failed")
+    action = _Action(store, namespace, name, kind, identity.username, reason, seen_revision, seen_step)
+    written = action.write()
+    if isinstance(written, ActionResult):
+        return written
+    state, command = written
+    return _answer(store, namespace, name, command, wait, identity.username, state)
+
+
+@dataclass(frozen=True)
+class _Action:
+    """One action being issued: for which rollout, by whom, and what the page showed of it."""
+
+    store: ConfigMapStateStore
+    namespace: str
+    name: str
+    kind: CommandKind
+    by: str
+    reason: str | None
+    seen_revision: str | Unset | None
+    seen_step: int | Unset | None
+
+    @property
+    def target(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def write(self) -> tuple[RolloutState, CommandRequest] | ActionResult:
+        """Write the command bound to the rollout as the state shows it, retrying a write that loses a
+        race while the rollout stays at the same revision and step; or the refusal."""
+        kind, target = self.kind, self.target
+        seen: tuple[str | None, int | None] | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                stored = self.store.load(self.namespace, self.name)
+            except ApiException as error:
+                return _api_refusal(error, f"{kind} not issued: reading the state of {target} failed")
+            bound = self._bound(stored, seen)
+            if isinstance(bound, ActionResult):
+                return bound
+            state, command = bound
+            seen = (state.revision, command.step)
+            try:
+                self.store.request_command(
+                    self.namespace,
+                    self.name,
+                    command,
+                    issuer=self.by,
+                    resource_version=stored.resource_version,
+                )
+                return state, command
+            except ConflictError:
+                continue
+            except LookupError as error:
+                return _refused(str(error))
+            except ApiException as error:
+                return _api_refusal(error, f"{kind} not issued")
+        return _refused(f"{kind} refused: the state of {target} kept changing; try again")
+
+    def _bound(
+        self, stored: StoredState, seen: tuple[str | None, int | None] | None
+    ) -> tuple[RolloutState, CommandRequest] | ActionResult:
+        """The state ``stored`` holds and the command bound to it; or why it is refused now."""
         if stored.state_json is None:
-            return _refused(f"no rollout state for {target}: kserve-canary has not seen it")
+            return _refused(f"no rollout state for {self.target}: kserve-canary has not seen it")
         try:
             state = stored.state()
         except StateFormatError as error:
-            return _refused(f"{target}: {error}")
+            return _refused(f"{self.target}: {error}")
         step = state.step.index if state.step is not None else None
-        if not isinstance(seen_revision, Unset) and seen_revision != state.revision:
+        moved = self._moved(state, step, seen)
+        if moved is not None:
+            return moved
+        now = datetime.now(UTC)
+        waiting = _waiting_command(stored, now)
+        if waiting is not None:
             return _refused(
-                f"{kind} refused: the page showed {seen_revision or 'no revision'}, the rollout of {target} "
-                f"is now of {state.revision or 'no revision'}"
+                f"{self.kind} refused: {waiting} is waiting for the controller; wait for its answer, then "
+                "try again"
             )
-        if not isinstance(seen_step, Unset) and seen_step != step:
-            shown = "no step" if seen_step is None else f"step {seen_step + 1}"
+        command = CommandRequest(
+            self.kind,
+            by=self.by,
+            at=now,
+            reason=self.reason,
+            revision=state.revision,
+            step=step,
+            state_resource_version=stored.resource_version,
+            id=secrets.token_hex(8),
+        )
+        # What is impossible now is refused at once, as the controller would; it stays the authority.
+        verdict = apply_command(state, command, now)
+        if not verdict.accepted:
+            return _refused(f"{self.kind} of {self.target} refused: {verdict.message}")
+        return state, command
+
+    def _moved(
+        self, state: RolloutState, step: int | None, seen: tuple[str | None, int | None] | None
+    ) -> ActionResult | None:
+        """The refusal when the rollout is not where the page showed it, or moved while issuing."""
+        kind, target = self.kind, self.target
+        if not isinstance(self.seen_revision, Unset) and self.seen_revision != state.revision:
+            return _refused(
+                f"{kind} refused: the page showed {self.seen_revision or 'no revision'}, the rollout of "
+                f"{target} is now of {state.revision or 'no revision'}"
+            )
+        if not isinstance(self.seen_step, Unset) and self.seen_step != step:
+            shown = "no step" if self.seen_step is None else f"step {self.seen_step + 1}"
             return _refused(
                 f"{kind} refused: the page showed {shown}, the rollout of {target} has moved to "
                 f"{_step_text(state)} since; look again and retry"
@@ -149,43 +232,7 @@ def perform_action(
                 f"{kind} refused: the rollout of {target} moved while the command was issued (now "
                 f"{state.revision}, {_step_text(state)})"
             )
-        seen = (state.revision, step)
-        now = datetime.now(UTC)
-        waiting = _waiting_command(stored, now)
-        if waiting is not None:
-            return _refused(
-                f"{kind} refused: {waiting} is waiting for the controller; wait for its answer, then "
-                "try again"
-            )
-        command = CommandRequest(
-            kind,
-            by=identity.username,
-            at=now,
-            reason=reason,
-            revision=state.revision,
-            step=step,
-            state_resource_version=stored.resource_version,
-            id=secrets.token_hex(8),
-        )
-        # What is impossible now is refused at once, as the controller would; it stays the authority.
-        verdict = apply_command(state, command, now)
-        if not verdict.accepted:
-            return _refused(f"{kind} of {target} refused: {verdict.message}")
-        try:
-            store.request_command(
-                namespace, name, command, issuer=identity.username, resource_version=stored.resource_version
-            )
-            break
-        except ConflictError:
-            continue
-        except LookupError as error:
-            return _refused(str(error))
-        except ApiException as error:
-            return _api_refusal(error, f"{kind} not issued")
-    else:
-        return _refused(f"{kind} refused: the state of {target} kept changing; try again")
-    assert command is not None
-    return _answer(store, namespace, name, command, wait, identity.username, state)
+        return None
 
 
 def _answer(

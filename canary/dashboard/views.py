@@ -324,33 +324,10 @@ def rollout_detail(
     state, _ = _readable(stored)
     document, explain_problem = _explain(stored)
     log.record(stored.key, document)
-    outcome = stored.readable_command_result()
-    detail["lastCommandResult"] = (
-        None
-        if outcome is None
-        else {
-            "command": outcome.command,
-            "accepted": outcome.accepted,
-            "message": outcome.message,
-            "at": _iso(outcome.at),
-            "by": outcome.by,
-            "id": outcome.id,
-        }
-    )
+    detail["lastCommandResult"] = _command_result(stored)
     if state is None:
         return detail
-    detail["decisions"] = [
-        {
-            "at": _iso(entry.at),
-            "action": entry.action,
-            "weight": entry.weight,
-            "phase": str(entry.phase),
-            "event": entry.event,
-            "reason": entry.reason,
-            "id": entry.id,
-        }
-        for entry in reversed(state.history)
-    ]
+    detail["decisions"] = [_decision(entry) for entry in reversed(state.history)]
     detail["evaluation"] = {
         "at": _iso(state.evaluation.at),
         "verdict": str(state.evaluation.verdict) if state.evaluation.verdict else None,
@@ -359,46 +336,91 @@ def rollout_detail(
         "failureStreak": state.evaluation.failure_streak,
     }
     detail["explainProblem"] = explain_problem
-    detail["explain"] = (
-        None
-        if document is None
-        else {
-            "at": _iso(document.at),
-            "decisionId": document.decision_id,
-            "revision": document.revision,
-            "stableRevision": document.stable_revision,
-            "action": document.action,
-            "verdict": document.verdict,
-            "requests": document.requests,
-            "reasons": list(document.reasons),
-            "checks": [_check_row(check) for check in document.checks],
-        }
-    )
+    detail["explain"] = None if document is None else _explain_detail(document)
+    detail["charts"] = _charts(stored, state, document, log, prometheus, moment)
+    return detail
+
+
+def _command_result(stored: StoredState) -> dict[str, Any] | None:
+    """The controller's answer to the last command, if it can be read."""
+    outcome = stored.readable_command_result()
+    if outcome is None:
+        return None
+    return {
+        "command": outcome.command,
+        "accepted": outcome.accepted,
+        "message": outcome.message,
+        "at": _iso(outcome.at),
+        "by": outcome.by,
+        "id": outcome.id,
+    }
+
+
+def _decision(entry: HistoryEntry) -> dict[str, Any]:
+    return {
+        "at": _iso(entry.at),
+        "action": entry.action,
+        "weight": entry.weight,
+        "phase": str(entry.phase),
+        "event": entry.event,
+        "reason": entry.reason,
+        "id": entry.id,
+    }
+
+
+def _explain_detail(document: ExplainDocument) -> dict[str, Any]:
+    """The latest evaluation as ``explain.json`` records it, each check with its numbers."""
+    return {
+        "at": _iso(document.at),
+        "decisionId": document.decision_id,
+        "revision": document.revision,
+        "stableRevision": document.stable_revision,
+        "action": document.action,
+        "verdict": document.verdict,
+        "requests": document.requests,
+        "reasons": list(document.reasons),
+        "checks": [_check_row(check) for check in document.checks],
+    }
+
+
+def _charts(
+    stored: StoredState,
+    state: RolloutState,
+    document: ExplainDocument | None,
+    log: EvaluationLog,
+    prometheus: PrometheusSeries | None,
+    moment: float,
+) -> dict[str, Any]:
+    """The traffic chart and a chart per check of the latest evaluation, since the rollout's start
+    (the checks' curves from Prometheus when it is given, else from the evaluations seen)."""
     start = _epoch(state.started_at) or _epoch(state.evidence_since) or moment - 3600
     ranges: dict[str, dict[str, Any]] = {}
     if prometheus is not None and document is not None and document.revision == state.revision:
         ranges = prometheus.series(stored.key, document, start, moment)
     seen = log.of(stored.key, state.revision)
     checks = document.checks if document is not None and document.revision == state.revision else ()
-    detail["charts"] = {
+    return {
         "from": start,
         "to": moment,
         "markers": _markers(state),
-        "traffic": {
-            "title": "Traffic to the canary",
-            "unit": "%",
-            "yMax": 100,
-            "series": [
-                {
-                    "label": f"canary · {state.revision}",
-                    "colour": CANARY_COLOUR,
-                    "points": _traffic(state, moment),
-                    "step": True,
-                }
-            ],
-            "limits": [],
-        },
+        "traffic": _traffic_chart(state, moment),
         "checks": [_check_chart(check, state, seen, ranges.get(check.name)) for check in checks],
         "prometheus": prometheus.url if prometheus is not None else None,
     }
-    return detail
+
+
+def _traffic_chart(state: RolloutState, moment: float) -> dict[str, Any]:
+    return {
+        "title": "Traffic to the canary",
+        "unit": "%",
+        "yMax": 100,
+        "series": [
+            {
+                "label": f"canary · {state.revision}",
+                "colour": CANARY_COLOUR,
+                "points": _traffic(state, moment),
+                "step": True,
+            }
+        ],
+        "limits": [],
+    }

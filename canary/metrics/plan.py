@@ -74,7 +74,14 @@ from canary.metrics.catalog import (
 )
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
-from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.policy.model import (
+    Check,
+    GpuLabelStyle,
+    MetricKind,
+    MetricsSpec,
+    PromotionPolicy,
+    RequestsProfile,
+)
 from canary.policy.units import Unit
 
 __all__ = [
@@ -90,6 +97,7 @@ __all__ = [
     "Resolution",
     "Side",
     "SingleAsk",
+    "builtin_query",
     "families_needed",
     "fraction_key",
     "measurement_for",
@@ -218,99 +226,142 @@ def plan_rollout(
 ) -> list[Need]:
     """Everything one evaluation of one rollout needs, each with the ask that answers it."""
     window = format_duration_seconds(max(min_window, request.window_seconds))
-    canary = RevisionKey(request.namespace, request.canary_revision)
-    stable = (
-        RevisionKey(request.namespace, request.stable_revision)
-        if request.stable_revision is not None and request.compare_with_stable
-        else None
-    )
-    variables_base = {
+    variables = {
         "namespace": request.namespace,
         "inferenceService": request.inference_service,
         "stableRevision": request.stable_revision or "",
         "window": window,
         "interval": format_duration_seconds(policy.spec.interval),
     }
-    metrics = policy.spec.metrics
+    planner = _Planner(rollout, request, resolutions, policy.spec.metrics, grouping, window, variables)
+    sides = _sides(request)
     needs: list[Need] = []
+    for side, revision in sides:
+        needs.extend(planner.measure_needs(side, REQUESTS, revision, REQUESTS, None))
+    for check in policy.spec.checks:
+        check_sides = sides if _wants_stable(check, request) else sides[:1]
+        for side, revision in check_sides:
+            if check.metric is not None:
+                needs.extend(
+                    planner.measure_needs(
+                        side, check.name, revision, check.metric.value, check.effective_quantile
+                    )
+                )
+            elif check.promql is not None:
+                needs.append(
+                    planner.template_need(side, check.name, revision, check.value_unit, None, check.promql)
+                )
+    return needs
 
-    def scope_for(side: Side, key: str) -> tuple[object, ...]:
-        if grouping is QueryGrouping.PER_TICK:
-            return ()
-        if grouping is QueryGrouping.PER_ROLLOUT:
-            return (rollout,)
-        return (rollout, side.value, key)
+
+def _sides(request: EvidenceRequest) -> list[tuple[Side, RevisionKey]]:
+    """The canary, and the stable revision when the rollout is compared with it."""
+    canary = RevisionKey(request.namespace, request.canary_revision)
+    if request.stable_revision is None or not request.compare_with_stable:
+        return [(Side.CANARY, canary)]
+    return [(Side.CANARY, canary), (Side.STABLE, RevisionKey(request.namespace, request.stable_revision))]
+
+
+def builtin_query(
+    measure: str, window: str, quantile: float | None, choice: str | None, revision_label: str | None
+) -> BuiltinQuery:
+    """The catalog's query for ``measure`` with the profile (or DCGM label style) ``choice`` of its family."""
+    family = KIND_FAMILY[measure]
+    return BuiltinQuery(
+        measure=measure,
+        window=window,
+        quantile=quantile,
+        requests_profile=RequestsProfile(choice) if family is Family.REQUESTS and choice else None,
+        revision_label=revision_label if family is Family.REQUESTS else None,
+        gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Planner:
+    """What the needs of one rollout are planned from: :func:`plan_rollout`'s arguments, the window as
+    PromQL and the template variables every revision shares."""
+
+    rollout: int
+    request: EvidenceRequest
+    resolutions: Mapping[Family, Resolution]
+    metrics: MetricsSpec
+    grouping: QueryGrouping
+    window: str
+    variables: Mapping[str, str]
+
+    def measure_needs(
+        self, side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None
+    ) -> list[Need]:
+        """The need of a builtin measure (or of its override), and of a gpu check's fraction."""
+        override = self.metrics.queries.get(measure)
+        if override is not None:
+            needs = [self.template_need(side, key, revision, measure_unit(measure), measure, override)]
+        else:
+            needs = [self._builtin_need(side, key, revision, measure, quantile, None)]
+        if measure == MetricKind.GPU_MEMORY_PEAK.value:
+            needs.append(self._builtin_need(side, fraction_key(key), revision, measure, None, FIELD_FRACTION))
+        return needs
 
     def template_need(
-        side: Side, key: str, revision: RevisionKey, unit: Unit, measure: str | None, template: str
+        self, side: Side, key: str, revision: RevisionKey, unit: Unit, measure: str | None, template: str
     ) -> Need:
-        variables = {**variables_base, "revision": revision.revision}
+        """A need answered by a query template rendered for ``revision`` (settled on a template error)."""
+        variables = {**self.variables, "revision": revision.revision}
         try:
             promql = render_template(template, variables)
         except TemplateError as error:
             settled = Measurement.error(
                 ErrorClass.BAD_QUERY, f"query template: {error}", unit, query=template
             )
-            return Need(rollout, side, key, revision, unit, measure, settled=settled)
-        return Need(rollout, side, key, revision, unit, measure, ask=SingleAsk(promql, request.at))
+            return Need(self.rollout, side, key, revision, unit, measure, settled=settled)
+        return Need(self.rollout, side, key, revision, unit, measure, ask=SingleAsk(promql, self.request.at))
 
-    def builtin_need(
-        side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None, field: str | None
+    def _builtin_need(
+        self,
+        side: Side,
+        key: str,
+        revision: RevisionKey,
+        measure: str,
+        quantile: float | None,
+        field: str | None,
     ) -> Need:
         unit = Unit.RATIO if field == FIELD_FRACTION else measure_unit(measure)
-        family = KIND_FAMILY[measure]
-        resolution = resolutions.get(family, Resolution())
+        resolution = self.resolutions.get(KIND_FAMILY[measure], Resolution())
         if resolution.unavailable is not None:
             settled = _relabelled(resolution.unavailable, unit)
-            return Need(rollout, side, key, revision, unit, measure, field, settled=settled)
-        choice = resolution.choice
+            return Need(self.rollout, side, key, revision, unit, measure, field, settled=settled)
+        ask = self._builtin_ask(side, key, measure, quantile, resolution.choice)
+        return Need(self.rollout, side, key, revision, unit, measure, field, ask=ask)
+
+    def _builtin_ask(
+        self, side: Side, key: str, measure: str, quantile: float | None, choice: str | None
+    ) -> Ask:
+        """The book or the query that answers a builtin measure, given its family's profile."""
+        family = KIND_FAMILY[measure]
         if measure in {MetricKind.RESTARTS.value, MetricKind.OOM_KILLS.value}:
-            return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(RESTARTS_COUNTER))
+            return CountsAsk(RESTARTS_COUNTER)
         if measure in COUNTED_MEASURES and choice:
-            counter = CounterQuery(RequestsProfile(choice), metrics.revision_label)
-            return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))
-        requests_choice = resolutions.get(Family.REQUESTS, Resolution()).choice
+            return CountsAsk(CounterQuery(RequestsProfile(choice), self.metrics.revision_label), quantile)
+        requests_choice = self.resolutions.get(Family.REQUESTS, Resolution()).choice
         if measure in VLLM_COUNTED and requests_choice:
             # vLLM's histograms travel in the requests profile's counter sample (the same tallies).
-            counter = CounterQuery(RequestsProfile(requests_choice), metrics.revision_label)
-            return Need(rollout, side, key, revision, unit, measure, field, ask=CountsAsk(counter, quantile))
+            counter = CounterQuery(RequestsProfile(requests_choice), self.metrics.revision_label)
+            return CountsAsk(counter, quantile)
         if measure in PEAK_MEASURES and (family is not Family.DCGM or choice):
-            peaks = PeakQuery(measure, GpuLabelStyle(choice) if family is Family.DCGM and choice else None)
-            return Need(rollout, side, key, revision, unit, measure, field, ask=PeaksAsk(peaks))
-        query = BuiltinQuery(
-            measure=measure,
-            window=window,
-            quantile=quantile,
-            requests_profile=RequestsProfile(choice) if family is Family.REQUESTS and choice else None,
-            revision_label=metrics.revision_label if family is Family.REQUESTS else None,
-            gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
-        )
+            return PeaksAsk(
+                PeakQuery(measure, GpuLabelStyle(choice) if family is Family.DCGM and choice else None)
+            )
+        query = builtin_query(measure, self.window, quantile, choice, self.metrics.revision_label)
         # A gpu check's value and fraction come from one query, whatever the grouping.
-        ask = GroupedAsk(query, request.at, scope_for(side, key.removesuffix(FRACTION_SUFFIX)))
-        return Need(rollout, side, key, revision, unit, measure, field, ask=ask)
+        return GroupedAsk(query, self.request.at, self._scope(side, key.removesuffix(FRACTION_SUFFIX)))
 
-    def measure_needs(
-        side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None
-    ) -> None:
-        override = metrics.queries.get(measure)
-        if override is not None:
-            needs.append(template_need(side, key, revision, measure_unit(measure), measure, override))
-        else:
-            needs.append(builtin_need(side, key, revision, measure, quantile, None))
-        if measure == MetricKind.GPU_MEMORY_PEAK.value:
-            needs.append(builtin_need(side, fraction_key(key), revision, measure, None, FIELD_FRACTION))
-
-    sides = [(Side.CANARY, canary)] + ([(Side.STABLE, stable)] if stable is not None else [])
-    for side, revision in sides:
-        measure_needs(side, REQUESTS, revision, REQUESTS, None)
-    for check in policy.spec.checks:
-        check_sides = sides if _wants_stable(check, request) else sides[:1]
-        for side, revision in check_sides:
-            if check.metric is not None:
-                measure_needs(side, check.name, revision, check.metric.value, check.effective_quantile)
-            elif check.promql is not None:
-                needs.append(template_need(side, check.name, revision, check.value_unit, None, check.promql))
-    return needs
+    def _scope(self, side: Side, key: str) -> tuple[object, ...]:
+        if self.grouping is QueryGrouping.PER_TICK:
+            return ()
+        if self.grouping is QueryGrouping.PER_ROLLOUT:
+            return (self.rollout,)
+        return (self.rollout, side.value, key)
 
 
 def _relabelled(measurement: Measurement, unit: Unit) -> Measurement:

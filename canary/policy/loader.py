@@ -300,8 +300,7 @@ def _read_documents(
 def _parse_documents(
     text: str, path: str, origin: _Origin, scope: SecretScope | None, *, fast: bool
 ) -> tuple[list[LoadedPolicy], list[PolicyError]]:
-    policies: list[LoadedPolicy] = []
-    errors: list[PolicyError] = []
+    parsed = _ParsedFile(text, path, origin, scope)
     document = -1
     loader: yaml.SafeLoader | None = None
     try:
@@ -309,67 +308,8 @@ def _parse_documents(
         while loader.check_node():
             node = loader.get_node()
             document += 1
-            if node is None:
-                continue
-            start = node.start_mark.line + 1
-            lines: Mapping[_Path, int] = _Lines(node)
-            duplicates: list[tuple[_Path, int, str]] = []
-            try:
-                try:
-                    plain = _construct_plain(loader, node, anchors="&" in text)
-                    data = plain.data
-                    if plain.duplicates:
-                        lines, duplicates = _index_lines(node)
-                except _NotPlain:
-                    # PyYAML's constructor expands aliases: count the nodes it would build first.
-                    lines, duplicates = _index_lines(node)
-                    data = loader.construct_document(node)
-            except _TooComplex:
-                errors.append(
-                    PolicyError(path, start, None, f"document expands to more than {_MAX_NODES} YAML nodes")
-                )
-                continue
-            for parent, line, key in duplicates:
-                errors.append(
-                    PolicyError(
-                        path, line, format_loc((*parent, key)), "duplicate key: YAML keeps only the last"
-                    )
-                )
-            if data is None:
-                continue
-            if not isinstance(data, dict):
-                kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
-                errors.append(
-                    PolicyError(
-                        path,
-                        start,
-                        None,
-                        f"expected a PromotionPolicy mapping at the top, got {kind} "
-                        f"(document {document + 1} of the file; a file with any invalid document is "
-                        "rejected whole)",
-                    )
-                )
-                continue
-            # A manifest fetched from the API server (kubectl get -o yaml) validates as the object it
-            # is: its status and server-set metadata are not the author's and are set aside.
-            data = policy_document(data)
-            mismatch = _bind_namespace(data, origin, path, lines, start)
-            if mismatch is not None:
-                errors.append(mismatch)
-                continue
-            try:
-                policy = PromotionPolicy.model_validate(data)
-            except ValidationError as exc:
-                errors.extend(_validation_errors(exc, path, lines, start))
-                continue
-            if scope is not None:
-                refused = _scope_errors(policy, scope, path, lines, start)
-                if refused:
-                    errors.extend(refused)
-                    continue
-            if not duplicates:
-                target_line = _key_line(node, ("spec", "target", "inferenceService"), start)
-                policies.append(LoadedPolicy(policy, path, start, document, target_line))
+            if node is not None:
+                parsed.add_document(loader, node, document)
     except yaml.reader.ReaderError:
         raise  # the whole text is unreadable: _load_documents says which character, on which line
     except yaml.MarkedYAMLError as exc:
@@ -378,18 +318,108 @@ def _parse_documents(
         mark = exc.problem_mark or exc.context_mark
         error_line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "invalid YAML"
-        errors.append(PolicyError(path, error_line, None, f"YAML syntax error: {problem}"))
+        parsed.errors.append(PolicyError(path, error_line, None, f"YAML syntax error: {problem}"))
     except yaml.YAMLError as exc:
         if fast:
             raise _NotForLibyaml from exc
-        errors.append(PolicyError(path, None, None, f"YAML error: {exc}"))
+        parsed.errors.append(PolicyError(path, None, None, f"YAML error: {exc}"))
     finally:
         if loader is not None:
             loader.dispose()
-    if not policies and not errors:
+    if not parsed.policies and not parsed.errors:
         # Only comments, "---" separators or nothing at all.
-        errors.append(PolicyError(path, None, None, "the file is empty: it holds no policy document"))
-    return policies, errors
+        parsed.errors.append(PolicyError(path, None, None, "the file is empty: it holds no policy document"))
+    return parsed.policies, parsed.errors
+
+
+@dataclass
+class _ParsedFile:
+    """The documents of one file as they are parsed: where the file is from, the policies and the
+    problems found so far."""
+
+    text: str
+    path: str
+    origin: _Origin
+    scope: SecretScope | None
+    policies: list[LoadedPolicy] = field(default_factory=list)
+    errors: list[PolicyError] = field(default_factory=list)
+
+    def add_document(self, loader: yaml.SafeLoader, node: yaml.Node, document: int) -> None:
+        """Document number ``document`` (0-based) of the file: its policy, or its problems."""
+        path, start = self.path, node.start_mark.line + 1
+        try:
+            data, lines, duplicates = _construct(loader, node, anchors="&" in self.text)
+        except _TooComplex:
+            self.errors.append(
+                PolicyError(path, start, None, f"document expands to more than {_MAX_NODES} YAML nodes")
+            )
+            return
+        for parent, line, key in duplicates:
+            self.errors.append(
+                PolicyError(path, line, format_loc((*parent, key)), "duplicate key: YAML keeps only the last")
+            )
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
+            self.errors.append(
+                PolicyError(
+                    path,
+                    start,
+                    None,
+                    f"expected a PromotionPolicy mapping at the top, got {kind} "
+                    f"(document {document + 1} of the file; a file with any invalid document is "
+                    "rejected whole)",
+                )
+            )
+            return
+        policy = self._validated(data, lines, start)
+        if policy is not None and not duplicates:
+            target_line = _key_line(node, ("spec", "target", "inferenceService"), start)
+            self.policies.append(LoadedPolicy(policy, path, start, document, target_line))
+
+    def _validated(
+        self, data: dict[Any, Any], lines: Mapping[_Path, int], start: int
+    ) -> PromotionPolicy | None:
+        """The policy ``data`` holds, bound to its namespace and its secrets in scope; None when it
+        is not (its problems are added)."""
+        # A manifest fetched from the API server (kubectl get -o yaml) validates as the object it
+        # is: its status and server-set metadata are not the author's and are set aside.
+        data = policy_document(data)
+        mismatch = _bind_namespace(data, self.origin, self.path, lines, start)
+        if mismatch is not None:
+            self.errors.append(mismatch)
+            return None
+        try:
+            policy = PromotionPolicy.model_validate(data)
+        except ValidationError as exc:
+            self.errors.extend(_validation_errors(exc, self.path, lines, start))
+            return None
+        if self.scope is not None:
+            refused = _scope_errors(policy, self.scope, self.path, lines, start)
+            if refused:
+                self.errors.extend(refused)
+                return None
+        return policy
+
+
+def _construct(
+    loader: yaml.SafeLoader, node: yaml.Node, *, anchors: bool
+) -> tuple[Any, Mapping[_Path, int], list[tuple[_Path, int, str]]]:
+    """The document's data, the line of each of its field paths and its duplicate keys; raises
+    :class:`_TooComplex` for a document that expands to too many nodes."""
+    lines: Mapping[_Path, int] = _Lines(node)
+    duplicates: list[tuple[_Path, int, str]] = []
+    try:
+        plain = _construct_plain(loader, node, anchors=anchors)
+        data = plain.data
+        if plain.duplicates:
+            lines, duplicates = _index_lines(node)
+    except _NotPlain:
+        # PyYAML's constructor expands aliases: count the nodes it would build first.
+        lines, duplicates = _index_lines(node)
+        data = loader.construct_document(node)
+    return data, lines, duplicates
 
 
 def load_text(

@@ -174,6 +174,30 @@ def _format_tick(value: float) -> str:
     return f"{value:g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """Where a chart draws: the plot area inside the chart's margins (pixels), and the time range and
+    the axis top it maps onto that area."""
+
+    left: int
+    top: int
+    width: int
+    height: int
+    x0: float
+    x1: float
+    y_top: float
+
+    @property
+    def span(self) -> float:
+        return max(self.x1 - self.x0, 1e-9)
+
+    def x(self, t: float) -> float:
+        return self.left + (min(max(t, self.x0), self.x1) - self.x0) / self.span * self.width
+
+    def y(self, v: float) -> float:
+        return self.top + self.height - min(max(v, 0.0), self.y_top) / self.y_top * self.height
+
+
 def svg_chart(
     chart: Chart,
     markers: Sequence[Marker],
@@ -184,86 +208,123 @@ def svg_chart(
 ) -> str:
     """One chart as an inline ``<svg>``: axes, series, dashed limits, decision markers."""
     left, right, top, bottom = 58, 12, 26, 24
-    plot_w, plot_h = width - left - right, height - top - bottom
-    x0, x1 = x_range
-    span = max(x1 - x0, 1e-9)
     observed = [v for s in chart.series for _, v in s.points] + [v for _, v in chart.limits]
     y_top = float(chart.y_max if chart.y_max is not None else _nice_ceiling(max(observed, default=1.0) * 1.1))
-
-    def x(t: float) -> float:
-        return left + (min(max(t, x0), x1) - x0) / span * plot_w
-
-    def y(v: float) -> float:
-        return top + plot_h - min(max(v, 0.0), y_top) / y_top * plot_h
-
+    plot = _Plot(left, top, width - left - right, height - top - bottom, x_range[0], x_range[1], y_top)
     parts = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(chart.title)}">',
         f'<text x="{left}" y="15" class="title">'
         f"{html.escape(chart.title)} ({html.escape(chart.unit)})</text>",
+        *_value_grid(plot),
+        *_time_ticks(plot, height),
+        *_limit_lines(chart.limits, plot),
+        *_series_lines(chart.series, plot),
     ]
-    divisions = _divisions(y_top)
-    for index in range(divisions + 1):  # horizontal grid and y labels
-        value = y_top * index / divisions
+    if not any(series.points for series in chart.series):
         parts.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" class="grid"/>'
-            f'<text x="{left - 6}" y="{y(value) + 4:.1f}" class="tick" text-anchor="end">'
+            f'<text x="{left + plot.width / 2:.1f}" y="{top + plot.height / 2:.1f}" class="empty" '
+            f'text-anchor="middle">{html.escape(chart.empty_text)}</text>'
+        )
+    parts.extend(_marker_lines(markers, plot))
+    parts.append(f'<rect x="{left}" y="{top}" width="{plot.width}" height="{plot.height}" class="frame"/>')
+    parts.extend(_legend(chart, left))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _value_grid(plot: _Plot) -> list[str]:
+    """The horizontal grid lines and their labels on the y axis."""
+    parts = []
+    divisions = _divisions(plot.y_top)
+    for index in range(divisions + 1):
+        value = plot.y_top * index / divisions
+        parts.append(
+            f'<line x1="{plot.left}" x2="{plot.left + plot.width}" y1="{plot.y(value):.1f}" '
+            f'y2="{plot.y(value):.1f}" class="grid"/>'
+            f'<text x="{plot.left - 6}" y="{plot.y(value) + 4:.1f}" class="tick" text-anchor="end">'
             f"{_format_tick(value)}</text>"
         )
+    return parts
+
+
+def _time_ticks(plot: _Plot, height: int) -> list[str]:
+    """The labels of the time axis, under the plot (``height``: the whole chart's)."""
     # Seconds on a short chart (the demo's minute), minutes or hours on a real rollout's.
+    span = plot.span
     divisor, suffix = (1.0, "s") if span <= 900 else (60.0, "m") if span <= 5 * 3600 else (3600.0, "h")
     tick_step = _nice_ceiling(span / divisor / 8) * divisor
-    tick = math.ceil(x0 / tick_step) * tick_step
-    while tick <= x1:
+    tick = math.ceil(plot.x0 / tick_step) * tick_step
+    parts = []
+    while tick <= plot.x1:
         parts.append(
-            f'<text x="{x(tick):.1f}" y="{height - 6}" class="tick" text-anchor="middle">'
+            f'<text x="{plot.x(tick):.1f}" y="{height - 6}" class="tick" text-anchor="middle">'
             f"{tick / divisor:g}{suffix}</text>"
         )
         tick += tick_step
-    for label, value in chart.limits:
-        parts.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
-            f'class="limit" stroke="{LIMIT_COLOUR}"><title>{html.escape(label)}</title></line>'
-            f'<text x="{left + plot_w - 4}" y="{y(value) - 4:.1f}" class="limit-label" '
-            f'text-anchor="end" fill="{LIMIT_COLOUR}">{html.escape(label)}</text>'
-        )
-    for series in chart.series:
+    return parts
+
+
+def _limit_lines(limits: Sequence[tuple[str, float]], plot: _Plot) -> list[str]:
+    """Each limit as a dashed horizontal line, labelled at the right end."""
+    right = plot.left + plot.width
+    return [
+        f'<line x1="{plot.left}" x2="{right}" y1="{plot.y(value):.1f}" y2="{plot.y(value):.1f}" '
+        f'class="limit" stroke="{LIMIT_COLOUR}"><title>{html.escape(label)}</title></line>'
+        f'<text x="{right - 4}" y="{plot.y(value) - 4:.1f}" class="limit-label" '
+        f'text-anchor="end" fill="{LIMIT_COLOUR}">{html.escape(label)}</text>'
+        for label, value in limits
+    ]
+
+
+def _series_lines(all_series: Sequence[Series], plot: _Plot) -> list[str]:
+    """Each series as lines broken at its gaps; a lone sample between gaps as a dot."""
+    parts = []
+    for series in all_series:
         for run in _runs(series.points, step=series.step, gap=series.gap):
             if len(run) == 1:  # a lone sample between gaps: a dot, not an invisible line
                 parts.append(
-                    f'<circle cx="{x(run[0][0]):.1f}" cy="{y(run[0][1]):.1f}" r="2.2" fill="{series.colour}" '
-                    f'class="sample"><title>{html.escape(series.label)}</title></circle>'
+                    f'<circle cx="{plot.x(run[0][0]):.1f}" cy="{plot.y(run[0][1]):.1f}" r="2.2" '
+                    f'fill="{series.colour}" class="sample">'
+                    f"<title>{html.escape(series.label)}</title></circle>"
                 )
                 continue
-            path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in run)
+            path = " ".join(f"{plot.x(t):.1f},{plot.y(v):.1f}" for t, v in run)
             css = "series moving-limit" if series.dashed else "series"
             parts.append(
                 f'<polyline points="{path}" fill="none" stroke="{series.colour}" class="{css}">'
                 f"<title>{html.escape(series.label)}</title></polyline>"
             )
-    if not any(series.points for series in chart.series):
-        parts.append(
-            f'<text x="{left + plot_w / 2:.1f}" y="{top + plot_h / 2:.1f}" class="empty" '
-            f'text-anchor="middle">{html.escape(chart.empty_text)}</text>'
-        )
+    return parts
+
+
+def _marker_lines(markers: Sequence[Marker], plot: _Plot) -> list[str]:
+    """Each decision inside the time range as a vertical line with its label (the reason on hover)."""
+    parts = []
     for index, marker in enumerate(markers):
-        if not x0 <= marker.at <= x1:
+        if not plot.x0 <= marker.at <= plot.x1:
             continue
         colour = MARKER_COLOURS.get(marker.action, "#555")
-        label_y = top + 10 + (index % 2) * 11  # alternate rows so neighbouring labels do not collide
+        at = plot.x(marker.at)
+        label_y = plot.top + 10 + (index % 2) * 11  # alternate rows so neighbouring labels do not collide
         # Near the right edge the label goes to the left of its line, inside the plot.
-        at_edge = x(marker.at) > left + plot_w - 80
-        label_x, anchor = (x(marker.at) - 3, "end") if at_edge else (x(marker.at) + 3, "start")
+        at_edge = at > plot.left + plot.width - 80
+        label_x, anchor = (at - 3, "end") if at_edge else (at + 3, "start")
         parts.append(
             f'<g class="marker {html.escape(marker.action)}"><title>{html.escape(marker.detail)}</title>'
-            f'<line x1="{x(marker.at):.1f}" x2="{x(marker.at):.1f}" y1="{top}" y2="{top + plot_h}" '
+            f'<line x1="{at:.1f}" x2="{at:.1f}" y1="{plot.top}" y2="{plot.top + plot.height}" '
             f'stroke="{colour}"/>'
             f'<text x="{label_x:.1f}" y="{label_y}" fill="{colour}" class="marker-label" '
             f'text-anchor="{anchor}">{html.escape(marker.label)}</text></g>'
         )
-    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="frame"/>')
+    return parts
+
+
+def _legend(chart: Chart, left: int) -> list[str]:
+    """A swatch and a label per series, after the title."""
     # The legend follows the title (about 8px per character of the bold 13px title font).
     legend_x = left + 8.0 * (len(chart.title) + len(chart.unit) + 3) + 16
+    parts = []
     for series in chart.series:
         swatch = 'stroke-dasharray="4 3"' if series.dashed else ""
         parts.append(
@@ -272,8 +333,7 @@ def svg_chart(
             f'<text x="{legend_x + 20:.0f}" y="14" class="legend">{html.escape(series.label)}</text>'
         )
         legend_x += 34 + 6.2 * len(series.label)
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
 
 
 def _runs(

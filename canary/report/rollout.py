@@ -336,83 +336,17 @@ def render_report(
     """The whole page. ``series`` None: no Prometheus (a report without check charts)."""
     # Time 0 is the rollout's start; the charts begin a little before it (the stable revision alone).
     origin = rollout.started_at.timestamp() if rollout.started_at is not None else start
-    x_range = (start - origin, max(end - origin, start - origin + 1.0))
-    markers = _markers(rollout, origin)
-    charts = [
-        svg_chart(
-            Chart(
-                "Traffic to the canary (the steps the controller wrote)",
-                "%",
-                [
-                    Series(
-                        f"canary · {rollout.revision}",
-                        CANARY_COLOUR,
-                        [(t - origin, v) for t, v in traffic_points(rollout, start, end)],
-                        step=True,
-                        gap=math.inf,
-                    )
-                ],
-                y_max=100,
-            ),
-            markers,
-            x_range,
-        )
-    ]
-    for check_series in series or ():
-        charts.append(svg_chart(_check_chart(check_series, rollout, origin), markers, x_range))
-    facts = [
-        ("InferenceService", rollout.key),
-        ("canary revision", rollout.revision),
-        ("stable revision", rollout.stable_revision or "unknown"),
-        ("started", describe_time(rollout.started_at)),
-        ("ended", describe_time(rollout.ended_at) if rollout.ended_at else "under way"),
-        (
-            "duration",
-            _fmt_offset(((rollout.ended_at or generated_at) - rollout.started_at).total_seconds())
-            if rollout.started_at
-            else "unknown",
-        ),
-        ("outcome" if rollout.finished else "phase", rollout.outcome),
-        ("read from", rollout.source),
-        ("Prometheus", prometheus_url or "not asked (--no-charts)"),
-        ("generated", describe_time(generated_at)),
-    ]
-    fact_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts)
-    step_rows = "".join(
-        f"<tr><td>{step.index + 1}</td><td>{step.weight}%</td><td>{html.escape(describe_time(step.at))}</td>"
-        f"<td>{html.escape(describe_time(step.until) if step.until else 'now')}</td>"
-        f"<td>{html.escape(_held(step))}</td></tr>"
-        for step in rollout.steps
-    )
-    steps = _table(("step", "weight", "written", "left", "held"), step_rows, "No step was written.")
-    check_rows = "".join(_check_row(check) for check in rollout.checks)
+    charts = _charts(rollout, series, origin, start, end)
+    facts = _facts(rollout, generated_at, prometheus_url)
+    steps = _steps(rollout)
     checks = _table(
         ("check", "verdict", "canary", "stable", "limit", "samples"),
-        check_rows,
+        "".join(_check_row(check) for check in rollout.checks),
         "No evaluation of this rollout is recorded.",
     )
-    decision_rows = "".join(
-        f"<tr><td>{html.escape(describe_time(entry.at))}</td>"
-        f"<td>{'+' + _fmt_offset(entry.at.timestamp() - origin)}</td>"
-        f"<td>{html.escape(entry.action)}</td>"
-        f"<td>{'' if entry.weight is None else f'{entry.weight}%'}</td>"
-        f"<td>{html.escape(str(entry.phase))}</td><td>{html.escape(entry.reason)}</td></tr>"
-        for entry in rollout.decisions
-    )
-    dropped = (
-        f"<p class='muted'>{rollout.decisions_dropped} older decisions that wrote no weight were "
-        "dropped to keep the record within its size.</p>"
-        if rollout.decisions_dropped
-        else ""
-    )
-    decisions = (
-        _table(("time", "since start", "action", "weight", "phase", "reason"), decision_rows, "") + dropped
-        if decision_rows
-        else "<p class='muted'>No decision is recorded.</p>"
-    )
+    decisions = _decisions(rollout, origin)
     gate_rows = "".join(_gate_row(gate) for gate in rollout.gates)
-    gate_columns = ("gate", "at", "step", "first called", "result", "failed attempts", "latest attempt")
-    gates = "<h2>Gates</h2>" + _table(gate_columns, gate_rows, "") if gate_rows else ""
+    gates = "<h2>Gates</h2>" + _table(_GATE_COLUMNS, gate_rows, "") if gate_rows else ""
     queries = "".join(
         f"<details><summary><code>{html.escape(s.name)}</code></summary><pre>{html.escape(s.query)}</pre>"
         "</details>"
@@ -420,25 +354,105 @@ def render_report(
         if s.query
     )
     title = f"kserve-canary report · {rollout.key} · {rollout.revision}"
-    explanation = (
-        "Time is from the rollout's start. Dashed red lines are the check's limits as last judged "
-        "(a relative limit from the stable value of that evaluation); vertical lines are the "
-        "controller's decisions (hover for the reason). Check curves are Prometheus range queries; "
-        "where Prometheus has no sample, the curve has a gap — nothing is drawn as zero that was not "
-        "measured. The controller judges each step over the whole step instead of a moving window."
-    )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><table>{fact_rows}</table>"
+        f"<h1>{html.escape(title)}</h1><table>{facts}</table>"
         f"<p><b>{'Outcome' if rollout.finished else 'Now'}:</b> {html.escape(rollout.reason)}</p>"
         + (f"<p class='muted'>{html.escape(note)}</p>" if note else "")
-        + f"<p class='muted'>{explanation}</p>"
-        + "".join(charts)
+        + f"<p class='muted'>{_EXPLANATION}</p>"
+        + charts
         + f"<h2>Steps</h2>{steps}{gates}<h2>Last evaluation</h2>{checks}<h2>Decisions</h2>{decisions}"
         + (f"<h2>Queries</h2>{queries}" if queries else "")
         + "</body></html>\n"
     )
+
+
+_EXPLANATION = (
+    "Time is from the rollout's start. Dashed red lines are the check's limits as last judged "
+    "(a relative limit from the stable value of that evaluation); vertical lines are the "
+    "controller's decisions (hover for the reason). Check curves are Prometheus range queries; "
+    "where Prometheus has no sample, the curve has a gap — nothing is drawn as zero that was not "
+    "measured. The controller judges each step over the whole step instead of a moving window."
+)
+_GATE_COLUMNS = ("gate", "at", "step", "first called", "result", "failed attempts", "latest attempt")
+
+
+def _charts(
+    rollout: ReportedRollout, series: Sequence[CheckSeries] | None, origin: float, start: float, end: float
+) -> str:
+    """The traffic chart, then one chart per check, all over the same time range."""
+    x_range = (start - origin, max(end - origin, start - origin + 1.0))
+    markers = _markers(rollout, origin)
+    traffic = Chart(
+        "Traffic to the canary (the steps the controller wrote)",
+        "%",
+        [
+            Series(
+                f"canary · {rollout.revision}",
+                CANARY_COLOUR,
+                [(t - origin, v) for t, v in traffic_points(rollout, start, end)],
+                step=True,
+                gap=math.inf,
+            )
+        ],
+        y_max=100,
+    )
+    charts = [traffic, *(_check_chart(check_series, rollout, origin) for check_series in series or ())]
+    return "".join(svg_chart(chart, markers, x_range) for chart in charts)
+
+
+def _facts(rollout: ReportedRollout, generated_at: datetime, prometheus_url: str | None) -> str:
+    """The rows of the table at the top: what, when, from where."""
+    duration = (
+        _fmt_offset(((rollout.ended_at or generated_at) - rollout.started_at).total_seconds())
+        if rollout.started_at
+        else "unknown"
+    )
+    facts = [
+        ("InferenceService", rollout.key),
+        ("canary revision", rollout.revision),
+        ("stable revision", rollout.stable_revision or "unknown"),
+        ("started", describe_time(rollout.started_at)),
+        ("ended", describe_time(rollout.ended_at) if rollout.ended_at else "under way"),
+        ("duration", duration),
+        ("outcome" if rollout.finished else "phase", rollout.outcome),
+        ("read from", rollout.source),
+        ("Prometheus", prometheus_url or "not asked (--no-charts)"),
+        ("generated", describe_time(generated_at)),
+    ]
+    return "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts)
+
+
+def _steps(rollout: ReportedRollout) -> str:
+    rows = "".join(
+        f"<tr><td>{step.index + 1}</td><td>{step.weight}%</td><td>{html.escape(describe_time(step.at))}</td>"
+        f"<td>{html.escape(describe_time(step.until) if step.until else 'now')}</td>"
+        f"<td>{html.escape(_held(step))}</td></tr>"
+        for step in rollout.steps
+    )
+    return _table(("step", "weight", "written", "left", "held"), rows, "No step was written.")
+
+
+def _decisions(rollout: ReportedRollout, origin: float) -> str:
+    """The decisions table, with a line on those dropped from the record; or a line saying there is none."""
+    rows = "".join(
+        f"<tr><td>{html.escape(describe_time(entry.at))}</td>"
+        f"<td>{'+' + _fmt_offset(entry.at.timestamp() - origin)}</td>"
+        f"<td>{html.escape(entry.action)}</td>"
+        f"<td>{'' if entry.weight is None else f'{entry.weight}%'}</td>"
+        f"<td>{html.escape(str(entry.phase))}</td><td>{html.escape(entry.reason)}</td></tr>"
+        for entry in rollout.decisions
+    )
+    if not rows:
+        return "<p class='muted'>No decision is recorded.</p>"
+    dropped = (
+        f"<p class='muted'>{rollout.decisions_dropped} older decisions that wrote no weight were "
+        "dropped to keep the record within its size.</p>"
+        if rollout.decisions_dropped
+        else ""
+    )
+    return _table(("time", "since start", "action", "weight", "phase", "reason"), rows, "") + dropped
 
 
 def _gate_row(gate: GateProgress) -> str:
