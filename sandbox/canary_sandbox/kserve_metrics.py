@@ -34,6 +34,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from canary_sandbox.k8s_names import MAX_GENERATED_NAME_LENGTH, deployment_name
+
 __all__ = [
     "E2E_BUCKETS",
     "OPENCENSUS_BUCKETS_MS",
@@ -106,7 +108,9 @@ class Pod:
 
 @dataclass(frozen=True, slots=True)
 class Revision:
-    """A revision and how its pods behave. Pod names must be ``<name>-deployment-...``."""
+    """A revision and how its pods behave. Pod names must be names the cluster could give the
+    revision's pods: the ``generateName`` of its Deployment's ReplicaSet, cut to 58 characters
+    (:mod:`canary_sandbox.k8s_names`; :func:`~canary_sandbox.k8s_names.revision_pod_name` makes one)."""
 
     namespace: str
     inference_service: str
@@ -126,9 +130,10 @@ class Revision:
     kv_cache_level: float = 0.4
 
     def __post_init__(self) -> None:
+        prefix = (deployment_name(self.name) + "-")[:MAX_GENERATED_NAME_LENGTH]
         for pod in self.pods:
-            if not pod.name.startswith(f"{self.name}-deployment-"):
-                raise ValueError(f"pod {pod.name!r} is not named {self.name}-deployment-...")
+            if not pod.name.startswith(prefix) or len(pod.name) > MAX_GENERATED_NAME_LENGTH + 5:
+                raise ValueError(f"pod {pod.name!r} is not a name of {self.name}'s pods ({prefix}...)")
 
 
 @dataclass(frozen=True, slots=True)
