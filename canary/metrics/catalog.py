@@ -214,6 +214,9 @@ DCGM_LABELS: Mapping[GpuLabelStyle, GpuLabels] = {
     GpuLabelStyle.POD: GpuLabels(GpuLabelStyle.POD, "namespace", "pod"),
     # a ServiceMonitor without honorLabels: the exporter pod's labels win, the workload's get exported_*
     GpuLabelStyle.EXPORTED_POD: GpuLabels(GpuLabelStyle.EXPORTED_POD, "exported_namespace", "exported_pod"),
+    # dcgm-exporter --use-old-namespace (the pre-1.13 kubelet names): pod_name/pod_namespace; a
+    # ServiceMonitor's target labels (the exporter's own pod) do not clash with them
+    GpuLabelStyle.POD_NAME: GpuLabels(GpuLabelStyle.POD_NAME, "pod_namespace", "pod_name"),
 }
 
 DCGM_USED = "DCGM_FI_DEV_FB_USED"

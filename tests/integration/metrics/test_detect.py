@@ -78,6 +78,23 @@ def test_auto_finds_the_installed_request_family_and_gpu_labels(
     assert detected == {"requests": profile, "gpuLabels": expected_gpu}
 
 
+def test_dcgm_exporter_with_old_namespace_labels_is_detected_and_its_gpus_found() -> None:
+    """dcgm-exporter --use-old-namespace names the workload pod_name/pod_namespace; behind a
+    ServiceMonitor the series also carry the target's pod label: the exporter's own pod (issue #33, 8)."""
+    with (
+        PrometheusServer(backfill=_install("knative-otel-invocation", "pod_name")) as prometheus,
+        PrometheusEvidenceSource(PrometheusConfig(url=prometheus.url), scrape_interval=5) as source,
+    ):
+        policy = make_policy(CHECKS, namespace="ml")
+        evidence = source.collect(policy, make_request(policy, "ml", "llama-predictor-00002", None))
+        detection = source.detect(AT).detections["gpuLabels"]
+    assert detection.choice == "pod_name"
+    assert "--use-old-namespace" in detection.detail
+    assert evidence.profile["gpuLabels"] == "pod_name"
+    assert evidence.canary["gpu"].status is EvidenceStatus.OK, evidence.canary["gpu"]
+    assert evidence.canary["gpu"].samples == 1
+
+
 def test_detection_is_cached_and_not_repeated_per_evaluation(install: tuple[str, PrometheusServer]) -> None:
     _, prometheus = install
     policy = make_policy(CHECKS, namespace="ml")
