@@ -5,8 +5,8 @@ Read from Prometheus with range queries over ``[from, to]``:
 * the request rate of every revision of the InferenceService, from the requests profile's counter
   (the policy's ``metrics.requests``, or the profile detected over the whole range), each series
   attributed to its revision as the evidence layer does it — the revision label where the profile
-  has one (OpenCensus' ``revision_name``, ``metrics.revisionLabel``), else the pod name
-  ``<revision>-deployment-<hash>-<hash>``;
+  has one (OpenCensus' ``revision_name``, ``metrics.revisionLabel``), else the pod name, read back
+  exactly (:mod:`canary.metrics.podnames`; not possible from 37 characters, see :func:`_by_pod_name`);
 * where present, the controller's own ``kserve_canary_rollout_weight`` gauge (the percentage status
   showed when a controller governed the model).
 
@@ -28,6 +28,7 @@ from canary.evidence import ErrorClass
 from canary.metrics.catalog import REQUESTS_PROFILES
 from canary.metrics.client import PrometheusClient, QueryFailure, as_utc
 from canary.metrics.detect import ProfileDetector
+from canary.metrics.podnames import CUT_REVISION, KEPT_REVISION, PodNaming, naming
 from canary.metrics.promql import format_duration_seconds, regex_literal, string_literal
 from canary.policy.model import PromotionPolicy, RequestsProfile
 
@@ -151,22 +152,13 @@ def read_history(
     revision_label = metrics.revision_label or policy.spec.metrics.revision_label
     window = format_duration_seconds(max(resolution, 2 * scrape_interval))
     revisions = regex_literal(name) + "-predictor-.+"
+    rate = f'rate({metrics.count_metric}{{{metrics.namespace_label}="{string_literal(namespace)}", '
     if revision_label is not None:
-        selector = (
-            f'{metrics.namespace_label}="{string_literal(namespace)}", '
-            f'{revision_label}=~"{string_literal(revisions)}"'
-        )
-        source, pattern = revision_label, "(.+)"
+        series = f'{rate}{revision_label}=~"{string_literal(revisions)}"}}[{window}])'
+        attributed = f'label_replace({series}, "revision", "$1", "{revision_label}", "(.+)")'
     else:
-        selector = (
-            f'{metrics.namespace_label}="{string_literal(namespace)}", '
-            f'pod=~"{string_literal(revisions + "-deployment-.+")}"'
-        )
-        source, pattern = "pod", "(.+)-deployment-.+"
-    query = (
-        f"sum by (revision) (label_replace(rate({metrics.count_metric}{{{selector}}}[{window}]), "
-        f'"revision", "$1", "{source}", "{string_literal(pattern)}"))'
-    )
+        attributed = _by_pod_name(rate, name, window)
+    query = f"sum by (revision) ({attributed})"
     rates = _matrix(client, query, start, end, resolution, "revision")
     weight_selector = f'inference_service="{string_literal(name)}"'
     weight_query = (
@@ -192,6 +184,27 @@ def read_history(
         namespace, name, start, end, resolution, profile.value, points, periods, query, weight_query,
         detail, tuple(sorted(rates, key=_order)),
     )  # fmt: skip
+
+
+def _by_pod_name(rate: str, name: str, window: str) -> str:
+    """The rate of every revision's pods, each attributed to its revision by its pod name.
+
+    The revision is read back exactly from pods whose name starts with it (an InferenceService name of
+    up to 36 characters: :data:`~canary.metrics.podnames.KEPT_REVISION` and
+    :data:`~canary.metrics.podnames.CUT_REVISION`). From 37 characters Knative md5-shortens the
+    Deployment name: the pods no longer hold the revision's name, and the revisions are not known
+    here to compute them — ``spec.metrics.revisionLabel`` is needed.
+    """
+    if naming(f"{name}-predictor-00001") is PodNaming.HASHED:
+        raise HistoryError(
+            f"the pods of {name!r} (37 characters or more) do not carry their revision's name (Knative "
+            "shortens the Deployment name with an md5); relabel the revision into the request metrics "
+            "and set spec.metrics.revisionLabel"
+        )
+    pods = regex_literal(name) + "-predictor-[0-9]+-deplo.+"
+    series = f'{rate}pod=~"{string_literal(pods)}"}}[{window}])'
+    kept = f'label_replace({series}, "revision", "$1", "pod", "{string_literal(KEPT_REVISION)}")'
+    return f'label_replace({kept}, "revision", "$1", "pod", "{string_literal(CUT_REVISION)}")'
 
 
 def _profile(

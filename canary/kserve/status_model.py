@@ -1,10 +1,26 @@
 """A small, pure model of what KServe (Knative mode) reports for one InferenceService.
 
-It follows KServe's own logic (``ksvc_reconciler.go`` building the Knative traffic from
-``canaryTrafficPercent`` and the rolled-out revisions, ``PropagateStatus`` recording a revision as
-rolled out when it has 100%), including the lag: the spec changes at once, the status only when
-:meth:`KServeSim.reconcile` runs. It produces the InferenceService JSON that
-:func:`canary.kserve.view.observe` parses, so every test also exercises the real parser.
+It follows KServe's own code (kserve/kserve; lines as read at the commits named):
+
+* ``createKnativeService`` in ``pkg/controller/v1beta1/inferenceservice/reconcilers/knative/
+  ksvc_reconciler.go`` (279fb1e5, lines 104-145) builds the Knative traffic from
+  ``canaryTrafficPercent`` and ``status.components.predictor.latestRolledoutRevision`` *as it is*:
+  ``[{latestRevision, N}, {prev: latestRolledout, 100-N}]``. The kfserving-era version (00196962,
+  lines 84-90) pinned the split back to ``previousRolledoutRevision`` here, at routing time, when the
+  latest rolled-out revision was the latest ready one; KServe PRs #2040/#2097 moved that into
+  ``PropagateStatus``, and so does this model.
+* ``PropagateStatus`` in ``pkg/apis/serving/v1beta1/inference_service_status.go`` (0217bdab,
+  lines 518-587) sums the resolved traffic per revision (527-532), then, for the ``latestRevision``
+  entry of the latest ready revision (533-535): records a promotion when it has 100% (536-541), or,
+  when that revision is already the latest rolled-out one, is also the latest created, has less than
+  100% on that entry and 100% in total — the split is "over the same revision" — rolls
+  ``latestRolledoutRevision`` back to ``previousRolledoutRevision`` (542-553, which stays as it is).
+
+One :meth:`KServeSim.reconcile_once` is one KServe pass with Knative's work folded in (the spec
+written, the route resolved, the status propagated); :meth:`KServeSim.reconcile` repeats passes
+until the status stops changing, as KServe does: its own status write re-triggers it. The lag stays:
+the spec changes at once, the status only when a reconcile runs. It produces the InferenceService
+JSON that :func:`canary.kserve.view.observe` parses, so every test also exercises the real parser.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ from canary.kserve.view import observe
 from canary.rollout.observed import ObservedInferenceService
 
 _FIELD = "canaryTrafficPercent"
+_MAX_PASSES = 5  # a pin-back settles in two; more means the model loops
 
 
 @dataclass
@@ -107,49 +124,84 @@ class KServeSim:
         self.revision(name).crashed = False
 
     def reconcile(self) -> None:
-        """One KServe reconcile: create a revision for a changed spec, route, propagate status."""
+        """KServe reconciles until its status is stable: each of its status writes triggers a pass."""
+        for _ in range(_MAX_PASSES):
+            before = self._status_key()
+            self.reconcile_once()
+            if self._status_key() == before:
+                return
+        raise AssertionError(f"KServe's status did not settle in {_MAX_PASSES} passes")
+
+    def reconcile_once(self) -> None:
+        """One KServe pass: Knative's configuration, ``createKnativeService``, the route, PropagateStatus."""
+        self._configuration()
+        self._route(self._ksvc_traffic())
+        self._propagate_status()
+
+    def _status_key(self) -> tuple[object, ...]:
+        return (
+            len(self.revisions),
+            self.latest_ready,
+            self.latest_rolledout,
+            self.previous_rolledout,
+            copy.deepcopy(self.traffic),
+        )
+
+    def _configuration(self) -> None:
+        """Knative: a revision for a changed template; the latest ready is the newest Ready one."""
         spec = {key: value for key, value in self.predictor.items() if key != _FIELD}
         if not self.revisions or self.revisions[-1].spec != spec:
             number = len(self.revisions) + 1
             self.revisions.append(SimRevision(f"{self.name}-predictor-{number:05d}", copy.deepcopy(spec)))
-        # Knative: the latest ready revision is the newest revision that became Ready.
         for revision in reversed(self.revisions):
             if revision.ready:
                 if self.latest_ready is None or self._index(revision.name) > self._index(self.latest_ready):
                     self.latest_ready = revision.name
                 break
-        # ksvc_reconciler: which revision takes the rest of the traffic.
-        percent = self.percent
-        last_rolledout = self.latest_rolledout
-        if last_rolledout == self.latest_ready and percent is not None and percent < 100:
-            last_rolledout = self.previous_rolledout
-        if percent is not None and last_rolledout:
-            targets: list[dict[str, Any]] = [{"latestRevision": True, "percent": percent}]
-            if percent < 100:
-                targets.append(
-                    {
-                        "tag": "prev",
-                        "revisionName": last_rolledout,
-                        "latestRevision": False,
-                        "percent": 100 - percent,
-                    }
-                )
-        else:
-            targets = [{"latestRevision": True, "percent": 100}]
-        # Knative route status: latestRevision resolves to the latest Ready revision.
+
+    def _ksvc_traffic(self) -> list[dict[str, Any]]:
+        """ksvc_reconciler.go createKnativeService (279fb1e5): the targets written to the Knative Service.
+
+        Line 104 takes ``latestRolledoutRevision`` as it is — no pin-back at routing time; 115-134 split
+        when the percentage is set and a revision was rolled out, 135-145 route 100% to the latest.
+        """
+        percent, last_rolledout = self.percent, self.latest_rolledout
+        if percent is None or not last_rolledout:
+            return [{"latestRevision": True, "percent": 100}]
+        targets: list[dict[str, Any]] = [{"latestRevision": True, "percent": percent}]
+        if percent < 100:
+            prev = {"tag": "prev", "revisionName": last_rolledout, "latestRevision": False}
+            targets.append({**prev, "percent": 100 - percent})
+        return targets
+
+    def _route(self, targets: list[dict[str, Any]]) -> None:
+        """Knative route status: ``latestRevision: true`` resolves to the latest Ready revision."""
         if self.latest_ready is None:
             self.traffic = []
-        else:
-            self.traffic = [
-                {**target, "revisionName": target.get("revisionName") or self.latest_ready}
-                for target in targets
-            ]
-        # PropagateStatus: record a rollout when the latest ready revision has 100%.
+            return
+        self.traffic = [
+            {**target, "revisionName": target.get("revisionName") or self.latest_ready} for target in targets
+        ]
+
+    def _propagate_status(self) -> None:
+        """inference_service_status.go PropagateStatus (0217bdab), lines 527-553, line by line."""
+        total: dict[str, int] = {}
+        for target in self.traffic:  # 527-532: the percentages per revision
+            total[target["revisionName"]] = total.get(target["revisionName"], 0) + target["percent"]
         for target in self.traffic:
-            recorded = target["latestRevision"] and target["revisionName"] == self.latest_ready
-            if recorded and self.latest_rolledout != self.latest_ready and target["percent"] == 100:
-                self.previous_rolledout = self.latest_rolledout
-                self.latest_rolledout = self.latest_ready
+            if target["revisionName"] != self.latest_ready or not target["latestRevision"]:
+                continue  # 533-535: only the latestRevision entry of the latest ready revision
+            if self.latest_rolledout != self.latest_ready:
+                if target["percent"] == 100:  # 536-541: a promotion
+                    self.previous_rolledout = self.latest_rolledout
+                    self.latest_rolledout = self.latest_ready
+            elif (
+                self.latest_ready == self.latest_created  # 545
+                and target["percent"] < 100  # 546
+                and total.get(target["revisionName"]) == 100  # 548-549: split over the same revision
+                and self.previous_rolledout  # 549
+            ):
+                self.latest_rolledout = self.previous_rolledout  # 550: rolled back after a promotion
 
     def _index(self, name: str) -> int:
         return next(index for index, revision in enumerate(self.revisions) if revision.name == name)

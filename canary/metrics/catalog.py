@@ -33,8 +33,10 @@ Semantics built into the PromQL
 * A latency quantile that falls into the ``+Inf`` bucket reads as the highest finite bucket bound
   (``histogram_quantile``'s rule): a lower bound of the truth.
 * Revisions are selected by a revision label (Knative <= 1.18: ``revision_name``; a relabelled label on
-  the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name
-  (``<revision>-deployment-...``) everywhere else.
+  the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name everywhere else:
+  the exact names Knative and the apiserver give a revision's pods (:mod:`canary.metrics.podnames`,
+  which says why not the ``serving.knative.dev/revision`` label), not ``<revision>-deployment-...``,
+  which a 31-character InferenceService name already defeats.
 
 Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
@@ -43,9 +45,10 @@ selector — of every tracked revision at once: the request counter and latency 
 profile ``sum by (namespace, revision, pod, code_class[, le])`` (``code_class`` 2xx..5xx from the
 status code; ``pod`` kept so that a queue-proxy restart is a reset of that pod's series), or
 kube-state-metrics' restart counters per pod and container (:data:`RESTARTS_COUNTER`).
-:func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. Both read the
-revision from any pod name (``(.+)-deployment-.+``) rather than from an alternation of the revisions:
-``label_replace`` runs for every sample of every step of a backfill's range query.
+:func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. The revision is
+read back from the pod name by one pattern per naming shape rather than one per revision
+(``label_replace`` runs for every sample of every step of a backfill's range query); only revisions
+whose Deployment name Knative md5-shortened add a join, on their pods' first 52 characters.
 
 Approximations documented rather than hidden: kube-state-metrics keeps only the *last* termination
 reason, so a container OOMKilled and then restarted for another reason in the same window counts its
@@ -61,6 +64,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from canary.evidence import REQUESTS
+from canary.metrics.podnames import CUT_REVISION, HASHED_KEY, KEPT_REVISION, PodNaming, hashed_key, naming
+from canary.metrics.podnames import pods_pattern as _pods_pattern
 from canary.metrics.promql import regex_alternation, string_literal
 from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 from canary.policy.units import Unit
@@ -209,6 +214,9 @@ DCGM_LABELS: Mapping[GpuLabelStyle, GpuLabels] = {
     GpuLabelStyle.POD: GpuLabels(GpuLabelStyle.POD, "namespace", "pod"),
     # a ServiceMonitor without honorLabels: the exporter pod's labels win, the workload's get exported_*
     GpuLabelStyle.EXPORTED_POD: GpuLabels(GpuLabelStyle.EXPORTED_POD, "exported_namespace", "exported_pod"),
+    # dcgm-exporter --use-old-namespace (the pre-1.13 kubelet names): pod_name/pod_namespace; a
+    # ServiceMonitor's target labels (the exporter's own pod) do not clash with them
+    GpuLabelStyle.POD_NAME: GpuLabels(GpuLabelStyle.POD_NAME, "pod_namespace", "pod_name"),
 }
 
 DCGM_USED = "DCGM_FI_DEV_FB_USED"
@@ -291,36 +299,55 @@ class _Selection:
         if self.revision_label is not None:
             parts.append(_matcher(self.revision_label, names))
         else:
-            parts.append(f'{self.pod_label}=~"{string_literal(_pod_pattern(names))}"')
+            parts.append(f'{self.pod_label}=~"{string_literal(_pods_pattern(names))}"')
         if extra:
             parts.append(extra)
         return ", ".join(parts)
 
-    def by_revision(
-        self, expression: str, revisions: Collection[RevisionKey], *, generic: bool = False
-    ) -> str:
+    def by_revision(self, expression: str, revisions: Collection[RevisionKey]) -> str:
         """``expression`` relabelled so that it carries ``namespace`` and ``revision`` labels.
 
-        ``generic``: the revision is read from any pod name (``<revision>-deployment-<hash>-<hash>``)
-        instead of matching the revisions asked for one by one: the selection already picked their
-        pods, and ``label_replace`` runs for every sample of every step of a range query.
+        By pod name: the selection already picked exactly the revisions' pods, so the revision is read
+        back by one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
         """
         relabelled = _relabel(expression, "namespace", self.namespace_label)
         if self.revision_label is not None:
             return _relabel(relabelled, "revision", self.revision_label)
-        if generic:
-            return _relabel(relabelled, "revision", self.pod_label, _GENERIC_POD_PATTERN)
-        names = [key.revision for key in revisions]
-        return _relabel(relabelled, "revision", self.pod_label, _pod_pattern(names))
+        return _revision_from_pod(relabelled, self.pod_label, {key.revision for key in revisions})
 
 
-# Greedy: the revision is everything before the last "-deployment-" (the pod hashes never contain it).
-_GENERIC_POD_PATTERN = "(.+)-deployment-.+"
+_POD_KEY = "canary_pod_key"  # the first 52 characters of a hashed revision's pod, while joining
+_HASHED_REVISION = "canary_hashed_revision"
 
 
-def _pod_pattern(revision_names: Collection[str]) -> str:
-    # Knative names a revision's pods <revision>-deployment-<replicaset hash>-<pod hash>.
-    return regex_alternation(list(revision_names)) + "-deployment-.*"
+def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[str]) -> str:
+    """The ``revision`` label read from the pod name (see :mod:`canary.metrics.podnames`).
+
+    Kept and cut revisions' pods start with the revision's name: one ``label_replace`` each reads it.
+    A hashed revision's pods only share their first 52 characters (its first 20 and its md5): they
+    are joined with a constant vector mapping those to the name; every other series meets
+    ``vector(1)`` there, so the join drops nothing and changes no value.
+    """
+    shapes = {naming(revision) for revision in revisions}
+    if PodNaming.KEPT in shapes:
+        expression = _relabel(expression, "revision", pod_label, KEPT_REVISION)
+    if PodNaming.CUT in shapes:
+        expression = _relabel(expression, "revision", pod_label, CUT_REVISION)
+    hashed = sorted(revision for revision in revisions if naming(revision) is PodNaming.HASHED)
+    if not hashed:
+        return expression
+    keyed = _relabel(expression, _POD_KEY, pod_label, HASHED_KEY)
+    entries = ["vector(1)"]
+    for revision in hashed:
+        entry = f'label_replace(vector(1), "{_POD_KEY}", "{string_literal(hashed_key(revision))}", "", "")'
+        entries.append(f'label_replace({entry}, "{_HASHED_REVISION}", "{string_literal(revision)}", "", "")')
+    joined = f"{keyed} * on ({_POD_KEY}) group_left ({_HASHED_REVISION}) ({' or '.join(entries)})"
+    named = _relabel(joined, "revision", _HASHED_REVISION, "(.+)")
+    return _drop(_drop(named, _POD_KEY), _HASHED_REVISION)
+
+
+def _drop(expression: str, label: str) -> str:
+    return f'label_replace({expression}, "{label}", "", "", "")'
 
 
 _POD_SELECTION = _Selection("namespace", None)
@@ -553,7 +580,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
 
     def normalised(metric: str) -> str:
         series = f"{metric}{{{selection.matchers(revisions)}}}"
-        relabelled = selection.by_revision(series, revisions, generic=True)
+        relabelled = selection.by_revision(series, revisions)
         relabelled = _relabel(relabelled, "pod", metrics.pod_label, "(.+)")
         replacement = string_literal(metrics.code_replacement)
         return (
@@ -567,7 +594,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     # vLLM's own histograms (in the model server, seconds; absent for other servers: no series).
     vllm_matchers = _POD_SELECTION.matchers(revisions)
     for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):
-        series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions, generic=True)
+        series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions)
         parts.append(
             _with_field(f"sum by (namespace, revision, pod, le) ({series})", f"{BUCKET_FIELD}:{measure}")
         )
@@ -579,9 +606,7 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
     selection = _POD_SELECTION
     parts = []
     for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
-        series = selection.by_revision(
-            f"{metric}{{{selection.matchers(revisions)}}}", revisions, generic=True
-        )
+        series = selection.by_revision(f"{metric}{{{selection.matchers(revisions)}}}", revisions)
         # Several kube-state-metrics replicas export the same counter: one value per container.
         parts.append(f"max by ({_GROUP}, pod, container) ({series})")
     restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
@@ -592,7 +617,7 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
         (KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
     ):
         matchers = selection.matchers(revisions, f'container="{container}", reason="OOMKilled"')
-        series = selection.by_revision(f"{reasons}{{{matchers}}} == 1", revisions, generic=True)
+        series = selection.by_revision(f"{reasons}{{{matchers}}} == 1", revisions)
         markers.append(f"max by ({_GROUP}, pod, container) ({series})")
     oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
     return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
@@ -632,14 +657,14 @@ def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str
             f"max_over_time({VLLM_KV_CACHE}{{{matchers}}}[{span}]) or "
             f"max_over_time({VLLM_KV_CACHE_OLD}{{{matchers}}}[{span}])"
         )
-        return _with_field(_POD_SELECTION.by_revision(usage, revisions, generic=True), PEAK_FIELD)
+        return _with_field(_POD_SELECTION.by_revision(usage, revisions), PEAK_FIELD)
     if query.measure == MetricKind.WARMUP_TIME.value:
         # Per pod Ready in the span: ready time - creation time (one series per pod, replicas merged).
         matchers = _POD_SELECTION.matchers(revisions)
         ready = f"max by (namespace, pod, uid) (max_over_time({KSM_READY_TIME}{{{matchers}}}[{span}]))"
         created = f"max by (namespace, pod, uid) (max_over_time({KSM_CREATED}{{{matchers}}}[{span}]))"
         per_pod = f"{ready} - on (namespace, pod, uid) {created}"
-        return _with_field(_POD_SELECTION.by_revision(per_pod, revisions, generic=True), PEAK_FIELD)
+        return _with_field(_POD_SELECTION.by_revision(per_pod, revisions), PEAK_FIELD)
     if query.measure != MetricKind.GPU_MEMORY_PEAK.value:
         raise ValueError(f"{query.measure} has no per-tick peak")
     if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
@@ -656,6 +681,6 @@ def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str
         f"({over('avg_over_time', DCGM_USED)} + {over('avg_over_time', DCGM_FREE)} + "
         f"({over('avg_over_time', DCGM_RESERVED)} or 0 * {over('avg_over_time', DCGM_USED)}))"
     )
-    peak_bytes = f"{selection.by_revision(peak_mib, revisions, generic=True)} * {_MIB}"
-    fraction = selection.by_revision(f"{peak_mib} / {total_mib}", revisions, generic=True)
+    peak_bytes = f"{selection.by_revision(peak_mib, revisions)} * {_MIB}"
+    fraction = selection.by_revision(f"{peak_mib} / {total_mib}", revisions)
     return _union(_with_field(peak_bytes, PEAK_FIELD), _with_field(fraction, FIELD_FRACTION))

@@ -7,7 +7,8 @@ series data is read:
 
 * requests: ``/api/v1/label/__name__/values`` with one ``match[]`` per candidate count metric;
 * DCGM: ``/api/v1/labels?match[]=DCGM_FI_DEV_FB_USED`` — ``exported_pod`` present means a
-  ServiceMonitor without honorLabels renamed the workload's labels.
+  ServiceMonitor without honorLabels renamed the workload's labels; ``pod_name`` means dcgm-exporter
+  runs with ``--use-old-namespace`` (then a ``pod`` label, if any, is the exporter's own pod).
 
 Both look at ``[at - lookback, at]`` where ``at`` is the evaluation time (so a backtest detects what
 existed then). Answers are cached: a positive one for ``ttl`` seconds, "nothing found" only for
@@ -202,10 +203,7 @@ class ProfileDetector:
         return Detection(REQUESTS_FAMILY, chosen.value, looked_for, found, detail, end), http_requests
 
     def _detect_gpu_labels(self, at: datetime) -> tuple[Detection, int]:
-        looked_for = (
-            f"{DCGM_USED}{{{DCGM_LABELS[GpuLabelStyle.EXPORTED_POD].pod_label}}}",
-            f"{DCGM_USED}{{{DCGM_LABELS[GpuLabelStyle.POD].pod_label}}}",
-        )
+        looked_for = tuple(f"{DCGM_USED}{{{DCGM_LABELS[style].pod_label}}}" for style in _GPU_STYLES)
         end = as_utc(at)
         labels, http_requests = self._client.label_names([DCGM_USED], end - self._lookback, end)
         if isinstance(labels, QueryFailure):
@@ -218,21 +216,26 @@ class ProfileDetector:
                 "and scraped? Set spec.metrics.gpuLabels, or override the gpu-memory-peak query"
             )
             return Detection(GPU_FAMILY, None, looked_for, (), detail, end), http_requests
-        for style in (GpuLabelStyle.EXPORTED_POD, GpuLabelStyle.POD):
+        for style in _GPU_STYLES:
             label = DCGM_LABELS[style].pod_label
             if label in present:
-                why = (
-                    "a ServiceMonitor without honorLabels renamed the workload labels"
-                    if style is GpuLabelStyle.EXPORTED_POD
-                    else "the workload's pod and namespace labels are kept"
-                )
-                detail = f"{DCGM_USED} has a {label!r} label: {why}"
+                detail = f"{DCGM_USED} has a {label!r} label: {_GPU_STYLE_WHY[style]}"
                 return Detection(GPU_FAMILY, style.value, looked_for, (label,), detail, end), http_requests
         detail = (
-            f"{DCGM_USED} series carry neither 'exported_pod' nor 'pod': enable dcgm-exporter's Kubernetes "
-            "pod mapping"
+            f"{DCGM_USED} series carry none of 'exported_pod', 'pod_name' and 'pod': enable dcgm-exporter's "
+            "Kubernetes pod mapping"
         )
         return Detection(GPU_FAMILY, None, looked_for, (), detail, end), http_requests
+
+
+# The order matters: behind a ServiceMonitor the target's own `pod` label (the exporter's pod) is
+# there too, so the workload's labels are looked for first.
+_GPU_STYLES = (GpuLabelStyle.EXPORTED_POD, GpuLabelStyle.POD_NAME, GpuLabelStyle.POD)
+_GPU_STYLE_WHY = {
+    GpuLabelStyle.EXPORTED_POD: "a ServiceMonitor without honorLabels renamed the workload labels",
+    GpuLabelStyle.POD_NAME: "dcgm-exporter runs with --use-old-namespace (pod_name/pod_namespace)",
+    GpuLabelStyle.POD: "the workload's pod and namespace labels are kept",
+}
 
 
 def _minutes(span: timedelta) -> str:

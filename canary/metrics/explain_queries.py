@@ -54,10 +54,10 @@ from canary.metrics.catalog import (
     VLLM_TTFT,
 )
 from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY
+from canary.metrics.podnames import pod_pattern
 from canary.metrics.promql import (
     TemplateError,
     format_duration_seconds,
-    regex_literal,
     render_template,
     string_literal,
 )
@@ -109,8 +109,10 @@ def _quoted(value: str) -> str:
 
 
 def _pods_of(label: str, revision: str) -> str:
-    """Matches the pods Knative names ``<revision>-deployment-<hash>-<hash>``."""
-    return f"{label}=~{_quoted(regex_literal(revision) + '-deployment-.*')}"
+    """Matches exactly the names Knative and the apiserver give the revision's pods
+    (:func:`canary.metrics.podnames.pod_pattern`: ``<revision>-deployment-<hash>-xxxxx`` while it
+    fits in 63 characters, cut or md5-shortened beyond)."""
+    return f"{label}=~{_quoted(pod_pattern(revision))}"
 
 
 def _selector(metric: str, *matchers: str) -> str:

@@ -134,11 +134,12 @@ class RequestsProfile(StrEnum):
 
 
 class GpuLabelStyle(StrEnum):
-    """How DCGM exporter series name the pod: directly, or as exported_* behind a ServiceMonitor."""
+    """How DCGM series name the pod: directly, exported_* behind a ServiceMonitor, or pod_name (old)."""
 
     AUTO = "auto"
     POD = "pod"
     EXPORTED_POD = "exported_pod"
+    POD_NAME = "pod_name"  # dcgm-exporter --use-old-namespace: pod_name/pod_namespace
 
 
 # A query template can be overridden per builtin metric, and for the request count that gates

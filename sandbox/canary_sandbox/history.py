@@ -9,7 +9,7 @@ written, one sample per scrape, with timestamps, for ``promtool tsdb create-bloc
 
 * the Knative queue-proxy request histogram of one requests profile — ``knative-otel-invocation``
   (``kn_serving_invocation_duration_seconds``, seconds, ``http_response_status_code``, revision known
-  from the pod name ``<revision>-deployment-<hash>-<hash>``) or ``knative-opencensus``
+  from the pod name, as the cluster names pods) or ``knative-opencensus``
   (``revision_request_count`` and ``revision_request_latencies``, milliseconds, ``revision_name``,
   ``response_code_class``): cumulative counters per pod, the 5xx series appearing only with the
   first 5xx, as the exporters do;
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from canary_sandbox.k8s_names import revision_pod_name
 from canary_sandbox.kserve_metrics import (
     OPENCENSUS_BUCKETS_MS,
     OTEL_BUCKETS,
@@ -129,7 +130,7 @@ class RolloutHistory:
         return self.canary_revision or f"{self.inference_service}-predictor-00002"
 
     def pod(self, revision: str) -> str:
-        return f"{revision}-deployment-7d9f8c6b5-x2x4p"
+        return revision_pod_name(revision)
 
     # -- the raw truth ------------------------------------------------------------------------------
 

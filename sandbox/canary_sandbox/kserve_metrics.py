@@ -17,7 +17,8 @@ real exporters do:
   ``*_last_terminated_reason`` gauges (only the last reason, as kube-state-metrics does).
 * dcgm-exporter: ``DCGM_FI_DEV_FB_USED`` / ``FREE`` / ``RESERVED`` in MiB, one series per GPU, with the
   workload under ``pod``/``namespace`` or, behind a ServiceMonitor without honorLabels,
-  ``exported_pod``/``exported_namespace`` (then ``pod`` is the exporter's own pod).
+  ``exported_pod``/``exported_namespace`` (then ``pod`` is the exporter's own pod), or with
+  ``--use-old-namespace`` under ``pod_name``/``pod_namespace``.
 * vLLM: ``vllm:kv_cache_usage_perc`` (or the old ``vllm:gpu_cache_usage_perc``), and the
   ``vllm:time_to_first_token_seconds`` / ``vllm:e2e_request_latency_seconds`` histograms.
 
@@ -33,6 +34,8 @@ import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from canary_sandbox.k8s_names import MAX_GENERATED_NAME_LENGTH, deployment_name
 
 __all__ = [
     "E2E_BUCKETS",
@@ -106,7 +109,9 @@ class Pod:
 
 @dataclass(frozen=True, slots=True)
 class Revision:
-    """A revision and how its pods behave. Pod names must be ``<name>-deployment-...``."""
+    """A revision and how its pods behave. Pod names must be names the cluster could give the
+    revision's pods: the ``generateName`` of its Deployment's ReplicaSet, cut to 58 characters
+    (:mod:`canary_sandbox.k8s_names`; :func:`~canary_sandbox.k8s_names.revision_pod_name` makes one)."""
 
     namespace: str
     inference_service: str
@@ -118,7 +123,7 @@ class Revision:
     latency_sigma: float = 0.6  # of the log-normal
     requests_profile: str | None = "knative-opencensus"  # or knative-otel-queueproxy / -invocation
     revision_label: str | None = None  # OTel profiles: a PodMonitor relabelling that adds the revision
-    gpu_labels: str = "pod"  # or "exported_pod"
+    gpu_labels: str = "pod"  # or "exported_pod", or "pod_name" (dcgm-exporter --use-old-namespace)
     gpu_used_mib: float = 40000.0  # plateau of framebuffer use per GPU
     gpu_spike_mib: float = 0.0  # added once, on the first pod's GPU 0, mid-way
     vllm: bool = False
@@ -126,9 +131,10 @@ class Revision:
     kv_cache_level: float = 0.4
 
     def __post_init__(self) -> None:
+        prefix = (deployment_name(self.name) + "-")[:MAX_GENERATED_NAME_LENGTH]
         for pod in self.pods:
-            if not pod.name.startswith(f"{self.name}-deployment-"):
-                raise ValueError(f"pod {pod.name!r} is not named {self.name}-deployment-...")
+            if not pod.name.startswith(prefix) or len(pod.name) > MAX_GENERATED_NAME_LENGTH + 5:
+                raise ValueError(f"pod {pod.name!r} is not a name of {self.name}'s pods ({prefix}...)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +436,14 @@ class Simulation:
                     "exported_namespace": revision.namespace,
                     "exported_pod": pod.name,
                     "exported_container": "kserve-container",
+                }
+            elif revision.gpu_labels == "pod_name":
+                placement = {
+                    "namespace": "gpu-operator",  # a ServiceMonitor's target labels: the exporter's pod
+                    "pod": "nvidia-dcgm-exporter-x7k2p",
+                    "pod_namespace": revision.namespace,
+                    "pod_name": pod.name,
+                    "container_name": "kserve-container",
                 }
             else:
                 placement = {

@@ -56,7 +56,16 @@ WITH_GAP = RolloutHistory(
 LEGACY = dataclasses.replace(
     REGRESSION, namespace="legacy", inference_service="scorer", profile="knative-opencensus"
 )
-HISTORIES = (REGRESSION, HEALTHY, WITH_GAP, LEGACY)
+# The regression under InferenceService names whose pods no longer read "<revision>-deployment-...":
+# 31 characters (the generateName is cut right after "deployment") and 37 (the Deployment name is
+# md5-shortened); the pods are named as the cluster names them (canary_sandbox.k8s_names).
+LONG_NAME = dataclasses.replace(
+    REGRESSION, namespace="long", inference_service="llama-3-1-70b-instruct-awq-chat"
+)
+HASHED_NAME = dataclasses.replace(
+    REGRESSION, namespace="long", inference_service="llama-3-1-70b-instruct-awq-chatbot-pr"
+)
+HISTORIES = (REGRESSION, HEALTHY, WITH_GAP, LEGACY, LONG_NAME, HASHED_NAME)
 
 
 def when(epoch: float) -> datetime:

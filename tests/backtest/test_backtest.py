@@ -18,7 +18,7 @@ from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from canary_sandbox.prometheus import PrometheusServer, free_port
 from kubernetes import config
 
-from canary.backtest.history import read_history
+from canary.backtest.history import HistoryError, read_history
 from canary.backtest.replay import replay_period
 from canary.backtest.runner import HONESTY, BacktestOptions, run_backtest
 from canary.kserve.store import ROLLOUTS_KEY, ConfigMapStateStore
@@ -29,8 +29,10 @@ from canary.rollout.past import PastRollout, PastRollouts, RolloutOutcome, StepR
 from tests.backtest.support import (
     END,
     GAP,
+    HASHED_NAME,
     HEALTHY,
     LEGACY,
+    LONG_NAME,
     REGRESSION,
     SCRAPE,
     T0,
@@ -410,3 +412,24 @@ def test_prometheus_failing_during_the_replay_holds_it_and_says_so(prometheus: P
     assert f"({len(evaluated)} of {len(evaluated)} evaluations had a check Prometheus could not answer" in (
         replay.summary
     )
+
+
+def test_a_31_character_inference_services_revisions_are_read_from_their_pod_names(
+    prometheus: PrometheusServer,
+) -> None:
+    # Its pods are "<revision>-deploymentxxxxx": "(.+)-deployment-.+" found no revision at all.
+    client = PrometheusClient(PrometheusConfig(url=prometheus.url))
+    history = read_history(client, policy_for(LONG_NAME), when(T0), when(END), scrape_interval=SCRAPE)
+    client.close()
+    assert set(history.revisions) == {LONG_NAME.stable_name, LONG_NAME.canary_name}
+    [period] = history.periods
+    assert (period.stable, period.canary) == (LONG_NAME.stable_name, LONG_NAME.canary_name)
+
+
+def test_a_37_character_inference_service_without_a_revision_label_is_refused_with_the_remedy(
+    prometheus: PrometheusServer,
+) -> None:
+    client = PrometheusClient(PrometheusConfig(url=prometheus.url))
+    with pytest.raises(HistoryError, match=r"md5.*spec\.metrics\.revisionLabel"):
+        read_history(client, policy_for(HASHED_NAME), when(T0), when(END), scrape_interval=SCRAPE)
+    client.close()

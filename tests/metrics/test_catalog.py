@@ -51,7 +51,9 @@ def test_revisions_are_selected_by_label_on_opencensus_and_by_pod_name_on_otel()
     otel = render_builtin(
         _query("error-rate", RequestsProfile.KNATIVE_OTEL_INVOCATION, GpuLabelStyle.POD), ROLLOUT
     )
-    assert 'pod=~"(llama-chat-predictor-00011|llama-chat-predictor-00012)-deployment-.*"' in otel
+    # The exact names Knative and the apiserver give the pods (canary.metrics.podnames).
+    pods = "(?:llama-chat-predictor-00011|llama-chat-predictor-00012)-deployment-[a-z0-9]{1,10}-[a-z0-9]{5}"
+    assert f'pod=~"{pods}"' in otel
     assert 'http_response_status_code=~"5.."' in otel
     relabelled = render_builtin(
         _query("latency", RequestsProfile.KNATIVE_OTEL_QUEUEPROXY, GpuLabelStyle.POD, label="rev"), ROLLOUT
@@ -63,7 +65,7 @@ def test_revisions_are_selected_by_label_on_opencensus_and_by_pod_name_on_otel()
 def test_gpu_label_style_decides_the_dcgm_labels() -> None:
     exported = render_builtin(_query("gpu-memory-peak", PROFILES[0], GpuLabelStyle.EXPORTED_POD), ROLLOUT[:1])
     assert 'exported_namespace="ml"' in exported
-    assert 'exported_pod=~"(llama-chat-predictor-00012)-deployment-.*"' in exported
+    assert 'exported_pod=~"(?:llama-chat-predictor-00012)-deployment-[a-z0-9]{1,10}-[a-z0-9]{5}"' in exported
     assert "* 1048576" in exported  # MiB to bytes
     plain = render_builtin(_query("gpu-memory-peak", PROFILES[0], GpuLabelStyle.POD), ROLLOUT[:1])
     assert "exported_" not in plain
@@ -76,4 +78,4 @@ def test_one_revision_uses_an_exact_match_and_names_are_escaped() -> None:
     assert 'namespace_name="n\\"s"' in promql
     assert 'revision_name="r.1"' in promql  # an exact match needs no regex escaping
     pods = render_builtin(_query("oom-kills", PROFILES[0], GpuLabelStyle.POD), [RevisionKey("ml", "r.1")])
-    assert 'pod=~"(r\\\\.1)-deployment-.*"' in pods
+    assert 'pod=~"(?:r\\\\.1)-deployment-[a-z0-9]{1,10}-[a-z0-9]{5}"' in pods

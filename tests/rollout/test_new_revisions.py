@@ -91,16 +91,39 @@ def test_a_new_revision_after_a_rollback_starts_a_new_rollout_once_ready() -> No
     assert harness.sim.latest_rolledout == NEWER
 
 
-def test_after_a_rollback_during_bake_the_next_rollout_warns_about_the_stable_revision() -> None:
+def test_after_a_rollback_during_bake_the_next_rollout_splits_with_the_revision_before_it() -> None:
     harness = progressing(make_policy(bake="15m"))
     harness.run(lambda d: d.new_state.phase is Phase.BAKING)
     harness.tick(60, evidence=HEALTHY_EVIDENCE.failing(oom=1))
     assert harness.state.phase is Phase.ROLLED_BACK
+    # The 0 after the promotion: KServe's PropagateStatus rolls latestRolledoutRevision back to
+    # previousRolledoutRevision (kserve pkg/apis/serving/v1beta1/inference_service_status.go at
+    # 0217bdab, lines 542-553), and createKnativeService routes the rest there (ksvc_reconciler.go
+    # at 279fb1e5, line 104).
+    assert (harness.sim.latest_rolledout, harness.sim.previous_rolledout) == (OLD, OLD)
+    assert harness.sim.observe().weight_of(OLD) == 100
     harness.sim.change_model("s3://m/v3")
     harness.sim.reconcile()
     harness.sim.make_ready()
     harness.sim.reconcile()
-    # KServe still tracks the rolled-back canary as latestRolledoutRevision and sends it the rest.
+    decision = harness.tick(60)
+    assert decision.new_state.stable_revision == OLD
+    assert not any("which was rolled back earlier" in reason for reason in decision.reasons)
+
+
+def test_a_fix_pushed_before_kserve_saw_the_bake_rollback_warns_that_the_stable_was_rolled_back() -> None:
+    harness = progressing(make_policy(bake="15m"))
+    harness.run(lambda d: d.new_state.phase is Phase.BAKING)
+    harness.tick(60, evidence=HEALTHY_EVIDENCE.failing(oom=1), reconcile=False)
+    assert harness.state.phase is Phase.ROLLED_BACK
+    # The fix lands before KServe reconciles the 0: latestReadyRevision != latestCreatedRevision, so
+    # PropagateStatus keeps the rolled-back canary as latestRolledoutRevision (kserve
+    # inference_service_status.go at 0217bdab, line 545) and it keeps the rest of the traffic.
+    harness.sim.change_model("s3://m/v3")
+    harness.sim.reconcile()
+    assert harness.sim.latest_rolledout == CANARY
+    harness.sim.make_ready()
+    harness.sim.reconcile()
     decision = harness.tick(60)
     assert decision.new_state.stable_revision == CANARY
     assert decision.severity is Severity.WARNING

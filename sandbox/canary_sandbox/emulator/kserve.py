@@ -5,8 +5,9 @@ configuration/route reconcilers, as summarised in docs/design.md §2:
 
 - a change to ``spec.predictor`` other than ``canaryTrafficPercent``, or to the InferenceService's
   labels or annotations (KServe copies them into the revision template), gives the Knative Service a
-  new template, and Knative creates revision ``{isvc}-predictor-{NNNNN}``; a percentage change only
-  changes traffic;
+  new template, and Knative creates revision ``{isvc}-predictor-{NNNNN}`` (``kmeta.ChildName``); a
+  percentage change only changes traffic; pods are named as Knative and the apiserver name them
+  (:mod:`canary_sandbox.k8s_names`), and a Knative Service name over 63 characters is refused;
 - traffic as the ksvc reconciler writes it: with ``canaryTrafficPercent`` set and a
   ``latestRolledoutRevision`` in status, ``[{latestRevision: true, percent: N}, {revisionName:
   <latestRolledout>, percent: 100-N, tag: prev}]``, else ``[{latestRevision: true, percent: 100}]``;
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from canary_sandbox import k8s_names
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator.clock import Clock
 from canary_sandbox.emulator.conditions import TRUE, UNKNOWN, ConditionSet
@@ -70,6 +72,10 @@ _ANNOTATIONS_NOT_IN_TEMPLATE = frozenset(
 )
 _LABELS_NOT_IN_TEMPLATE = frozenset({"networking.kserve.io/visibility"})
 _RAW_MODES = ("RawDeployment", "Standard")
+_KSVC_NAME_TOO_LONG = (
+    'admission webhook "validation.webhook.serving.knative.dev" denied the request: validation failed: '
+    "not a DNS 1035 label: [must be no more than 63 characters]: metadata.name"
+)
 _HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -398,9 +404,12 @@ class KServeBehaviour:
                 f"failed: expected 0 <= {invalid[0]} <= 100: spec.traffic[0].percent",
             )
             return None
-        ksvc = service.ksvc
+        ksvc, ksvc_name = service.ksvc, f"{service.name}-predictor"
+        if len(ksvc_name) > 63:  # Knative's webhook: a Service name is a DNS-1035 label
+            self._report_error(service, isvc, _KSVC_NAME_TOO_LONG)
+            return None
         if ksvc is None:
-            service.ksvc = _KnativeService(f"{service.name}-predictor", 1, template, fingerprint, traffic)
+            service.ksvc = _KnativeService(ksvc_name, 1, template, fingerprint, traffic)
             self._schedule_knative(service.namespace, service.name, self.config.knative_delay)
             return {}
         observed = copy.deepcopy(ksvc.status)
@@ -571,8 +580,8 @@ class KServeBehaviour:
         now = self.clock.now()
         if ksvc.realised_fingerprint != ksvc.template_fingerprint:
             # The Configuration's template changed: Knative stamps out the next revision.
-            number = len(service.revisions) + 1
-            self._create_revision(service, ksvc.template, f"{name}-predictor-{number:05d}", raw=False)
+            revision = k8s_names.revision_name(ksvc.name, len(service.revisions) + 1)
+            self._create_revision(service, ksvc.template, revision, raw=False)
             ksvc.realised_fingerprint = ksvc.template_fingerprint
         latest = service.revisions[-1]
         latest_state = latest.state(now)
@@ -664,7 +673,7 @@ class KServeBehaviour:
             number=len(service.revisions) + 1,
             created_at=now,
             behaviour=behaviour,
-            replica_set=_hash_name(f"{service.uid}/{name}", 10),
+            replica_set=k8s_names.pod_template_hash(f"{service.uid}/{name}"),
             template=copy.deepcopy(template),
             raw=raw,
             pods_started_at=now,
@@ -686,7 +695,7 @@ class KServeBehaviour:
             # ReplicaSet rolls out.
             service.raw_fingerprint = fingerprint
             service.raw_generation += 1
-            replica_set = _hash_name(f"{service.uid}/{fingerprint}", 10)
+            replica_set = k8s_names.pod_template_hash(f"{service.uid}/{fingerprint}")
             self._create_revision(service, template, f"{service.name}-predictor-{replica_set}", raw=True)
         now = self.clock.now()
         latest = service.revisions[-1]
@@ -749,13 +758,12 @@ class KServeBehaviour:
                 self._update_pod_status(service, revision, pod_name)
 
     def _start_pods(self, service: _Service, revision: _Revision, count: int) -> None:
+        deployment = k8s_names.deployment_name(revision.name)
+        owner_name = (
+            revision.name if revision.raw else k8s_names.replica_set_name(deployment, revision.replica_set)
+        )
         for _ in range(count):
-            suffix = "".join(self._random.choice(_HASH_ALPHABET) for _ in range(5))
-            if revision.raw:
-                owner_name = revision.name
-            else:
-                owner_name = f"{revision.name}-deployment-{revision.replica_set}"
-            pod_name = f"{owner_name}-{suffix}"
+            pod_name = k8s_names.pod_name(owner_name, self._random)
             pod = self._pod(service, revision, pod_name, owner_name)
             self.store.create(r.PODS, service.namespace, pod, actor="emulator")
             revision.pods.append(pod_name)

@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
+from canary_sandbox.k8s_names import revision_pod_name
 from canary_sandbox.kserve_metrics import (
     OK_CODE,
     OPENCENSUS_BUCKETS_MS,
@@ -69,7 +70,7 @@ def _pods(revision: str, count: int, created: float, *, ready_after: float = 60.
           gpus: int = 0, restarts: dict[int, tuple[Restart, ...]] | None = None) -> tuple[Pod, ...]:  # fmt: skip
     return tuple(
         Pod(
-            name=f"{revision}-deployment-7d9f8-{index}x{index}",
+            name=revision_pod_name(revision, index),
             created=created,
             ready=created + ready_after + spacing * index,
             gpus=gpus,

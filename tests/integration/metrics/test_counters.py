@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from canary_sandbox.k8s_names import revision_pod_name
 from canary_sandbox.kserve_metrics import E2E_BUCKETS, TTFT_BUCKETS, Pod, Revision, Simulation
 from canary_sandbox.prometheus import PrometheusServer, free_port
 
@@ -480,7 +481,7 @@ def _fleet_revisions() -> list[Revision]:
         for number in (1, 2):
             name = f"m{index}-predictor-0000{number}"
             pod = Pod(
-                name=f"{name}-deployment-5c6d7-a{index}",
+                name=revision_pod_name(name),
                 created=FLEET_END - 7200,
                 ready=FLEET_END - 7000,
                 gpus=1,

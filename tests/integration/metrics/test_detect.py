@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 import requests
 from canary_sandbox.exporter import FixtureExporter
+from canary_sandbox.k8s_names import revision_pod_name
 from canary_sandbox.kserve_metrics import Pod, Revision, Simulation
 from canary_sandbox.prometheus import PrometheusServer
 from structlog.testing import capture_logs
@@ -17,6 +18,7 @@ from canary.evidence import REQUESTS, EvidenceStatus
 from canary.metrics import PrometheusConfig, PrometheusEvidenceSource
 from tests.integration.metrics.support import AT, AT_SECONDS, END, make_policy, make_request
 
+POD = revision_pod_name("llama-predictor-00002")
 CHECKS = [
     {"name": "errors", "metric": "error-rate", "max": "1%"},
     {"name": "oom", "metric": "oom-kills", "max": 0},
@@ -28,7 +30,7 @@ def _install(requests_profile: str | None, gpu_labels: str = "pod", *, extra: Re
     """OpenMetrics of a small install: one revision, one pod with a GPU, 10 minutes of history."""
     revision = Revision(
         "ml", "llama", "llama-predictor-00002",
-        (Pod("llama-predictor-00002-deployment-5c7d-0", AT_SECONDS - 3600, AT_SECONDS - 3500, gpus=1),),
+        (Pod(revision_pod_name("llama-predictor-00002"), AT_SECONDS - 3600, AT_SECONDS - 3500, gpus=1),),
         requests_profile=requests_profile, gpu_labels=gpu_labels, error_ratio=0.05,
     )  # fmt: skip
     return Simulation([revision, *([extra] if extra else [])], start=END - 600, end=END, step=5).openmetrics()
@@ -76,6 +78,23 @@ def test_auto_finds_the_installed_request_family_and_gpu_labels(
     assert detected == {"requests": profile, "gpuLabels": expected_gpu}
 
 
+def test_dcgm_exporter_with_old_namespace_labels_is_detected_and_its_gpus_found() -> None:
+    """dcgm-exporter --use-old-namespace names the workload pod_name/pod_namespace; behind a
+    ServiceMonitor the series also carry the target's pod label: the exporter's own pod (issue #33, 8)."""
+    with (
+        PrometheusServer(backfill=_install("knative-otel-invocation", "pod_name")) as prometheus,
+        PrometheusEvidenceSource(PrometheusConfig(url=prometheus.url), scrape_interval=5) as source,
+    ):
+        policy = make_policy(CHECKS, namespace="ml")
+        evidence = source.collect(policy, make_request(policy, "ml", "llama-predictor-00002", None))
+        detection = source.detect(AT).detections["gpuLabels"]
+    assert detection.choice == "pod_name"
+    assert "--use-old-namespace" in detection.detail
+    assert evidence.profile["gpuLabels"] == "pod_name"
+    assert evidence.canary["gpu"].status is EvidenceStatus.OK, evidence.canary["gpu"]
+    assert evidence.canary["gpu"].samples == 1
+
+
 def test_detection_is_cached_and_not_repeated_per_evaluation(install: tuple[str, PrometheusServer]) -> None:
     _, prometheus = install
     policy = make_policy(CHECKS, namespace="ml")
@@ -116,7 +135,7 @@ def test_nothing_found_is_no_data_that_says_what_was_looked_for() -> None:
 def test_several_families_prefer_the_newest_and_say_so() -> None:
     older = Revision(
         "ml", "llama", "llama-predictor-00001",
-        (Pod("llama-predictor-00001-deployment-5c7d-0", AT_SECONDS - 7200, AT_SECONDS - 7100),),
+        (Pod(revision_pod_name("llama-predictor-00001"), AT_SECONDS - 7200, AT_SECONDS - 7100),),
         requests_profile="knative-opencensus",
     )  # fmt: skip
     with (
@@ -135,11 +154,9 @@ def test_detection_is_rechecked_when_the_cache_expires() -> None:
 
     def exposition() -> str:
         if not exporting:
-            return (
-                'kube_pod_created{namespace="ml",pod="llama-predictor-00002-deployment-5c7d-0",uid="u"} 1\n'
-            )
+            return f'kube_pod_created{{namespace="ml",pod="{POD}",uid="u"}} 1\n'
         counter[0] += 3
-        pod = 'namespace="ml",pod="llama-predictor-00002-deployment-5c7d-0",http_response_status_code="200"'
+        pod = f'namespace="ml",pod="{POD}",http_response_status_code="200"'
         return f"kn_serving_invocation_duration_seconds_count{{{pod}}} {counter[0]}\n"
 
     now = [1000.0]

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from canary_sandbox.k8s_names import revision_pod_name
 from canary_sandbox.prometheus import PrometheusServer
 
 from canary.evidence import REQUESTS, EvidenceStatus
@@ -25,7 +26,7 @@ def _openmetrics() -> str:
     lines = ["# TYPE vllm:kv_cache_usage_perc gauge"]
     for namespace, value in VALUES.items():
         for moment in range(END - 300, END + 1, 15):
-            pod = f"{CANARY}-deployment-abc12"
+            pod = revision_pod_name(CANARY)
             lines.append(f'vllm:kv_cache_usage_perc{{namespace="{namespace}",pod="{pod}"}} {value} {moment}')
     lines.append("# TYPE odd_gauge gauge")
     for kind, value in VALUES.items():
