@@ -10,12 +10,18 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from canary.controller.settings import PrometheusSettings
 from canary.evidence import ErrorClass
-from canary.metrics.client import PrometheusClient, PrometheusConfig, QueryFailure, RetryPolicy
-from canary.metrics.counters import COUNTER_VECTOR
+from canary.metrics.client import (
+    PrometheusClient,
+    PrometheusConfig,
+    QueryFailure,
+    RetryPolicy,
+    vector_decoder,
+)
 from tests.loopback import Exchange, MiB, loopback
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -24,6 +30,14 @@ HEADERS = {"X-Scope-OrgID": "tenant-s3cr3t", "X-Api-Key": "api-key-s3cr3t"}
 # to a client that stopped reading are at most this much past what the client read.
 BUFFERED = 16 * MiB
 EMPTY = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+
+class Series(msgspec.Struct):
+    metric: dict[str, str]
+    value: tuple[float, str]
+
+
+TYPED = vector_decoder(Series)  # as the evidence pipeline reads its counter sample
 
 
 def _client(url: str, **overrides: object) -> PrometheusClient:
@@ -46,7 +60,7 @@ def _failure(outcome: object) -> QueryFailure:
 # body, a range query, a label look-up.
 ASKS: dict[str, Callable[[PrometheusClient], object]] = {
     "instant": lambda client: client.instant("sum(up)", AT),
-    "typed": lambda client: client.instant("sum(up)", AT, typed=COUNTER_VECTOR),
+    "typed": lambda client: client.instant("sum(up)", AT, typed=TYPED),
     "long-post": lambda client: client.instant("sum(up) + " * 600 + "1", AT),
     "range": lambda client: client.range_query("sum(up)", AT - timedelta(minutes=5), AT, 30.0),
     "labels": lambda client: client.label_values("revision", ["up"], AT - timedelta(hours=1), AT)[0],
@@ -129,7 +143,7 @@ def test_an_answer_past_the_configured_cap_is_not_read(declared: bool) -> None:
 
     with loopback(huge_200) as prometheus:
         client = _client(prometheus.url, max_answer_bytes=1 * MiB)
-        failure = _failure(client.instant("sum(up)", AT, typed=COUNTER_VECTOR))
+        failure = _failure(client.instant("sum(up)", AT, typed=TYPED))
         client.close()
     assert prometheus.sent < BUFFERED, f"{prometheus.sent / MiB:.0f} MiB of the answer were read"
     assert failure.error_class is ErrorClass.MALFORMED_RESPONSE
