@@ -11,7 +11,8 @@ one worker, never the tick and never another rollout. Bounded everywhere:
   passed, and its deadline (in the rollout state) decides when to stop;
 * **at most** ``max_in_flight`` attempts queued or running over all rollouts; beyond, a call
   waits for the next tick;
-* **each attempt's timeout** is the gate's ``webhook.timeout`` (connect at most 3.05 s).
+* **each attempt's deadline** is the gate's ``webhook.timeout``, for the whole exchange (connect at
+  most 3.05 s of it).
 
 An attempt is a POST of the call's JSON body (``kind: GateRequest``) with ``Content-Type:
 application/json``, ``User-Agent: kserve-canary/<version>``, ``Idempotency-Key: <call id>`` (the
@@ -20,8 +21,11 @@ same for every attempt at a call point) and, with ``secretFrom``, ``X-Kserve-Can
 webhook notifications, so :func:`canary.notify.webhook.verify_signature` checks both. The URL and the
 key are read at call time through the policy's resolver (a file's policy: its namespace's scope; a
 PromotionPolicy object: keys of its namespace's Secret) and checked by the same URL guard as
-notifications; redirects are not followed. 2xx passes; anything else is a failed attempt whose
-detail names the secret *reference*, the status and the host, never the URL or a key.
+notifications; redirects are not followed. A gate fails closed: it passes only on a 2xx whose whole
+answer (at most :data:`~canary.notify.delivery.ANSWER_LIMIT` bytes, never interpreted) arrived within
+``webhook.timeout`` — connecting, the status, the headers and the body together. Anything else — an
+answer dribbled past the timeout, cut short, too large, another status — is a failed attempt whose
+detail names the secret *reference*, the status and the host, never the URL, a key or the body.
 
 Each finished attempt is kept (the latest per call point) and handed to the next decision of its
 rollout (:meth:`results`); ``on_done(key)`` asks the tick to decide that rollout soon.
@@ -36,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-import requests
 import structlog
 
 from canary.evidence import Evidence
@@ -214,16 +217,16 @@ class GateRunner:
             timestamp = str(int(self._clock().timestamp()))
             headers[TIMESTAMP_HEADER] = timestamp
             headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)
-        with requests.Session() as session:
-            poster = HttpPoster(
-                describe=f"gate {call.name} ({describe_ref(webhook.url_from)})",
-                redactor=resolver.redactor,
-                timeout=(min(_CONNECT_TIMEOUT, webhook.timeout), webhook.timeout),
-                clock=self._clock,
-                session=session,
-                guard=resolver.url_guard,
-            )
-            response = poster.post(url, body, headers)
-            status = response.status_code
-            response.close()  # the body is never read: a receiver may echo what it got
-        return status, f"HTTP {status}"
+        poster = HttpPoster(
+            describe=f"gate {call.name} ({describe_ref(webhook.url_from)})",
+            redactor=resolver.redactor,
+            timeout=(min(_CONNECT_TIMEOUT, webhook.timeout), webhook.timeout),
+            clock=self._clock,
+            guard=resolver.url_guard,
+        )
+        try:
+            # A gate fails closed: a 2xx passes only when its whole answer arrived in time.
+            answer = poster.post(url, body, headers, whole_answer=True)
+        finally:
+            poster.close()
+        return answer.status, f"HTTP {answer.status}"

@@ -76,6 +76,9 @@ class PrometheusSettings:
     timeout: float = 10.0  # seconds per query
     scrape_interval: float = 30.0  # of the metrics read
     min_samples: float = 20  # a latency or error rate from fewer requests is no data
+    # Bytes of one answer read at most (canary.metrics.client.DEFAULT_MAX_ANSWER_BYTES: a thousand
+    # rollouts' counter sample five times over); a larger answer fails its query as malformed-response.
+    max_answer_bytes: int = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

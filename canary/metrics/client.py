@@ -1,6 +1,6 @@
 """The HTTP side of the evidence layer: one Prometheus (or Thanos, Mimir, Cortex) and how we ask it.
 
-Built on prometheus-api-client's :class:`PrometheusConnect`, with four of its 0.7.2 habits undone:
+Built on prometheus-api-client's :class:`PrometheusConnect`, with five of its 0.7.2 habits undone:
 
 * its default ``Retry(total=3, status_forcelist=[..., 503, 504])`` re-runs a query that timed out —
   three more times the most expensive query of the tick. We mount ``Retry(total=0)`` and run our own
@@ -14,15 +14,23 @@ Built on prometheus-api-client's :class:`PrometheusConnect`, with four of its 0.
 * ``method="POST"`` still puts the query in the URL, which proxies cut off or refuse; queries longer
   than ``max_get_length`` (grouped queries over many rollouts) are POSTed as a form body instead.
 * it never sends Prometheus' ``timeout`` parameter; we do, so Prometheus stops an expensive query
-  itself (HTTP 503, errorType ``timeout``) a little before our client-side read timeout fires.
+  itself (HTTP 503, errorType ``timeout``) a little before our client-side deadline.
+* its session follows redirects (the configured headers, a tenant ID or an API key, went along to
+  another origin) and reads whole answers, however large or slow. Ours is a
+  :class:`~canary.answers.BoundedSession`: a 3xx is reported by its status, never followed or read;
+  an attempt has one deadline, ``timeout`` + 1 s for connecting and every read together (an answer
+  trickled a byte at a time is cut there); at most ``max_answer_bytes`` of a 2xx answer and
+  :data:`ERROR_ANSWER_LIMIT` of any other are read, chunk by chunk.
 
 Every failure becomes a :class:`QueryFailure` with an :class:`~canary.evidence.ErrorClass` named from
 what Prometheus said — its ``errorType`` first (``bad_data``, ``execution``, ``timeout``,
 ``unavailable``), the HTTP status otherwise — and carrying its own ``error`` text (truncated). What is
 not a Prometheus answer at all (not JSON, truncated JSON, an empty body, a proxy's HTML page, JSON
-without ``status``/``data``) is ``malformed-response``; a connection that failed is ``unreachable``.
-Details never carry a secret: no header values, and the URL only as ``scheme://host[:port]``. Nothing
-raises out of :meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
+without ``status``/``data``, an answer past its cap) is ``malformed-response``; a connection that
+failed is ``unreachable``. Of such an answer a detail says the status and the content type, never
+its text: it reaches Events, notifications and ``explain``. Details never carry a secret: no header
+values, and the URL only as ``scheme://host[:port]``. Nothing raises out of
+:meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
 
 An instant query may be asked with a typed decoder (:func:`vector_decoder`, msgspec): a well-formed
 answer is then read straight from the body's bytes into compact typed series, in one pass and without
@@ -42,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Generic, Self, TypeVar
 from urllib.parse import quote_plus, urlencode, urlsplit
@@ -54,10 +63,13 @@ from requests.auth import AuthBase, HTTPBasicAuth
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
+from canary.answers import AnswerError, AnswerLate, AnswerTooLarge, BoundedSession
 from canary.evidence import ErrorClass
 from canary.retrying import RetryPolicy, retrying
 
 __all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "ERROR_ANSWER_LIMIT",
     "PrometheusClient",
     "PrometheusConfig",
     "QueryAnswer",
@@ -69,6 +81,16 @@ __all__ = [
 ]
 
 _DETAIL_LIMIT = 500  # characters of a Prometheus error message kept in evidence and logs
+# Bytes of one 2xx answer read at most, by default. The largest answer this controller asks for is the
+# per-tick counter sample: at 1,000 rollouts (benchmarks/scale.py) about 100,000 series, each about
+# 250 bytes of JSON (six labels with Kubernetes names of usual length, one sample): some 25 MB. A
+# backfill's range query is bounded by its sample budget (200,000 samples, a few MB). 128 MiB holds
+# five times the largest, for more pods, buckets or longer names; past it the query fails as
+# malformed-response and says which setting to raise.
+DEFAULT_MAX_ANSWER_BYTES = 128 * 1024 * 1024
+# Bytes of any other answer read at most: Prometheus' error envelope is an errorType and one message
+# (a parse error quotes a position, a many-to-many error two label sets), far below this.
+ERROR_ANSWER_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +115,15 @@ class PrometheusConfig:
     connect_timeout: float = 3.0
     max_get_length: int = 4000  # longer encoded queries go as a POST form body
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # of one 2xx answer; more is not read
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"the Prometheus URL must start with http:// or https://, got {self.url!r}")
         if self.timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("timeouts must be positive")
+        if self.max_answer_bytes <= 0:
+            raise ValueError("max_answer_bytes must be positive")
         if self.bearer_token_file and self.bearer_token_env:
             raise ValueError("give the bearer token as a file or an environment variable, not both")
         if (self.basic_auth_password_file or self.basic_auth_password_env) and not self.basic_auth_username:
@@ -109,7 +134,8 @@ class PrometheusConfig:
         """Read ``PROMETHEUS_URL``, ``PROMETHEUS_HEADERS`` (``K=V,K2=V2``), ``PROMETHEUS_TOKEN_FILE``,
         ``PROMETHEUS_TOKEN_ENV`` (the *name* of a variable holding the token), ``PROMETHEUS_USERNAME``,
         ``PROMETHEUS_PASSWORD_FILE``, ``PROMETHEUS_PASSWORD_ENV``, ``PROMETHEUS_CA_FILE``,
-        ``PROMETHEUS_INSECURE_SKIP_VERIFY`` and ``PROMETHEUS_TIMEOUT`` (seconds)."""
+        ``PROMETHEUS_INSECURE_SKIP_VERIFY``, ``PROMETHEUS_TIMEOUT`` (seconds) and
+        ``PROMETHEUS_MAX_ANSWER_BYTES``."""
         env = os.environ if environ is None else environ
         headers: dict[str, str] = {}
         for item in filter(None, (part.strip() for part in env.get("PROMETHEUS_HEADERS", "").split(","))):
@@ -129,6 +155,7 @@ class PrometheusConfig:
             insecure_skip_verify=env.get("PROMETHEUS_INSECURE_SKIP_VERIFY", "").lower()
             in {"1", "true", "yes"},
             timeout=float(env.get("PROMETHEUS_TIMEOUT", "10")),
+            max_answer_bytes=int(env.get("PROMETHEUS_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES),
         )
 
 
@@ -253,7 +280,12 @@ class PrometheusClient:
         self._sleep = sleep
         self._clock = clock
         self._captured = threading.local()
-        session = requests.Session()
+        # Prometheus gets `timeout` and answers 503 when it runs out; the client waits a bit longer so
+        # that answer, not the client's deadline, is what normally ends a slow query.
+        self._deadline = config.timeout + 1.0
+        session = BoundedSession(
+            limit=config.max_answer_bytes, error_limit=ERROR_ANSWER_LIMIT, deadline=self._deadline
+        )
         session.verify = False if config.insecure_skip_verify else (config.ca_file or True)
         if config.bearer_token_file or config.bearer_token_env:
             session.auth = _BearerToken(config.bearer_token_file, config.bearer_token_env)
@@ -263,15 +295,14 @@ class PrometheusClient:
             )
         session.hooks["response"].append(self._keep_response)
         self._session = session
-        # Prometheus gets `timeout` and answers 503 when it runs out; the client waits a bit longer so
-        # that answer, not a read timeout, is what normally ends a slow query.
-        self._http_timeout = (config.connect_timeout, config.timeout + 1.0)
+        self._http_timeout = (config.connect_timeout, self._deadline)
         self._quoted_queries: dict[str, str] = {}
         self._connect = PrometheusConnect(
             url=config.url.rstrip("/"),
             headers=dict(config.headers),
             # The library's default re-runs timed-out queries; retries are ours (see RetryPolicy).
             # read=False re-raises a read timeout as itself instead of wrapping it as a connection error.
+            # (Its adapter becomes a bounded one: BoundedSession.mount.)
             retry=Retry(total=0, read=False, raise_on_status=False, raise_on_redirect=False),
             session=session,
             timeout=self._http_timeout,  # the label calls take no per-call timeout
@@ -432,28 +463,15 @@ class PrometheusClient:
         origin = redact_url(self.config.url)
         try:
             call()
-        except requests.exceptions.ConnectTimeout:
-            detail = f"{origin}: no connection within {self.config.connect_timeout:g}s (connect timeout)"
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, detail), retryable=True)
-        except requests.exceptions.Timeout:
-            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
-        except requests.exceptions.SSLError as error:
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: TLS: {_reason(error)}"))
-        except requests.exceptions.ConnectionError as error:
-            if _caused_by(error, ReadTimeoutError):
-                return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
-            # Retry only when the request certainly never reached Prometheus (refused, DNS): a reset
-            # connection may have been running an expensive query.
-            never_sent = _caused_by(error, NewConnectionError, ConnectTimeoutError)
-            failure = QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}")
-            return _Attempt(failure=failure, retryable=never_sent)
+        except AnswerError as error:
+            return self._unread(error, origin)
         except (PrometheusApiClientException, requests.exceptions.InvalidJSONError, ValueError, LookupError,
                 TypeError, RecursionError) as error:  # fmt: skip
             # prometheus-api-client could not read the answer (a non-200, a body that is not JSON, a 200
             # whose envelope has no "data"): the captured response below says what it really was.
             unread: BaseException | None = error
         except requests.exceptions.RequestException as error:
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}"))
+            return self._not_asked(error, origin)
         else:
             unread = None
         response = getattr(self._captured, "response", None)
@@ -471,6 +489,45 @@ class PrometheusClient:
                 if envelope.status == "success" and envelope.data is not None:
                     return _Attempt(payload=envelope.data, warnings=tuple(envelope.warnings))
         return _classify(response, self._secrets(response))
+
+    def _not_asked(self, error: requests.exceptions.RequestException, origin: str) -> _Attempt:
+        """A call that got no answer: no connection, a read timeout, a connection that failed."""
+        if isinstance(error, requests.exceptions.ConnectTimeout):
+            detail = f"{origin}: no connection within {self.config.connect_timeout:g}s (connect timeout)"
+            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, detail), retryable=True)
+        if isinstance(error, requests.exceptions.Timeout):
+            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
+        if isinstance(error, requests.exceptions.SSLError):
+            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: TLS: {_reason(error)}"))
+        if isinstance(error, requests.exceptions.ConnectionError):
+            if _caused_by(error, ReadTimeoutError):
+                return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
+            # Retry only when the request certainly never reached Prometheus (refused, DNS): a reset
+            # connection may have been running an expensive query.
+            never_sent = _caused_by(error, NewConnectionError, ConnectTimeoutError)
+            failure = QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}")
+            return _Attempt(failure=failure, retryable=never_sent)
+        return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}"))
+
+    def _unread(self, error: AnswerError, origin: str) -> _Attempt:
+        """An answer not read whole: late (by the deadline), too large, or cut short. Named by its
+        status; nothing of its body is shown."""
+        status = error.status
+        if isinstance(error, AnswerLate) or status is None:
+            said = "no answer" if status is None else "no complete answer"
+            detail = f"{origin}: {said} within {self._deadline:g}s (client deadline; not retried)"
+            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, detail, status))
+        ok = 200 <= status < 300
+        error_class = ErrorClass.MALFORMED_RESPONSE if ok else _BY_STATUS.get(status, ErrorClass.SERVER)
+        if isinstance(error, AnswerTooLarge):  # the same again if asked again: not retried
+            setting = " (max_answer_bytes)" if ok else ""
+            return _Attempt(
+                failure=QueryFailure(
+                    error_class, f"{_status_text(status)}: {error}{setting}, not read", status
+                )
+            )
+        failure = QueryFailure(error_class, f"{_status_text(status)}: {error}", status)
+        return _Attempt(failure=failure, retryable=error_class is ErrorClass.UNAVAILABLE)
 
     def _read_timeout_detail(self, origin: str) -> str:
         return f"{origin}: no answer within {self._http_timeout[1]:g}s (client read timeout; not retried)"
@@ -542,11 +599,6 @@ def _short(value: object) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
 
 
-def _snippet(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _malformed(attempt: _Attempt, problem: str) -> QueryFailure:
     return QueryFailure(
         ErrorClass.MALFORMED_RESPONSE,
@@ -575,24 +627,15 @@ _BY_STATUS = {
 
 
 def _classify(response: requests.Response, secrets: Sequence[str] = ()) -> _Attempt:
-    """Turn one HTTP response into a payload or a failure named from what the server said."""
+    """Turn one HTTP response into a payload or a failure named from what the server said: of a body
+    that is not a Prometheus answer, only its status and content type."""
     status = response.status_code
-    content_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "without a content type"
-    text = response.text
-    envelope: object = None
-    problem = ""
-    if not text.strip():
-        problem = "an empty body"
-    else:
-        try:
-            envelope = json.loads(text)
-        except ValueError:
-            problem = "truncated or invalid JSON" if "json" in content_type else _snippet(text)
-        except RecursionError:  # [[[[... nested deeper than the parser's stack
-            problem = "JSON nested too deeply"
-    if problem == "" and (not isinstance(envelope, dict) or "status" not in envelope):
-        problem = "JSON without status and data"
-    prometheus = envelope if isinstance(envelope, dict) and not problem else {}
+    if 300 <= status < 400:
+        detail = f"{_status_text(status)}: a redirect, not followed"
+        return _Attempt(failure=QueryFailure(ErrorClass.SERVER, detail, status))
+    content_type = _media_type(response)
+    envelope, problem = _envelope(_text(response), content_type)
+    prometheus = envelope if envelope is not None else {}
     listed = prometheus.get("warnings")
     warnings = tuple(str(item) for item in listed) if isinstance(listed, list) else ()  # not `true`, `5`
     if status == 200 and prometheus.get("status") == "success":
@@ -606,13 +649,58 @@ def _classify(response: requests.Response, secrets: Sequence[str] = ()) -> _Atte
     error_type = str(prometheus.get("errorType") or "")
     if prometheus:
         message = str(prometheus.get("error") or "")
+        detail = (
+            f"HTTP {status}" + (f" {error_type}" if error_type else "") + (f": {message}" if message else "")
+        )
     else:
-        message = _snippet(text) if text.strip() else (response.reason or "")
-    detail = f"HTTP {status}" + (f" {error_type}" if error_type else "") + (f": {message}" if message else "")
+        detail = _status_text(status)  # a proxy's page, a login form: its text is not shown
     error_class = _BY_ERROR_TYPE.get(error_type) or _BY_STATUS.get(status, ErrorClass.SERVER)
     # A timed-out query is never re-run; "unavailable" (nothing ran) is.
     retryable = error_class is ErrorClass.UNAVAILABLE
     return _Attempt(failure=_scrubbed(error_class, detail, status, secrets), retryable=retryable)
+
+
+def _envelope(text: str, content_type: str) -> tuple[dict[str, Any] | None, str]:
+    """Prometheus' envelope (a JSON object with ``status``), or None and what the body is instead."""
+    if not text.strip():
+        return None, "an empty body"
+    try:
+        envelope = json.loads(text)
+    except ValueError:
+        return None, "truncated or invalid JSON" if "json" in content_type else "not JSON"
+    except RecursionError:  # [[[[... nested deeper than the parser's stack
+        return None, "JSON nested too deeply"
+    if not isinstance(envelope, dict) or "status" not in envelope:
+        return None, "JSON without status and data"
+    return envelope, ""
+
+
+def _text(response: requests.Response) -> str:
+    """The body in the charset the answer declares, else UTF-8 (Prometheus' own): never guessed from
+    the body, which requests would do over all of it."""
+    try:
+        return response.content.decode(response.encoding or "utf-8", "replace")
+    except LookupError:  # a charset Python does not know
+        return response.content.decode("utf-8", "replace")
+
+
+_MEDIA_TYPE = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}")
+
+
+def _media_type(response: requests.Response) -> str:
+    """The answer's media type as a detail may name it: a well-formed ``type/subtype``, or a word."""
+    media = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if not media:
+        return "without a content type"
+    return media if _MEDIA_TYPE.fullmatch(media) else "of an unreadable content type"
+
+
+def _status_text(status: int) -> str:
+    """``HTTP 503 Service Unavailable``: the status and its standard phrase (never the server's)."""
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
 
 
 def _scrubbed(error_class: ErrorClass, detail: str, status: int, secrets: Sequence[str]) -> QueryFailure:

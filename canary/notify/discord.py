@@ -6,7 +6,9 @@ embed carries the summary and reasons (description ≤ 4096), one inline field p
 (≤ 25 fields, names ≤ 256, values ≤ 1024), the decision in the footer, and the dashboard link as the
 embed's ``url`` when configured. Discord refuses a message whose embeds hold more than 6000
 characters in all, so checks beyond that budget are summarised in one field.
-``allowed_mentions: {"parse": []}``: a model or check named ``@everyone`` pings no one.
+``allowed_mentions: {"parse": []}``: a model or check named ``@everyone`` pings no one. Every text is
+escaped (:func:`canary.notify.markdown.inert`): nothing from a policy or from Prometheus — an error
+text with a ``[link](...)`` in it — becomes a link; the dashboard's link alone is one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from canary.notify.delivery import DEFAULT_TIMEOUT, Clock, utc_now
+from canary.notify.markdown import clip, inert
 from canary.notify.message import NO_CONTEXT, CheckVerdict, MessageContext, Notification, story
 from canary.notify.posting import JsonMessageSender
 from canary.notify.secrets import SecretResolver
@@ -36,16 +39,15 @@ _INFO_COLOUR = 0x2EB67D
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """Text as Discord shows it: Markdown escaped, then cut to ``limit``."""
+    return clip(inert(text), limit)
 
 
 def discord_message(notification: Notification, context: MessageContext = NO_CONTEXT) -> dict[str, Any]:
     """The JSON body for a Discord channel webhook."""
     title = _clip(headline(notification, context), _TITLE_MAX)
-    description = _clip(
-        "\n".join([f"**{notification.summary}**", *(f"• {reason}" for reason in story(notification))]),
-        _DESCRIPTION_MAX,
-    )
+    lines = [f"**{inert(notification.summary)}**", *(f"• {inert(reason)}" for reason in story(notification))]
+    description = clip("\n".join(lines), _DESCRIPTION_MAX)
     when = notification.time.strftime("%Y-%m-%dT%H:%M:%S.000Z")
     footer = _clip(f"policy {notification.policy} · decision {notification.id} · kserve-canary", _FOOTER_MAX)
     fields: list[dict[str, Any]] = []
@@ -100,9 +102,9 @@ def discord_message(notification: Notification, context: MessageContext = NO_CON
     link = context.link(notification)
     if link:
         embed["url"] = link
-    content = headline(notification, context, full=True) + (f"\n{link}" if link else "")
+    content = _clip(headline(notification, context, full=True), _CONTENT_MAX - len(link) - 1)
     return {
-        "content": _clip(content, _CONTENT_MAX),
+        "content": content + (f"\n{link}" if link else ""),
         "embeds": [embed],
         "allowed_mentions": {"parse": []},
     }

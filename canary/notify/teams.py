@@ -10,7 +10,8 @@ webhooks-and-connectors/how-to/add-incoming-webhook, "Send Adaptive Cards using 
 The card: the headline (bold), the summary and the reasons, a fact set (cluster, model, traffic,
 revisions, phase), a fact set of checks (``✅ p99`` / ``612ms ≤ 800ms (stable 540ms)``), a subtle
 context line, and an ``Action.OpenUrl`` to the dashboard when one is configured. Adaptive Card text
-is plain (a subset of Markdown): nothing from a policy is interpreted as a link or a mention.
+is a subset of Markdown: every text is escaped (:func:`canary.notify.markdown.inert`), so nothing
+from a policy or from Prometheus — an error text with a ``[link](...)`` in it — becomes a link.
 Office 365 connectors (``MessageCard``) are retired by Microsoft; this format works with Workflows.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from canary.notify.delivery import DEFAULT_TIMEOUT, Clock, utc_now
+from canary.notify.markdown import clip, inert
 from canary.notify.message import NO_CONTEXT, CheckVerdict, MessageContext, Notification, story
 from canary.notify.posting import JsonMessageSender
 from canary.notify.secrets import SecretResolver
@@ -35,12 +37,17 @@ _MAX_CHECKS = 40
 _TEXT_MAX = 2000
 
 
-def _clip(text: str, limit: int = _TEXT_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _shown(text: str) -> str:
+    """Text as the card shows it: Markdown escaped, then cut to Teams' length."""
+    return clip(inert(text), _TEXT_MAX)
 
 
 def _text(text: str, **style: Any) -> dict[str, Any]:
-    return {"type": "TextBlock", "text": _clip(text), "wrap": True, **style}
+    return {"type": "TextBlock", "text": _shown(text), "wrap": True, **style}
+
+
+def _fact(title: str, value: str) -> dict[str, str]:
+    return {"title": _shown(title), "value": _shown(value)}
 
 
 def teams_message(notification: Notification, context: MessageContext = NO_CONTEXT) -> dict[str, Any]:
@@ -58,16 +65,16 @@ def teams_message(notification: Notification, context: MessageContext = NO_CONTE
     body += [_text(f"• {reason}", spacing="None") for reason in story(notification)]
     facts = []
     if context.cluster:
-        facts.append({"title": "Cluster", "value": context.cluster})
-    facts.append({"title": "Model", "value": notification.model})
+        facts.append(_fact("Cluster", context.cluster))
+    facts.append(_fact("Model", notification.model))
     if notification.traffic:
-        facts.append({"title": "Traffic", "value": notification.traffic})
+        facts.append(_fact("Traffic", notification.traffic))
     if notification.canary_revision:
-        facts.append({"title": "Canary revision", "value": notification.canary_revision})
+        facts.append(_fact("Canary revision", notification.canary_revision))
     if notification.stable_revision:
-        facts.append({"title": "Stable revision", "value": notification.stable_revision})
+        facts.append(_fact("Stable revision", notification.stable_revision))
     if notification.phase:
-        facts.append({"title": "Phase", "value": notification.phase})
+        facts.append(_fact("Phase", notification.phase))
     body.append({"type": "FactSet", "facts": facts})
 
     checks = list(notification.checks)
@@ -78,11 +85,11 @@ def teams_message(notification: Notification, context: MessageContext = NO_CONTE
                 "type": "FactSet",
                 "separator": True,
                 "facts": [
-                    {
-                        "title": f"{VERDICT_EMOJI[check.verdict]} {check.name}"
+                    _fact(
+                        f"{VERDICT_EMOJI[check.verdict]} {check.name}"
                         + (" (critical)" if check.critical else ""),
-                        "value": _clip(check.describe()),
-                    }
+                        check.describe(),
+                    )
                     for check in shown
                 ],
             }

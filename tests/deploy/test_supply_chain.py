@@ -33,6 +33,7 @@ from tests.deploy.manifests import (
     one,
     render_chart,
     render_chart_text,
+    render_notes,
 )
 from tests.deploy.test_dockerfile import instructions
 
@@ -180,6 +181,15 @@ def test_chart_renders_every_image_by_digest_when_given() -> None:
     for image in images:
         assert DIGEST_REFERENCE.fullmatch(image), image
         assert image.endswith("@" + DIGEST)
+
+
+def test_the_notes_warn_when_the_controller_image_is_not_pinned_by_digest() -> None:
+    """Issue #34, finding 11: an install by tag is told, once, that a tag can be moved."""
+    unpinned = render_notes()
+    assert "WARNING: the controller image is not pinned by digest" in unpinned
+    assert "ghcr.io/kserve-canary/kserve-canary:" in unpinned and "image.digest" in unpinned
+    assert "crane digest" in unpinned
+    assert "not pinned by digest" not in render_notes({"image": {"digest": DIGEST}})
 
 
 def test_git_sync_needs_a_digest() -> None:

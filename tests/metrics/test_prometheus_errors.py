@@ -101,6 +101,8 @@ def _config(port: int, token_file: str, **overrides: object) -> PrometheusConfig
 def _assert_no_secrets(detail: str) -> None:
     for secret in (TOKEN, "pw-in-url", "reader:", "tenant-secret-value", "/prometheus/api/path"):
         assert secret not in detail
+    for text in ("healthy upstream", "DOCTYPE", "Sign in"):  # what is not a Prometheus answer is not shown
+        assert text not in detail
 
 
 HTML = b"<!DOCTYPE html><html><head><title>Sign in - Corp SSO</title></head><body>" + b"x" * 3000 + b"</body>"
@@ -150,14 +152,14 @@ CASES = [
     pytest.param(
         Answer(503, b"no healthy upstream", "text/plain"),
         ErrorClass.UNAVAILABLE,
-        "HTTP 503: no healthy upstream",
+        "HTTP 503 Service Unavailable",  # a proxy's text is not shown (issue #34, finding 7)
         3,
         id="503-plain-proxy",
     ),
     pytest.param(
         Answer(200, HTML, "text/html"),
         ErrorClass.MALFORMED_RESPONSE,
-        "HTTP 200 text/html, not a Prometheus answer: <!DOCTYPE html>",
+        "HTTP 200 text/html, not a Prometheus answer: not JSON",  # the page itself is not shown
         1,
         id="200-html-page",
     ),

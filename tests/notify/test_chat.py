@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
 from canary.notify.delivery import USER_AGENT, DeliveryError, TargetKind
@@ -63,7 +64,8 @@ def test_teams_gets_one_adaptive_card_over_real_http(receiver: Receiver) -> None
     )
     card = attachment["content"]
     assert (card["type"], card["version"]) == ("AdaptiveCard", "1.4")
-    assert card["body"][0]["text"] == "⏪ [prod-eu] llama-chat: canary rolled back 30% → 0%"
+    # Markdown escaped (shown as "⏪ [prod-eu] llama-chat: …"): nothing in a card's text is a link.
+    assert card["body"][0]["text"] == "⏪ \\[prod-eu\\] llama-chat: canary rolled back 30% → 0%"
     facts = _facts(card)
     assert facts["Cluster"] == "prod-eu"
     assert facts["Model"] == "ml/llama-chat"
@@ -80,7 +82,7 @@ def test_discord_gets_content_and_an_embed_within_its_limits(receiver: Receiver)
 
     (request,) = receiver.wait_for(1)
     message = request.json()
-    assert message["content"] == f"⏩ [prod-eu] ml/llama-chat: canary advanced 10% → 30%\n{LINK}"
+    assert message["content"] == f"⏩ \\[prod-eu\\] ml/llama-chat: canary advanced 10% → 30%\n{LINK}"
     assert message["allowed_mentions"] == {"parse": []}  # a model named @everyone pings nobody
     (embed,) = message["embeds"]
     assert embed["url"] == LINK
@@ -210,3 +212,40 @@ def test_the_dashboard_link_quotes_names_and_ignores_a_trailing_slash() -> None:
         "https://d.example/canary/#/rollouts/team%20a/llama-chat"
     )
     assert MessageContext().link(notification) == ""
+
+
+# What an error text from Prometheus (or a proxy at its URL) may say: a masked link, an autolink,
+# a bare URL and emphasis, to be shown as text.
+EVIL = "[click](https://evil.example) <https://evil.example/x> https://evil.example/y **urgent** ~~no~~"
+
+
+def _teams_texts(card: dict[str, Any]) -> list[str]:
+    texts = [block["text"] for block in card["body"] if block["type"] == "TextBlock"]
+    return texts + [text for title, value in _facts(card).items() for text in (title, value)]
+
+
+def _discord_texts(message: dict[str, Any]) -> list[str]:
+    (embed,) = message["embeds"]
+    content = message["content"].removesuffix(f"\n{LINK}")  # the dashboard's own link stays a link
+    fields = [text for item in embed["fields"] for text in (item["name"], item["value"])]
+    return [content, embed["title"], embed["description"], embed["footer"]["text"], *fields]
+
+
+def test_prometheus_error_text_arrives_inert_in_teams_and_discord() -> None:
+    """Finding 11: Prometheus' error text became Markdown links in Teams and Discord messages."""
+    detail = f"HTTP 422 execution: {EVIL}"
+    notification = rollback_notification(
+        summary=f"Evidence for kv-cache could not be read: {detail}",
+        reasons=(f"kv-cache: query failed: {detail}",),
+        checks=(CheckLine("kv-cache", CheckVerdict.ERROR, limit="≤ 95%", detail=detail),),
+    )
+    teams = _teams_texts(teams_message(notification, CONTEXT)["attachments"][0]["content"])
+    discord = _discord_texts(discord_message(notification, CONTEXT))
+    markdown = MarkdownIt("commonmark").enable("strikethrough")
+    for text in teams + discord:
+        html = markdown.render(text)
+        assert "<a " not in html and "<strong>urgent" not in html and "<s>" not in html, (text, html)
+        assert "://" not in text, f"an autolinker would link: {text}"
+    for texts in (teams, discord):
+        shown = [markdown.render(text) for text in texts if "click" in text]
+        assert shown and all("[click](https:" in html for html in shown), shown  # shown, as text
