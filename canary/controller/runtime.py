@@ -106,6 +106,7 @@ def prometheus_evidence(settings: PrometheusSettings) -> PrometheusEvidenceSourc
             bearer_token_file=settings.token_file,
             ca_file=settings.ca_file,
             timeout=settings.timeout,
+            max_answer_bytes=settings.max_answer_bytes,
         ),
         scrape_interval=settings.scrape_interval,
         min_requests=settings.min_samples,
