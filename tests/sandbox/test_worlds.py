@@ -260,7 +260,7 @@ def test_multinomial_spreads_every_draw() -> None:
 def test_benchmark_runs_a_tiny_cell_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
     argv = ["--rollouts", "3", "--cells", "window=2m", "limits=absolute", "arrivals=poisson"]
-    argv += ["rps=20", "scenario=healthy,tail", "--json", str(out)]
+    argv += ["rps=20", "scenario=healthy,tail", "placement=edge", "--json", str(out)]
     assert decision_quality.main(argv) == 0
     printed = capsys.readouterr().out
     assert "decision quality per cell" in printed
@@ -270,4 +270,10 @@ def test_benchmark_runs_a_tiny_cell_end_to_end(tmp_path: Path, capsys: pytest.Ca
     document = json.loads(out.read_text())
     assert len(document["cells"]) == 2
     assert all(cell["kserve_canary"]["rollouts"] == 3 for cell in document["cells"])
+    # The columns: p95 minutes, the share decided at a horizon, the fixed-sample bound.
+    for cell in document["cells"]:
+        assert cell["resolvable"] is True
+        assert cell["fixed_sample_requests"] > 0
+        assert cell["kserve_canary"]["p95_minutes"] >= cell["kserve_canary"]["median_minutes"]
+        assert 0 <= cell["kserve_canary"]["decided_at_horizon"] <= 3
     assert {target["name"] for target in document["targets"]} >= {"never a promotion below minRequests"}
