@@ -9,14 +9,30 @@
 Everything else mirrors a package (``tests/policy`` for ``canary.policy``, ``tests/sandbox`` for
 ``canary_sandbox``, ...) and runs in seconds.
 
-The slowest modules are collected first (``SLOWEST_FIRST``): ``make test`` hands whole modules to its
-workers in collection order (``--dist loadscope --no-loadscope-reorder``), so the long ones start at
-once and the short ones fill the gaps at the end, instead of a minute-long module starting last.
+How ``make test`` shares the tests among its workers (``-n N --dist loadscope``, refined here):
+
+- a test that uses a fixture of ours wider than a function (a module's stack, a session's Prometheus)
+  goes with the rest of its module, as plain ``loadscope`` sends it: the fixture starts once and the
+  module's tests run in their order on one worker;
+- every other test is a unit of its own, so the independent tests of one long module (each starting
+  its own stack or process, or fuzzing for a minute) run side by side on several workers;
+- the units are handed out longest first (``EXPECTED_SECONDS``), the short ones fill the gaps at the
+  end. Only the order of units changes: a module kept whole keeps its order.
+
+The workers know the fixtures, the scheduler in the main process only the test ids: the first worker
+to collect writes each test's unit to a file (``_UNITS_FILE``) that the scheduler reads when it hands
+out the first tests. (pytest-xdist's own ``xdist_group`` marks would do the same, but xdist 3.8 sets
+them through a node attribute pytest 9.2 no longer reads.) Without the file the scheduler is plain
+``loadscope``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,56 +43,72 @@ _MARK_BY_DIRECTORY = {
     "faults": pytest.mark.faults,
     "fuzz": pytest.mark.fuzz,
 }
+# Set by the main process before its workers start (they inherit it): where they write the units.
+_UNITS_FILE = "KSERVE_CANARY_TEST_UNITS"
+_units_key = pytest.StashKey[str]()
+
+# Seconds of each long unit under ``make test`` (coverage on, PYTEST_WORKERS workers on two cores): a
+# module kept whole is one unit (keyed by its path), any other test is a unit of its own (keyed by its
+# node id, parameters left out: each parameter is a unit of that time). Every unit not listed takes a
+# few seconds at most and counts as 0: those keep their collection order, after the listed ones. A
+# stale entry costs some wall time, never a result.
+EXPECTED_SECONDS: dict[str, float] = {}
 
 
-# Modules by their time under ``make test`` (coverage, three workers on two cores), slowest first; every
-# other module takes well under 15 s and keeps its place after these. Only the order of whole modules
-# changes: a module's own tests keep theirs. A stale entry costs some wall time, never a result.
-SLOWEST_FIRST = (
-    "tests/integration/metrics/test_counters.py",
-    "tests/controller/test_startup.py",
-    "tests/e2e/test_resilience.py",
-    "tests/fuzz/test_policy_fuzz.py",
-    "tests/faults/test_process_faults.py",
-    "tests/faults/test_state_faults.py",
-    "tests/deploy/test_rbac.py",
-    "tests/e2e/test_rollouts.py",
-    "tests/faults/test_prometheus_faults.py",
-    "tests/controller/test_promotionpolicy_crs.py",
-    "tests/e2e/test_scale.py",
-    "tests/cli/test_status.py",
-    "tests/e2e/test_state_loss.py",
-    "tests/faults/test_api_faults.py",
-    "tests/e2e/test_shards.py",
-    "tests/faults/test_notification_faults.py",
-    "tests/e2e/test_rollout_report.py",
-    "tests/fuzz/test_judge_error_rates.py",
-    "tests/e2e/test_gates.py",
-    "tests/e2e/test_demo.py",
-    "tests/deploy/test_admission_policies.py",
-    "tests/cli/test_commands.py",
-    "tests/backtest/test_backtest.py",
-    "tests/deploy/test_helm.py",
-    "tests/rollout/test_sequential_judge.py",
-    "tests/e2e/test_gitops_flow.py",
-    "tests/dashboard/test_api.py",
-    "tests/e2e/test_notification_delivery.py",
-    "tests/deploy/test_manifests.py",
-    "tests/integration/metrics/test_semantics.py",
-    "tests/cli/test_failures.py",
-    "tests/cli/test_explain.py",
-    "tests/integration/metrics/test_explain_queries.py",
-    "tests/deploy/test_crd_manifests.py",
-    "tests/deploy/test_least_privilege.py",
-    "tests/deploy/test_dockerfile.py",
-    "tests/cli/test_report.py",
-)
-_RANK = {module: rank for rank, module in enumerate(SLOWEST_FIRST)}
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A stable sort: modules not listed keep their collection order, after the listed ones.
-    items[:] = sorted(items, key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
+def _shares_a_wider_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture of this tree (not a plugin's) scoped wider than a function."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return True  # not a plain test function: keep it with its module
+    return any(
+        definition.baseid and definition.scope != "function"
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
+
+
+def _units(items: list[pytest.Item]) -> dict[str, str]:
+    """Each test's unit: its module's path when the module is kept whole, else its own node id."""
+    whole = {_module_of(item) for item in items if _shares_a_wider_fixture(item)}
+    return {item.nodeid: _module_of(item) if _module_of(item) in whole else item.nodeid for item in items}
+
+
+def _seconds(nodeid: str, unit: str) -> float:
+    if unit != nodeid:
+        return EXPECTED_SECONDS.get(unit, 0.0)
+    return EXPECTED_SECONDS.get(nodeid, EXPECTED_SECONDS.get(nodeid.split("[", 1)[0], 0.0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _UNITS_FILE not in os.environ:
+        handle, path = tempfile.mkstemp(prefix="kserve-canary-test-units-", suffix=".json")
+        os.close(handle)
+        os.environ[_UNITS_FILE] = path
+        config.stash[_units_key] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_units_key, None)
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
+        os.environ.pop(_UNITS_FILE, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    units = _units(items)
+    seconds = {nodeid: _seconds(nodeid, unit) for nodeid, unit in units.items()}
+    # A stable sort: units of equal time (every unlisted one) keep their collection order, and a
+    # module kept whole stays in one piece in its order (all its tests have its unit's time).
+    items[:] = sorted(items, key=lambda item: -seconds[item.nodeid])
+    if hasattr(config, "workerinput") and os.environ.get(_UNITS_FILE):
+        target = Path(os.environ[_UNITS_FILE])
+        partial = target.with_name(f"{target.name}.{config.workerinput['workerid']}")
+        partial.write_text(json.dumps(units), encoding="utf-8")
+        partial.replace(target)  # every worker collects the same tests: the same content
     for item in items:
         try:
             top = item.path.resolve().relative_to(_TESTS).parts[0]
@@ -85,3 +117,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         mark = _MARK_BY_DIRECTORY.get(top)
         if mark is not None:
             item.add_marker(mark)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """``loadscope`` whose scopes are the units the workers wrote (module scope without them)."""
+
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                try:
+                    self.units = json.loads(Path(os.environ.get(_UNITS_FILE, "")).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    self.units = {}
+            found = self.units.get(nodeid) if self.units else None
+            return found if isinstance(found, str) else super()._split_scope(nodeid)
+
+    return UnitScheduling(config, log)
