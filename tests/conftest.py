@@ -119,6 +119,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(mark)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test marked ``untraced`` runs with coverage measurement paused (when coverage runs at all).
+
+    For Monte-Carlo simulations of the judge: their assertions are about error rates over thousands
+    of simulated rollouts, the lines they run are covered by the unit tests as well, and line tracing
+    made them four times as slow."""
+    current = None
+    if item.get_closest_marker("untraced") is not None:
+        try:
+            import coverage
+        except ImportError:  # pragma: no cover - coverage is a dev dependency
+            coverage = None
+        current = coverage.Coverage.current() if coverage is not None else None
+    if current is None:
+        return (yield)
+    current.stop()
+    try:
+        return (yield)
+    finally:
+        current.start()
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadscope":
