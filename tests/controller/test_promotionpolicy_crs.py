@@ -145,7 +145,7 @@ class Stack:
             "tick": 0.3,
             "reload_period": 0.3,
             "crd_recheck": 0.5,
-            "watch_timeout": 5,
+            "watch_timeout": 1,  # the watches end within a second of stop(): a short teardown
             "notify_allow_hosts": ("127.0.0.1",),
             "identity": "controller-under-test",
         }
