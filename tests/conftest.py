@@ -52,7 +52,44 @@ _units_key = pytest.StashKey[str]()
 # node id, parameters left out: each parameter is a unit of that time). Every unit not listed takes a
 # few seconds at most and counts as 0: those keep their collection order, after the listed ones. A
 # stale entry costs some wall time, never a result.
-EXPECTED_SECONDS: dict[str, float] = {}
+EXPECTED_SECONDS: dict[str, float] = {
+    # waiting on real time: stacks, controller processes, rollouts
+    "tests/faults/test_process_faults.py": 160,
+    "tests/e2e/test_rollout_report.py": 145,
+    "tests/e2e/test_rollouts.py": 120,
+    "tests/faults/test_prometheus_faults.py": 115,
+    "tests/faults/test_state_faults.py": 100,
+    "tests/e2e/test_state_loss.py": 95,
+    "tests/faults/test_notification_faults.py": 90,
+    "tests/faults/test_api_faults.py": 85,
+    "tests/e2e/test_demo.py": 80,
+    "tests/e2e/test_scale.py": 80,
+    "tests/e2e/test_resilience.py::test_killed_controllers_resume_the_same_step_and_exactly_one_replica_acts": 65,
+    "tests/e2e/test_shards.py": 60,
+    "tests/e2e/test_notification_delivery.py::test_a_takeover_replica_delivers_the_previous_leaders_queue": 55,
+    "tests/e2e/test_resilience.py::test_prometheus_down_mid_rollout_holds_and_resumes_when_it_returns": 52,
+    "tests/e2e/test_gitops_flow.py::test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_returns_on_this_promotion": 50,
+    "tests/e2e/test_gates.py": 45,
+    "tests/e2e/test_resilience.py::test_sigterm_stops_cleanly_and_releases_the_lease_for_the_standby": 35,
+    "tests/e2e/test_notification_delivery.py::test_the_outbox_survives_a_controller_restart": 33,
+    "tests/e2e/test_resilience.py::test_dry_run_decides_and_logs_but_writes_nothing": 16,
+    # on the CPU
+    "tests/fuzz/test_policy_fuzz.py::test_documents_drawn_from_the_schema": 160,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_yaml_text": 145,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_policy_files": 70,
+    "tests/deploy/test_rbac.py": 45,
+    "tests/backtest/test_backtest.py": 40,
+    "tests/integration/metrics/test_counters.py": 35,
+    "tests/fuzz/test_state_fuzz.py::test_state_documents": 16,
+    "tests/fuzz/test_judge_error_rates.py::test_a_good_canary_at_the_tolerance_edge_is_failed_within_the_budget": 15,
+    "tests/fuzz/test_judge_error_rates.py::test_a_bad_canary_at_the_limit_is_met_within_the_budget": 10,
+    "tests/fuzz/test_commands_fuzz.py::test_command_sequences_on_stored_states": 10,
+    "tests/controller/test_promotionpolicy_crs.py::test_a_valid_object_governs_and_its_status_is_written_only_when_it_changes": 10,
+    "tests/cli/test_status.py::test_output_json_yaml_and_wide": 9,
+    "tests/controller/test_persistence.py::test_a_restart_from_the_stored_state_reaches_the_same_decisions": 9,
+    "tests/cli/test_failures.py::test_an_unreachable_api_server_is_two_lines_and_exit_3": 8,
+    "tests/cli/test_commands.py::test_no_wait_issues_and_exits_0_and_a_silent_controller_is_exit_3": 8,
+}
 
 
 def _module_of(item: pytest.Item) -> str:
