@@ -3,9 +3,14 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Most slow tests wait on real time (scrapes, windows, processes), not on the CPU: three workers on two
-# cores; a module's tests stay on one worker so its fixtures (a Prometheus, a stack) start once.
-PYTEST_PARALLEL ?= -n 3 --dist loadscope --no-loadscope-reorder
+# Most slow tests wait on real time (scrapes, windows, processes), not on the CPU: more workers than
+# the two cores. tests/conftest.py refines loadscope: a module whose tests share a fixture (a stack, a
+# Prometheus) stays on one worker so it starts once, every other test is a unit of its own, and the
+# units go out longest first in the order it sorts them (hence --no-loadscope-reorder).
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
+# The slowest tests of every run, to see where the time goes.
+PYTEST_REPORT ?= --durations=30
 
 .PHONY: setup prometheus browser demo test test-fast lint typecheck bench schema clean
 
@@ -47,7 +52,7 @@ typecheck: $(STAMP)
 
 test: setup browser lint typecheck
 	$(VENV)/bin/coverage erase
-	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL)
+	$(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_REPORT)
 	$(VENV)/bin/coverage combine -q
 	$(VENV)/bin/coverage report --precision=1 | tail -n 25
 	$(VENV)/bin/coverage report --precision=1 --include='canary/rollout/*' --fail-under=95

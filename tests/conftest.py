@@ -9,14 +9,30 @@
 Everything else mirrors a package (``tests/policy`` for ``canary.policy``, ``tests/sandbox`` for
 ``canary_sandbox``, ...) and runs in seconds.
 
-The slowest modules are collected first (``SLOWEST_FIRST``): ``make test`` hands whole modules to its
-workers in collection order (``--dist loadscope --no-loadscope-reorder``), so the long ones start at
-once and the short ones fill the gaps at the end, instead of a minute-long module starting last.
+How ``make test`` shares the tests among its workers (``-n N --dist loadscope``, refined here):
+
+- a test that uses a fixture of ours wider than a function (a module's stack, a session's Prometheus)
+  goes with the rest of its module, as plain ``loadscope`` sends it: the fixture starts once and the
+  module's tests run in their order on one worker;
+- every other test is a unit of its own, so the independent tests of one long module (each starting
+  its own stack or process, or fuzzing for a minute) run side by side on several workers;
+- the units are handed out longest first (``EXPECTED_SECONDS``), the short ones fill the gaps at the
+  end. Only the order of units changes: a module kept whole keeps its order.
+
+The workers know the fixtures, the scheduler in the main process only the test ids: the first worker
+to collect writes each test's unit to a file (``_UNITS_FILE``) that the scheduler reads when it hands
+out the first tests. (pytest-xdist's own ``xdist_group`` marks would do the same, but xdist 3.8 sets
+them through a node attribute pytest 9.2 no longer reads.) Without the file the scheduler is plain
+``loadscope``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,56 +43,109 @@ _MARK_BY_DIRECTORY = {
     "faults": pytest.mark.faults,
     "fuzz": pytest.mark.fuzz,
 }
+# Set by the main process before its workers start (they inherit it): where they write the units.
+_UNITS_FILE = "KSERVE_CANARY_TEST_UNITS"
+_units_key = pytest.StashKey[str]()
+
+# Seconds of each long unit under ``make test`` (coverage on, PYTEST_WORKERS workers on two cores): a
+# module kept whole is one unit (keyed by its path), any other test is a unit of its own (keyed by its
+# node id, parameters left out: each parameter is a unit of that time). Every unit not listed takes a
+# few seconds at most and counts as 0: those keep their collection order, after the listed ones. A
+# stale entry costs some wall time, never a result.
+EXPECTED_SECONDS: dict[str, float] = {
+    # waiting on real time: stacks, controller processes, rollouts
+    "tests/faults/test_process_faults.py": 160,
+    "tests/e2e/test_rollout_report.py": 145,
+    "tests/e2e/test_rollouts.py": 120,
+    "tests/faults/test_prometheus_faults.py": 115,
+    "tests/faults/test_state_faults.py": 100,
+    "tests/e2e/test_state_loss.py": 95,
+    "tests/faults/test_notification_faults.py": 90,
+    "tests/faults/test_api_faults.py": 85,
+    "tests/e2e/test_demo.py": 80,
+    "tests/e2e/test_scale.py": 80,
+    "tests/e2e/test_resilience.py::test_killed_controllers_resume_the_same_step_and_exactly_one_replica_acts": 65,
+    "tests/e2e/test_shards.py": 60,
+    "tests/e2e/test_notification_delivery.py::test_a_takeover_replica_delivers_the_previous_leaders_queue": 55,
+    "tests/e2e/test_resilience.py::test_prometheus_down_mid_rollout_holds_and_resumes_when_it_returns": 52,
+    "tests/e2e/test_gitops_flow.py::test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_returns_on_this_promotion": 50,
+    "tests/e2e/test_gates.py": 45,
+    "tests/e2e/test_resilience.py::test_sigterm_stops_cleanly_and_releases_the_lease_for_the_standby": 35,
+    "tests/e2e/test_notification_delivery.py::test_the_outbox_survives_a_controller_restart": 33,
+    "tests/e2e/test_resilience.py::test_dry_run_decides_and_logs_but_writes_nothing": 16,
+    # on the CPU
+    "tests/fuzz/test_policy_fuzz.py::test_documents_drawn_from_the_schema": 160,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_yaml_text": 145,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_policy_files": 70,
+    "tests/deploy/test_rbac.py": 45,
+    "tests/backtest/test_backtest.py": 40,
+    "tests/integration/metrics/test_counters.py": 35,
+    "tests/fuzz/test_state_fuzz.py::test_state_documents": 16,
+    "tests/fuzz/test_judge_error_rates.py::test_a_good_canary_at_the_tolerance_edge_is_failed_within_the_budget": 15,
+    "tests/fuzz/test_judge_error_rates.py::test_a_bad_canary_at_the_limit_is_met_within_the_budget": 10,
+    "tests/fuzz/test_commands_fuzz.py::test_command_sequences_on_stored_states": 10,
+    "tests/controller/test_promotionpolicy_crs.py::test_a_valid_object_governs_and_its_status_is_written_only_when_it_changes": 10,
+    "tests/cli/test_status.py::test_output_json_yaml_and_wide": 9,
+    "tests/controller/test_persistence.py::test_a_restart_from_the_stored_state_reaches_the_same_decisions": 9,
+    "tests/cli/test_failures.py::test_an_unreachable_api_server_is_two_lines_and_exit_3": 8,
+    "tests/cli/test_commands.py::test_no_wait_issues_and_exits_0_and_a_silent_controller_is_exit_3": 8,
+}
 
 
-# Modules by their time under ``make test`` (coverage, three workers on two cores), slowest first; every
-# other module takes well under 15 s and keeps its place after these. Only the order of whole modules
-# changes: a module's own tests keep theirs. A stale entry costs some wall time, never a result.
-SLOWEST_FIRST = (
-    "tests/integration/metrics/test_counters.py",
-    "tests/controller/test_startup.py",
-    "tests/e2e/test_resilience.py",
-    "tests/fuzz/test_policy_fuzz.py",
-    "tests/faults/test_process_faults.py",
-    "tests/faults/test_state_faults.py",
-    "tests/deploy/test_rbac.py",
-    "tests/e2e/test_rollouts.py",
-    "tests/faults/test_prometheus_faults.py",
-    "tests/controller/test_promotionpolicy_crs.py",
-    "tests/e2e/test_scale.py",
-    "tests/cli/test_status.py",
-    "tests/e2e/test_state_loss.py",
-    "tests/faults/test_api_faults.py",
-    "tests/e2e/test_shards.py",
-    "tests/faults/test_notification_faults.py",
-    "tests/e2e/test_rollout_report.py",
-    "tests/fuzz/test_judge_error_rates.py",
-    "tests/e2e/test_gates.py",
-    "tests/e2e/test_demo.py",
-    "tests/deploy/test_admission_policies.py",
-    "tests/cli/test_commands.py",
-    "tests/backtest/test_backtest.py",
-    "tests/deploy/test_helm.py",
-    "tests/rollout/test_sequential_judge.py",
-    "tests/e2e/test_gitops_flow.py",
-    "tests/dashboard/test_api.py",
-    "tests/e2e/test_notification_delivery.py",
-    "tests/deploy/test_manifests.py",
-    "tests/integration/metrics/test_semantics.py",
-    "tests/cli/test_failures.py",
-    "tests/cli/test_explain.py",
-    "tests/integration/metrics/test_explain_queries.py",
-    "tests/deploy/test_crd_manifests.py",
-    "tests/deploy/test_least_privilege.py",
-    "tests/deploy/test_dockerfile.py",
-    "tests/cli/test_report.py",
-)
-_RANK = {module: rank for rank, module in enumerate(SLOWEST_FIRST)}
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A stable sort: modules not listed keep their collection order, after the listed ones.
-    items[:] = sorted(items, key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
+def _shares_a_wider_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture of this tree (not a plugin's) scoped wider than a function."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return True  # not a plain test function: keep it with its module
+    return any(
+        definition.baseid and definition.scope != "function"
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
+
+
+def _units(items: list[pytest.Item]) -> dict[str, str]:
+    """Each test's unit: its module's path when the module is kept whole, else its own node id."""
+    whole = {_module_of(item) for item in items if _shares_a_wider_fixture(item)}
+    return {item.nodeid: _module_of(item) if _module_of(item) in whole else item.nodeid for item in items}
+
+
+def _seconds(nodeid: str, unit: str) -> float:
+    if unit != nodeid:
+        return EXPECTED_SECONDS.get(unit, 0.0)
+    return EXPECTED_SECONDS.get(nodeid, EXPECTED_SECONDS.get(nodeid.split("[", 1)[0], 0.0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _UNITS_FILE not in os.environ:
+        handle, path = tempfile.mkstemp(prefix="kserve-canary-test-units-", suffix=".json")
+        os.close(handle)
+        os.environ[_UNITS_FILE] = path
+        config.stash[_units_key] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_units_key, None)
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
+        os.environ.pop(_UNITS_FILE, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    units = _units(items)
+    seconds = {nodeid: _seconds(nodeid, unit) for nodeid, unit in units.items()}
+    # A stable sort: units of equal time (every unlisted one) keep their collection order, and a
+    # module kept whole stays in one piece in its order (all its tests have its unit's time).
+    items[:] = sorted(items, key=lambda item: -seconds[item.nodeid])
+    if hasattr(config, "workerinput") and os.environ.get(_UNITS_FILE):
+        target = Path(os.environ[_UNITS_FILE])
+        partial = target.with_name(f"{target.name}.{config.workerinput['workerid']}")
+        partial.write_text(json.dumps(units), encoding="utf-8")
+        partial.replace(target)  # every worker collects the same tests: the same content
     for item in items:
         try:
             top = item.path.resolve().relative_to(_TESTS).parts[0]
@@ -85,3 +154,49 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         mark = _MARK_BY_DIRECTORY.get(top)
         if mark is not None:
             item.add_marker(mark)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test marked ``untraced`` runs with coverage measurement paused (when coverage runs at all).
+
+    For Monte-Carlo simulations of the judge: their assertions are about error rates over thousands
+    of simulated rollouts, the lines they run are covered by the unit tests as well, and line tracing
+    made them four times as slow."""
+    current = None
+    if item.get_closest_marker("untraced") is not None:
+        try:
+            import coverage
+        except ImportError:  # pragma: no cover - coverage is a dev dependency
+            coverage = None
+        current = coverage.Coverage.current() if coverage is not None else None
+    if current is None:
+        return (yield)
+    current.stop()
+    try:
+        return (yield)
+    finally:
+        current.start()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """``loadscope`` whose scopes are the units the workers wrote (module scope without them)."""
+
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                try:
+                    self.units = json.loads(Path(os.environ.get(_UNITS_FILE, "")).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    self.units = {}
+            found = self.units.get(nodeid) if self.units else None
+            return found if isinstance(found, str) else super()._split_scope(nodeid)
+
+    return UnitScheduling(config, log)

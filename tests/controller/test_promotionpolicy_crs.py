@@ -172,7 +172,7 @@ class Stack:
             tick=TickSettings(period=tick),
             notify=NotifySettings(allow_hosts=("127.0.0.1",)),
             serving=ServingSettings(port=metrics_port),
-            cluster=ClusterSettings(watch_timeout=5),
+            cluster=ClusterSettings(watch_timeout=1),  # the watches end within a second of stop()
         )
         controller = build_controller(
             settings,

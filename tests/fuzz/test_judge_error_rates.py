@@ -32,6 +32,9 @@ CONFIDENCE = 0.95  # of the dispersion's upper bound, as the judge uses it
 ROLLOUTS = 2000
 LOOKS = 60  # one a minute for an hour
 PER_LOOK = 4  # 15 s intervals between looks
+# Pure simulation: MixtureTest's lines are covered by tests/rollout/test_sequential_judge.py, and line
+# tracing under `make test` made this module four times as slow (85 s of CPU instead of 22).
+pytestmark = pytest.mark.untraced
 
 
 def _run(share: float, test: MixtureTest, *, rate: float, burst: float, seed: int) -> float:

@@ -436,7 +436,7 @@ def _as_text(document: object, style: str) -> str:
     return yaml.dump(document, Dumper=yaml.CSafeDumper, sort_keys=style == "sorted", allow_unicode=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test (a directory, made in a moment): the module's tests run on several workers
 def scope(tmp_path_factory: pytest.TempPathFactory) -> SecretScope:
     root = tmp_path_factory.mktemp("secrets")
     (root / "ml" / "hook").mkdir(parents=True)
