@@ -325,75 +325,81 @@ def judge_check(
             plan.name, verdict, None, unit, condition, None, samples, plan.critical, detail, query
         )
     assert measurement is not None
-    failures: list[str] = []
-    # The worst missing piece (an error outranks no-data), reported when no limit broke.
-    missing: tuple[CheckVerdict, str] | None = None
-    max_allowed = plan.max
-    if max_allowed is not None and value > max_allowed:
-        failures.append(f"{format_value(value, unit)} is above max {format_value(max_allowed, unit)}")
-    if plan.min is not None and value < plan.min:
-        failures.append(f"{format_value(value, unit)} is below min {format_value(plan.min, unit)}")
-
-    fraction: float | None = None
-    if plan.max_fraction is not None:
-        fraction_measurement = canary.get(plan.fraction_key)
-        fraction = _value_of(fraction_measurement)
-        if fraction is None:
-            missing = _worse(missing, _unusable(fraction_measurement, "the GPU memory fraction"))
-        elif fraction > plan.max_fraction:
-            failures.append(
-                f"GPU memory {percent(fraction)} of the device is above maxFraction "
-                f"{percent(plan.max_fraction)}"
-            )
-
-    stable_value: float | None = None
-    below_floor = False
+    failures = _absolute_failures(plan, value)
+    fraction, missing = _fraction(plan, canary, failures)
+    relative = _Relative(None, False, plan.max)
     if max_increase is not None:
-        stable_measurement = stable.get(plan.name)
-        stable_value = _value_of(stable_measurement)
-        if stable_value is None:
-            missing = _worse(missing, _unusable(stable_measurement, "the stable revision"))
-        else:
-            # Below the floor the relative limit is noise: only the absolute limits apply.
-            below_floor = plan.min_stable is not None and stable_value < plan.min_stable
-            if not below_floor:
-                allowed = stable_value * (1.0 + max_increase)
-                max_allowed = allowed if max_allowed is None else min(max_allowed, allowed)
-                if value > allowed:
-                    failures.append(
-                        f"{format_value(value, unit)} is above "
-                        + relative_bound_text(max_increase, stable_value, allowed, unit)
-                    )
-
+        relative = _relative(plan, stable.get(plan.name), value, max_increase, failures)
+        missing = _worse(missing, relative.missing) if relative.missing else missing
     if failures:
         verdict, detail = CheckVerdict.FAIL, "; ".join(failures)
     elif missing is not None:
         verdict, detail = missing
     else:
         verdict, detail = CheckVerdict.PASS, ""
-    if below_floor:
-        assert stable_value is not None
+    if relative.below_floor:
+        assert relative.stable_value is not None
         assert plan.min_stable is not None
         note = (
-            f"maxIncrease not applied: stable {format_value(stable_value, unit)} is below minStable "
+            f"maxIncrease not applied: stable {format_value(relative.stable_value, unit)} is below minStable "
             f"{format_value(plan.min_stable, unit)}"
         )
         detail = f"{detail}; {note}" if detail else note
     return Judgement(
-        plan.name,
-        verdict,
-        value,
-        unit,
-        condition,
-        stable_value,
-        measurement.samples,
-        plan.critical,
-        detail,
-        measurement.query,
-        max_allowed,
-        plan.min,
-        fraction,
-    )
+        plan.name, verdict, value, unit, condition, relative.stable_value, measurement.samples, plan.critical,
+        detail, measurement.query, relative.max_allowed, plan.min, fraction,
+    )  # fmt: skip
+
+
+def _absolute_failures(plan: _CheckPlan, value: float) -> list[str]:
+    unit, failures = plan.unit, []
+    if plan.max is not None and value > plan.max:
+        failures.append(f"{format_value(value, unit)} is above max {format_value(plan.max, unit)}")
+    if plan.min is not None and value < plan.min:
+        failures.append(f"{format_value(value, unit)} is below min {format_value(plan.min, unit)}")
+    return failures
+
+
+def _fraction(
+    plan: _CheckPlan, canary: Mapping[str, Measurement], failures: list[str]
+) -> tuple[float | None, tuple[CheckVerdict, str] | None]:
+    """The GPU memory fraction against ``maxFraction`` (a failure is appended to ``failures``)."""
+    if plan.max_fraction is None:
+        return None, None
+    measurement = canary.get(plan.fraction_key)
+    fraction = _value_of(measurement)
+    if fraction is None:
+        return None, _unusable(measurement, "the GPU memory fraction")
+    if fraction > plan.max_fraction:
+        failures.append(
+            f"GPU memory {percent(fraction)} of the device is above maxFraction {percent(plan.max_fraction)}"
+        )
+    return fraction, None
+
+
+class _Relative(NamedTuple):
+    stable_value: float | None
+    below_floor: bool  # below minStable the relative limit is noise: only the absolute ones apply
+    max_allowed: float | None  # the tightest upper limit, absolute or relative
+    missing: tuple[CheckVerdict, str] | None = None
+
+
+def _relative(
+    plan: _CheckPlan, measurement: Measurement | None, value: float, increase: float, failures: list[str]
+) -> _Relative:
+    """The canary against ``(1 + maxIncrease)`` × the stable value (a failure appended to ``failures``)."""
+    stable_value = _value_of(measurement)
+    if stable_value is None:
+        return _Relative(None, False, plan.max, _unusable(measurement, "the stable revision"))
+    if plan.min_stable is not None and stable_value < plan.min_stable:
+        return _Relative(stable_value, True, plan.max)
+    allowed = stable_value * (1.0 + increase)
+    if value > allowed:
+        failures.append(
+            f"{format_value(value, plan.unit)} is above "
+            + relative_bound_text(increase, stable_value, allowed, plan.unit)
+        )
+    return _Relative(stable_value, False, allowed if plan.max is None else min(plan.max, allowed))
 
 
 def _value_of(measurement: Measurement | None) -> float | None:
