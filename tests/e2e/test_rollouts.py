@@ -224,7 +224,12 @@ def test_a_canary_whose_p99_regresses_under_load_is_rolled_back(
     rollback = delivered(stack, "regress", "rolled-back")
     p99 = next(check for check in rollback["checks"] if check["name"] == "p99")
     assert p99["verdict"] == "fail"
-    assert "broken at 95%" in p99["statement"]
+    # Broken by the sequential test, or on the step's estimate with its own error stated: the canary
+    # runs a short window against a stable p99 bounded only coarsely by its buckets (250ms-300ms).
+    assert "broken at 95%" in p99["statement"] or (
+        "on the estimate" in p99["statement"]
+        and "the chance that the estimate is on the wrong side" in p99["statement"]
+    )
     assert p99["measured"]["canary"] > p99["measured"]["stable"]
 
 
@@ -353,7 +358,11 @@ def test_status_explain_and_metrics_show_the_numbers_behind_the_decisions(
     # Judged on raw bucket counters (no histogram_quantile, no rate): the PromQL they come from.
     assert "revision_request_latencies_bucket" in p99["query"]
     assert "histogram_quantile" not in p99["query"]
-    assert "broken at 95%" in p99["detail"]
+    assert (
+        "broken at 95%" in p99["detail"]
+        or "broken at the horizon on the estimate" in p99["detail"]
+        or ("broken on the estimate, resolved at 95%" in p99["detail"])
+    )
     assert p99["value"] > p99["stable"]
     # For people: a query for the canary's value alone, which Prometheus answers with one series at
     # the window's end (close to the judged value: increase() extrapolates, the judge counts).
