@@ -19,9 +19,9 @@ How ``make test`` shares the tests among its workers (``-n N --dist loadscope``,
 - the units are handed out longest first (``EXPECTED_SECONDS``), the short ones fill the gaps at the
   end. Only the order of units changes: a module kept whole keeps its order.
 
-The workers know the fixtures, the scheduler in the main process only the test ids: the first worker
-to collect writes each test's unit to a file (``_UNITS_FILE``) that the scheduler reads when it hands
-out the first tests. (pytest-xdist's own ``xdist_group`` marks would do the same, but xdist 3.8 sets
+The workers know the fixtures, the scheduler in the main process only the test ids: each worker writes
+every test's unit to a file (``_UNITS_FILE``; they collect the same tests, so the same content) before
+it reports its collection, and the scheduler reads it when it hands out the first tests. (pytest-xdist's own ``xdist_group`` marks would do the same, but xdist 3.8 sets
 them through a node attribute pytest 9.2 no longer reads.) Without the file the scheduler is plain
 ``loadscope``.
 """
@@ -47,9 +47,10 @@ _MARK_BY_DIRECTORY = {
 _UNITS_FILE = "KSERVE_CANARY_TEST_UNITS"
 _units_key = pytest.StashKey[str]()
 
-# Seconds of each long unit under ``make test`` (coverage on, PYTEST_WORKERS workers on two cores): a
-# module kept whole is one unit (keyed by its path), any other test is a unit of its own (keyed by its
-# node id, parameters left out: each parameter is a unit of that time). Every unit not listed takes a
+# Seconds of each long unit, measured directory by directory under coverage on the shared two-core
+# machine (only their order matters): a module kept whole is one unit (keyed by its path), any other
+# test is a unit of its own (keyed by its node id, parameters left out: each parameter is a unit of
+# that time). Every unit not listed takes a
 # few seconds at most and counts as 0: those keep their collection order, after the listed ones. A
 # stale entry costs some wall time, never a result.
 EXPECTED_SECONDS: dict[str, float] = {
