@@ -27,9 +27,8 @@ The grid of alternatives is geometric with the check's tolerance as its ratio (t
 which the policy says it cares), at most :data:`GRID_POINTS` points, equally weighted.
 
 A test in its indifference zone (the canary between "good" and "bad") may never reject either
-null; :func:`truncation` gives the number of requests after which the judge decides on the point
-estimate instead (a fixed-sample test with the other half of the budget): every check comes to a
-decision.
+null: the step's horizon (:mod:`canary.rollout.horizon`) bounds that wait, and the estimate decides
+there, stating its own error.
 """
 
 from __future__ import annotations
@@ -45,10 +44,8 @@ __all__ = [
     "Direction",
     "MixtureTest",
     "chi_square_quantile",
-    "cut",
     "dispersion",
     "paired_log_ratios",
-    "truncation",
 ]
 
 # Equal weights over this many alternatives cost log(GRID_POINTS) of evidence: 24 points cover a
@@ -63,12 +60,6 @@ class Direction:
 
     ABOVE = "above"  # the fail test of an upper limit: alternatives above the null's boundary
     BELOW = "below"  # the pass test of an upper limit: alternatives below it
-
-
-def _log_ratio(events: float, trials: float, alternative: float, null: float) -> float:
-    """log of the binomial likelihood ratio, alternative against null, of ``events`` in ``trials``."""
-    misses = max(trials - events, 0.0)
-    return events * math.log(alternative / null) + misses * math.log((1.0 - alternative) / (1.0 - null))
 
 
 def _log_mean_exp(values: Sequence[float]) -> float:
@@ -124,14 +115,6 @@ class MixtureTest:
         if not points:  # the zone is narrower than one grid step: its far end
             points.append(min(1.0 - _TINY, self.start) if self.direction == Direction.ABOVE else self.start)
         return tuple(points)
-
-    def log_evidence(self, events: float, trials: float, phi: float = 1.0) -> float:
-        """log of the mixture likelihood ratio against the null, tempered by ``phi`` (>= 1)."""
-        if trials <= 0:
-            return 0.0
-        tempered = max(phi, 1.0)
-        misses = max(trials - events, 0.0)
-        return _log_mean_exp([(events * hit + misses * miss) / tempered for hit, miss in _coefficients(self)])
 
     def rejects(self, events: float, trials: float, phi: float = 1.0) -> bool:
         if trials <= 0:
@@ -212,29 +195,3 @@ def paired_log_ratios(
                 math.log(1.0 - pi_alt) - log_null_miss
             )
     return totals
-
-
-def truncation(good: float, bad: float, alpha: float, beta: float, phi: float = 1.0) -> int:
-    """Requests after which a share between ``good`` and ``bad`` is decided on its estimate.
-
-    The size of the fixed-sample test that tells ``p = good`` from ``p = bad`` with errors
-    ``alpha`` and ``beta`` (normal approximation), inflated by the dispersion ``phi``: at that size
-    the estimate is below :func:`cut` with probability ``1 - alpha`` when the canary is good and
-    above it with probability ``1 - beta`` when it is bad.
-    """
-    if not 0.0 < good < bad < 1.0:
-        raise ValueError(f"need 0 < good < bad < 1, got {good}, {bad}")
-    z_alpha = NormalDist().inv_cdf(1.0 - alpha)
-    z_beta = NormalDist().inv_cdf(1.0 - beta)
-    spread = z_alpha * math.sqrt(good * (1.0 - good)) + z_beta * math.sqrt(bad * (1.0 - bad))
-    return math.ceil(max(phi, 1.0) * (spread / (bad - good)) ** 2)
-
-
-def cut(good: float, bad: float, alpha: float, beta: float) -> float:
-    """The share at which the truncated test decides: above it fails, at or below it passes."""
-    z_alpha = NormalDist().inv_cdf(1.0 - alpha)
-    z_beta = NormalDist().inv_cdf(1.0 - beta)
-    sd_good, sd_bad = math.sqrt(good * (1.0 - good)), math.sqrt(bad * (1.0 - bad))
-    # Where the two one-sided fixed-sample tests meet:
-    # good + z_a sd_good / sqrt(n) = bad - z_b sd_bad / sqrt(n).
-    return good + (bad - good) * z_alpha * sd_good / (z_alpha * sd_good + z_beta * sd_bad)
