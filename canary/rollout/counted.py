@@ -99,7 +99,6 @@ class SampledResult:
     statement: str  # the verdict as a sentence with its numbers
     max_allowed: float | None = None  # the effective upper limit applied
     needed: int | None = None  # not yet: about how many more pooled requests
-    interpolated: str = ""  # which bucket an interpolation happened in
     horizon: HorizonOutcome = HorizonOutcome.NONE
 
 
@@ -178,7 +177,6 @@ class Outcome:
     value: float | None = None
     stable_value: float | None = None
     max_allowed: float | None = None
-    interpolated: str = ""
     terminal: Terminal | None = None
 
 
@@ -224,7 +222,7 @@ def finish(context: Context, sides: Sides, outcome: Outcome) -> SampledResult:
     def result(verdict: CheckVerdict, statement: str, **extra: object) -> SampledResult:
         return SampledResult(
             verdict, outcome.value, outcome.stable_value, step.requests, pooled.requests, statement,
-            outcome.max_allowed, interpolated=outcome.interpolated, **extra,  # type: ignore[arg-type]
+            outcome.max_allowed, **extra,  # type: ignore[arg-type]
         )  # fmt: skip
 
     if outcome.failed is not None:
