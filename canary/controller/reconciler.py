@@ -361,7 +361,7 @@ class Reconciler:
 
         answer: CommandOutcome | None = None  # to the command waiting in the ConfigMap, if any
         if stored.command_json is not None and not stale:
-            state, answer = self._apply_command(stored, state, now, bound, _approval_steps(policy))
+            state, answer = self._apply_command(stored, state, now, bound, policy.spec.approval_steps)
 
         gate_results = self._gates.results(key) if self._gates is not None else ()
         preparation = prepare(policy, observed, state, now, ledger=ledger, gates=gate_results, alarm=alarm)
@@ -795,8 +795,3 @@ def _rollouts_text(prepared: Prepared, decision: Decision, bound: FilteringBound
         prepared.state, decision, record, prepared.now, latest_evaluation=_readable_explain(stored)
     )
     return recorded.to_json() if recorded is not None else stored.rollouts_json
-
-
-def _approval_steps(policy: PromotionPolicy) -> frozenset[int]:
-    """The weights of the steps that wait for ``approve``."""
-    return frozenset(step.weight for step in policy.spec.canary_steps if step.approval == "manual")
