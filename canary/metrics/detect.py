@@ -30,6 +30,7 @@ import structlog
 from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, REQUESTS_PROFILES
 from canary.metrics.client import PrometheusClient, QueryFailure, as_utc
 from canary.policy.model import GpuLabelStyle, RequestsProfile
+from canary.repeats import Repeats
 
 __all__ = [
     "ENABLE_EXPORT_HINT",
@@ -121,6 +122,7 @@ class ProfileDetector:
         self._lock = threading.Lock()
         self._family_locks = {REQUESTS_FAMILY: threading.Lock(), GPU_FAMILY: threading.Lock()}
         self._cache: dict[str, _Cached] = {}
+        self._repeats = Repeats()  # a failing or fruitless detection is logged once per change
 
     def requests_profile(self, at: datetime) -> tuple[Detection, int]:
         """The request family's detection (cached) and the HTTP round trips spent now (0 if cached)."""
@@ -167,13 +169,16 @@ class ProfileDetector:
             "looked_for": list(detection.looked_for),
             "detail": detection.detail,
         }
-        if detection.failure is not None:
-            _log.warning(
-                "metric profile detection failed", error_class=detection.failure.error_class.value, **fields
-            )
-        elif detection.choice is None:
-            _log.warning("no metric profile matched", **fields)
-        elif first or previous != detection.choice:
+        if detection.failure is not None or detection.choice is None:
+            failure = detection.failure
+            what = "metric profile detection failed" if failure is not None else "no metric profile matched"
+            repeated = self._repeats.failed(detection.family, f"{what}: {detection.detail}")
+            if repeated is not None:
+                error_class = {"error_class": failure.error_class.value} if failure is not None else {}
+                _log.warning(what, previousRepeated=repeated or None, **error_class, **fields)
+            return
+        repeated = self._repeats.ended(detection.family)
+        if first or previous != detection.choice or repeated is not None:
             _log.info("metric profile detected", previous=previous, **fields)
 
     def _detect_requests(self, at: datetime) -> tuple[Detection, int]:

@@ -74,6 +74,7 @@ from canary.metrics.plan import (
     plan_rollout,
 )
 from canary.policy.model import GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.repeats import Repeats
 
 __all__ = ["PrometheusEvidenceSource"]
 
@@ -138,6 +139,7 @@ class PrometheusEvidenceSource:
             clock=clock or time.monotonic,
         )
         self._max_parallel = max_parallel_queries
+        self._repeats = Repeats()  # failing queries are logged once per change
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.scrape_interval = scrape_interval
@@ -406,9 +408,18 @@ class PrometheusEvidenceSource:
     def _log_failures(
         self, request: EvidenceRequest, canary: dict[str, Measurement], stable: dict[str, Measurement]
     ) -> None:
+        """Each failing query once per change of its failure, with how often it repeated."""
         for side, measurements in (("canary", canary), ("stable", stable)):
             for key, measurement in measurements.items():
-                if measurement.error_class is not None:
+                where = (request.namespace, request.inference_service, side, key)
+                if measurement.error_class is None:
+                    repeated = self._repeats.ended(where)
+                    if repeated is not None:
+                        times = repeated + 1
+                        _log.info("evidence query answers again", side=side, key=key, failedTimes=times)
+                    continue
+                repeated = self._repeats.failed(where, f"{measurement.error_class}: {measurement.detail}")
+                if repeated is not None:
                     _log.warning(
                         "evidence query failed",
                         namespace=request.namespace,
@@ -418,6 +429,7 @@ class PrometheusEvidenceSource:
                         error_class=measurement.error_class.value,
                         detail=measurement.detail,
                         query=measurement.query,
+                        previousRepeated=repeated or None,
                     )
 
 
