@@ -307,8 +307,11 @@ class PrometheusEvidenceSource:
 
     def detect(self, at: datetime) -> DetectionReport:
         """Detect every auto family now (e.g. at startup, which logs the choice) and report."""
-        self.detector.requests_profile(at)
+        profile = self.detector.requests_profile(at)[0].choice
+        if profile is not None:
+            self.detector.request_labels(RequestsProfile(profile), at)
         self.detector.gpu_labels(at)
+        self.detector.kube_state_labels(at)
         return self.detector.report()
 
     def explain(self) -> dict[str, Any]:

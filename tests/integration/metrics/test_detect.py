@@ -75,7 +75,12 @@ def test_auto_finds_the_installed_request_family_and_gpu_labels(
     detected = {
         entry["family"]: entry["choice"] for entry in logs if entry["event"] == "metric profile detected"
     }
-    assert detected == {"requests": profile, "gpuLabels": expected_gpu}
+    assert detected == {
+        "requests": profile,
+        "requestLabels": "scraped",
+        "gpuLabels": expected_gpu,
+        "kubeStateLabels": "pod",
+    }
 
 
 def test_dcgm_exporter_with_old_namespace_labels_is_detected_and_its_gpus_found() -> None:
