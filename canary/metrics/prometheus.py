@@ -350,12 +350,38 @@ class PrometheusEvidenceSource:
     ) -> tuple[dict[Family, Resolution], dict[str, str], int]:
         """Profiles and label styles per family for this policy: configured, or detected; and the
         detection round trips."""
-        metrics = policy.spec.metrics
         needed = families_needed(policy)
-        used: dict[str, str] = {}
-        cost = 0
-        unavailable: dict[Family, Resolution] = {}
-        chosen = (
+        used, unavailable, cost = self._choose(policy, needed, request.at)
+        labels = family_labels(
+            policy.spec.metrics,
+            used.get(REQUESTS_FAMILY),
+            used.get(REQUEST_LABELS_FAMILY),
+            used.get(GPU_FAMILY),
+            used.get(KUBE_STATE_FAMILY),
+        )
+        ksm = labels.get(Family.KUBE_STATE)
+        resolutions = {
+            Family.REQUESTS: Resolution(used.get(REQUESTS_FAMILY), labels=labels.get(Family.REQUESTS)),
+            Family.DCGM: Resolution(used.get(GPU_FAMILY), labels=labels.get(Family.DCGM)),
+            Family.KUBE_STATE: Resolution(labels=None if ksm == KSM_LABELS else ksm),  # None: the default
+        }
+        resolutions = {
+            family: unavailable.get(family) or resolution
+            for family, resolution in resolutions.items()
+            if family in needed
+        }
+        # The other families have one profile each; report them for explain all the same.
+        for family in needed - set(resolutions):
+            used[family.value] = "builtin"
+        return resolutions, used, cost
+
+    def _choose(
+        self, policy: PromotionPolicy, needed: set[Family], at: datetime
+    ) -> tuple[dict[str, str], dict[Family, Resolution], int]:
+        """Each setting's choice (configured, or detected: ``none`` when nothing fits), the families
+        that cannot be read (and why), and the detection round trips."""
+        metrics = policy.spec.metrics
+        settings = (
             (Family.REQUESTS, REQUESTS_FAMILY, metrics.requests.value, self._detect_profile),
             (
                 Family.REQUESTS,
@@ -366,13 +392,16 @@ class PrometheusEvidenceSource:
             (Family.DCGM, GPU_FAMILY, metrics.gpu_labels.value, self._detect_gpu),
             (Family.KUBE_STATE, KUBE_STATE_FAMILY, metrics.kube_state_labels.value, self._detect_kube_state),
         )
-        for family, report_name, configured, detect in chosen:
+        used: dict[str, str] = {}
+        unavailable: dict[Family, Resolution] = {}
+        cost = 0
+        for family, report_name, configured, detect in settings:
             if family not in needed or family in unavailable:
                 continue
             if configured != _AUTO:
                 used[report_name] = configured
                 continue
-            detection, spent = detect(used, request.at)
+            detection, spent = detect(used, at)
             cost += spent
             resolution = _resolution_from(detection)
             if family is Family.KUBE_STATE and detection.failure is None and not detection.found:
@@ -380,27 +409,7 @@ class PrometheusEvidenceSource:
             if resolution.unavailable is not None:
                 unavailable[family] = resolution
             used[report_name] = resolution.choice or "none"
-        labels = family_labels(
-            metrics,
-            used.get(REQUESTS_FAMILY),
-            used.get(REQUEST_LABELS_FAMILY),
-            used.get(GPU_FAMILY),
-            used.get(KUBE_STATE_FAMILY),
-        )
-        resolutions = {
-            family: unavailable.get(family) or Resolution(used.get(name), labels=labels.get(family))
-            for family, name in ((Family.REQUESTS, REQUESTS_FAMILY), (Family.DCGM, GPU_FAMILY))
-            if family in needed
-        }
-        if Family.KUBE_STATE in needed:
-            ksm = labels.get(Family.KUBE_STATE)
-            resolutions[Family.KUBE_STATE] = unavailable.get(Family.KUBE_STATE) or Resolution(
-                labels=None if ksm == KSM_LABELS else ksm
-            )
-        # The other families have one profile each; report them for explain all the same.
-        for family in needed - {Family.REQUESTS, Family.DCGM, Family.KUBE_STATE}:
-            used[family.value] = "builtin"
-        return resolutions, used, cost
+        return used, unavailable, cost
 
     def _detect_profile(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
         return self.detector.requests_profile(at)

@@ -8,6 +8,7 @@ are errors everywhere — a typo such as ``maxIncrase`` must never silently disa
 from __future__ import annotations
 
 import itertools
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
@@ -164,7 +165,10 @@ _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 
 
 def _label_field(role: str) -> Any:
-    return Field(default=None, pattern=_LABEL_NAME, description=f"The label naming the {role}.")
+    # The pattern is for the JSON Schema and the CRD; the validator below says what to write instead.
+    return Field(
+        default=None, json_schema_extra={"pattern": _LABEL_NAME}, description=f"The label naming the {role}."
+    )
 
 
 class JoinLabelNames(_Model):
@@ -172,6 +176,18 @@ class JoinLabelNames(_Model):
 
     namespace: str | None = _label_field("workload's namespace")
     pod: str | None = _label_field("workload's pod")
+
+    @field_validator("*")
+    @classmethod
+    def _label_name(cls, name: str | None) -> str | None:
+        if name is not None and not re.fullmatch(_LABEL_NAME, name):
+            suggestion = re.sub(r"[^a-zA-Z0-9_]", "_", name)
+            raise ValueError(
+                f"{name!r} is not a Prometheus label name (letters, digits and underscores, not starting "
+                f"with a digit); Prometheus stores an OpenTelemetry attribute such as {name!r} as "
+                f"{suggestion!r}"
+            )
+        return name
 
 
 class KubeStateLabelNames(JoinLabelNames):
