@@ -69,8 +69,12 @@ def _world(request_labels: str = "scraped", ksm_labels: str = "pod") -> Simulati
     return Simulation(revisions, start=START, end=END, step=STEP, seed=33)
 
 
-def _scenario(simulation: Simulation, drop: str | None = None) -> Iterator[Scenario]:
+def _scenario(
+    simulation: Simulation, drop: str | None = None, replace: tuple[tuple[str, str], ...] = ()
+) -> Iterator[Scenario]:
     text = simulation.openmetrics()
+    for old, new in replace:
+        text = text.replace(old, new)
     if drop is not None:  # series that never reached Prometheus
         text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(drop))
         text = text.replace(f"# TYPE {drop} gauge\n", "")
@@ -177,3 +181,32 @@ def test_request_series_without_the_join_labels_are_no_data_that_names_the_setti
     # the other families are read as usual
     assert _ok(evidence.canary["oom"]) == 1
     assert evidence.profile["requestLabels"] == "none"
+
+
+def test_kube_state_metrics_without_pod_labels_name_the_setting_and_custom_names_read_them() -> None:
+    """kube-state-metrics relabelled so that its series carry neither ``pod`` nor ``exported_pod``:
+    detection says which setting to change; naming the labels in the policy reads the data."""
+    renamed = ((',pod="kube-state-metrics-7c9d8b6f5d-x2x4k"', ""), ('exported_pod="', 'k8s_pod="'))
+    for scenario in _scenario(_world(ksm_labels="exported_pod"), replace=renamed):
+        blind = _collect(scenario)
+        named = _collect(
+            scenario,
+            {
+                "kubeStateLabels": "pod",
+                "labels": {
+                    "kubeStateMetrics": {
+                        "namespace": "exported_namespace",
+                        "pod": "k8s_pod",
+                        "container": "exported_container",
+                    }
+                },
+            },
+        )
+    oom = blind.canary["oom"]
+    assert oom.status is EvidenceStatus.NO_DATA
+    assert (
+        "spec.metrics.kubeStateLabels" in oom.detail and "spec.metrics.labels.kubeStateMetrics" in oom.detail
+    )
+    assert _ok(blind.canary["errors"]) > 0  # the request checks are read as usual
+    assert _ok(named.canary["oom"]) == 1
+    assert 'k8s_pod=~"' in named.canary_queries["oom"].promql
