@@ -37,6 +37,10 @@ Semantics built into the PromQL
   the exact names Knative and the apiserver give a revision's pods (:mod:`canary.metrics.podnames`,
   which says why not the ``serving.knative.dev/revision`` label), not ``<revision>-deployment-...``,
   which a 31-character InferenceService name already defeats.
+* Which labels name the namespace, pod and revision is a family's :class:`~canary.metrics.labels.JoinLabels`
+  (scraped, OTLP with promoted attributes, a ``target_info`` join, kube-state-metrics' and DCGM's
+  ``exported_*``): the queries select and group on them and normalise them to ``namespace``,
+  ``revision`` (and ``pod``, ``container``) before any aggregation that needs them.
 
 Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
