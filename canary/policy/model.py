@@ -698,6 +698,11 @@ class PolicySpec(_Model):
         """The held steps: every step below 100. Passing the last one promotes."""
         return [step for step in self.steps if step.weight < 100]
 
+    @property
+    def approval_steps(self) -> frozenset[int]:
+        """The weights of the steps that wait for ``approve``."""
+        return frozenset(step.weight for step in self.canary_steps if step.approval == "manual")
+
     def step_window(self, step: Step) -> float:
         return step.window if step.window is not None else self.window
 
