@@ -42,7 +42,7 @@ import re
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -141,22 +141,62 @@ def describe_ref(ref: SecretRef) -> str:
     return f"file {ref.file}"
 
 
+_GRAM = _MIN_FRAGMENT_LENGTH  # every literal is at least this long
+_FEW = 64  # up to this many literals, trying each costs less than indexing the text
+
+
+class _Literals:
+    """Literals to mask, longest first (a URL is masked whole before its path inside it), each found
+    with ``in`` and masked with ``str.replace`` (C-speed scans, nothing compiled). Beyond
+    :data:`_FEW`, only the literals whose first :data:`_GRAM` characters occur in the text are tried,
+    found through an index of those prefixes: the cost of a text then grows with its length, not with
+    the number of literals (the logs are scrubbed with every namespace's)."""
+
+    __slots__ = ("_by_gram", "ordered")
+
+    def __init__(self, literals: set[str]) -> None:
+        self.ordered = tuple(sorted(literals, key=_longest_first))
+        by_gram: dict[str, list[str]] = {}
+        for literal in self.ordered:
+            by_gram.setdefault(literal[:_GRAM], []).append(literal)
+        self._by_gram = {gram: tuple(found) for gram, found in by_gram.items()}
+
+    def scrub(self, text: str) -> str:
+        candidates: Iterable[str] = self.ordered
+        if len(self.ordered) > _FEW:
+            grams = {text[index : index + _GRAM] for index in range(len(text) - _GRAM + 1)}
+            found = [literal for gram in grams & self._by_gram.keys() for literal in self._by_gram[gram]]
+            candidates = sorted(found, key=_longest_first)
+        for literal in candidates:
+            if literal in text:
+                text = text.replace(literal, MASK)
+        return text
+
+
+def _longest_first(literal: str) -> tuple[int, str]:
+    return -len(literal), literal
+
+
+_NONE = _Literals(set())
+
+
 class _Book:
     """The values of every namespace, shared by a :class:`Redactor` and its namespace views.
 
     Per namespace: per reference (``where`` it was read), its current value and the one before (an
     attempt in flight with the old value may still fail after a rotation), at most
     :data:`MAX_REFERENCES_PER_NAMESPACE` references. From them, the literals to mask (every value
-    and the URL fragments HTTP errors repeat), longest first, rebuilt only when that namespace's
-    values change; and the union of all namespaces for text that belongs to no namespace (logs).
+    and the URL fragments HTTP errors repeat), rebuilt only when that namespace's values change; and
+    the union of all namespaces for text that belongs to no namespace (logs), rebuilt when first
+    needed after a change.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.references: dict[str, OrderedDict[str, tuple[str, ...]]] = {}
         self.own: dict[str, set[str]] = {}  # per namespace, the literals of its own values
-        self.literals: dict[str, tuple[str, ...]] = {}  # what a namespace's text is scrubbed with
-        self.everyone: tuple[str, ...] = ()
+        self.literals: dict[str, _Literals] = {}  # what a namespace's text is scrubbed with
+        self._everyone: _Literals | None = _NONE  # None: to be rebuilt
 
     def add(self, namespace: str, where: str, value: str) -> None:
         with self.lock:
@@ -173,13 +213,17 @@ class _Book:
             }
             # Values read without a namespace are the operator's (no tenant's): they mask everywhere.
             for changed in self.own if namespace == "" else (namespace,):
-                self.literals[changed] = _longest_first(self.own[changed] | self.own.get("", set()))
-            self.everyone = _longest_first(set().union(*self.own.values()))
+                self.literals[changed] = _Literals(self.own[changed] | self.own.get("", set()))
+            self._everyone = None
 
-
-def _longest_first(literals: set[str]) -> tuple[str, ...]:
-    # Longest first: a URL must be masked whole before its path is masked inside it.
-    return tuple(sorted(literals, key=lambda literal: (-len(literal), literal)))
+    def everyone(self) -> _Literals:
+        found = self._everyone  # replaced under the lock, never mutated: a read needs no lock
+        if found is None:
+            with self.lock:
+                found = self._everyone
+                if found is None:
+                    found = self._everyone = _Literals(set().union(*self.own.values()))
+        return found
 
 
 class Redactor:
@@ -191,9 +235,10 @@ class Redactor:
     namespace N are never masked with another namespace's values. The credential-looking patterns
     (URL userinfo, token query parameters, webhook paths, bearer tokens) are masked everywhere.
 
-    The values are matched as literals: each namespace keeps at most a few hundred (bounded above),
-    and ``in``/``str.replace`` find a literal in C at the speed of a memory scan, with nothing
-    compiled; a change rebuilds only a sorted tuple of that namespace's literals.
+    The values are matched as literals (:class:`_Literals`): each namespace keeps at most a few
+    hundred (bounded above), ``in``/``str.replace`` find one in C at the speed of a memory scan, with
+    nothing compiled, and a change rebuilds only that namespace's sorted literals (the union for the
+    logs when next needed).
     """
 
     def __init__(self, *, _book: _Book | None = None, _namespace: str | None = None) -> None:
@@ -214,19 +259,17 @@ class Redactor:
         self._book.add(self._namespace or "", where if where is not None else secret, secret)
 
     def __contains__(self, secret: str) -> bool:
-        return secret in self._literals()
+        return secret in self._literals().ordered
 
-    def _literals(self) -> tuple[str, ...]:
-        book = self._book  # tuples are replaced under the lock, never mutated: reads need no lock
+    def _literals(self) -> _Literals:
+        book = self._book  # replaced under the lock, never mutated: reads need no lock
         if self._namespace is None:
-            return book.everyone
-        return book.literals.get(self._namespace) or book.literals.get("", ())
+            return book.everyone()
+        return book.literals.get(self._namespace) or book.literals.get("", _NONE)
 
     def scrub(self, text: str) -> str:
         """``text`` with every known secret and every credential-looking fragment masked."""
-        for literal in self._literals():
-            if literal in text:
-                text = text.replace(literal, MASK)
+        text = self._literals().scrub(text)
         for credential, replacement in _PATTERNS:
             text = credential.sub(replacement, text)
         return text

@@ -114,3 +114,36 @@ def test_a_namespace_keeps_a_bounded_number_of_references() -> None:
         resolver.resolve_key(SecretRef(env=f"KEY_{index}"))
     kept = [index for index in range(200) if f"signing-key-number-{index:04d}" in redactor]
     assert kept == list(range(200 - MAX_REFERENCES_PER_NAMESPACE, 200))
+
+
+def test_the_logs_are_scrubbed_with_every_namespaces_values_longest_first_at_a_flat_cost() -> None:
+    """Logs belong to no namespace: every value masks them, the longest first across namespaces (team
+    A's value, a prefix of team B's URL, must not leave B's token in sight), and a line costs about the
+    same with 1,000 namespaces' values as with 10."""
+    redactor = Redactor()
+    team_b_url = "https://hooks.example.com/deploy/b-token-0123456789abcdef"
+    _resolver(redactor, "team-b", {"URL": team_b_url}).resolve(SecretRef(env="URL"))
+    _resolver(redactor, "team-a", {"URL": "https://hooks.example.com/deploy"}).resolve(SecretRef(env="URL"))
+    assert redactor.scrub(f"POST {team_b_url} failed") == f"POST {MASK} failed"
+    line = "notification delivery failed: fraud-predictor-00007 error-rate 7.1% > 1%; " * 4
+
+    def cost() -> float:
+        took = []
+        for _ in range(200):
+            start = time.perf_counter()
+            redactor.scrub(line)
+            took.append(time.perf_counter() - start)
+        return sorted(took)[100]
+
+    for index in range(8):
+        _resolver(
+            redactor, f"team-{index}", {"URL": f"https://hooks.example.com/t/{index:04d}/abcdef"}
+        ).resolve(SecretRef(env="URL"))
+    few = cost()
+    for index in range(8, 1000):
+        _resolver(
+            redactor, f"team-{index}", {"URL": f"https://hooks.example.com/t/{index:04d}/abcdef"}
+        ).resolve(SecretRef(env="URL"))
+    many = cost()
+    assert redactor.scrub("https://hooks.example.com/t/0999/abcdef") == MASK
+    assert many < max(3 * few, 0.0005), (few, many)
