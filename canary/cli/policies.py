@@ -13,6 +13,7 @@ import typer
 from canary.cli.help import EXIT_USAGE, fail
 from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
+from canary.metrics.windows import window_warnings
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
@@ -35,6 +36,7 @@ def validate_paths(
     policy_namespaces: str,
     secret_file_root: Path | None,
     secret_env_allow: list[str],
+    scrape_interval: float = 30.0,
 ) -> None:
     missing = [path for path in paths if not path.exists()]
     if missing:
@@ -62,7 +64,7 @@ def validate_paths(
                     "horizons": horizons(loaded.policy),
                     "atHorizon": loaded.policy.spec.at_horizon.value,
                     "horizonRequests": horizon_requests(loaded.policy),
-                    "warnings": resolution_warnings(loaded.policy),
+                    "warnings": policy_warnings(loaded.policy, scrape_interval),
                 }
                 for loaded in result.policies
             ],
@@ -73,7 +75,7 @@ def validate_paths(
         lines = [str(error) for error in errors]
         for loaded in result.policies:
             lines.append(f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}")
-            lines += [f"    {line}" for line in judge_advice(loaded.policy)]
+            lines += [f"    {line}" for line in judge_advice(loaded.policy, scrape_interval)]
         summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
         summary += f", {len(errors)} {'error' if len(errors) == 1 else 'errors'}"
         summary += f" in {len(result.files)} {'file' if len(result.files) == 1 else 'files'}"
@@ -82,7 +84,13 @@ def validate_paths(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def judge_advice(policy: PromotionPolicy) -> list[str]:
+def policy_warnings(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
+    """What may keep the policy from judging what it means: limits no bucket edge resolves, windows
+    the scrapes cannot cover."""
+    return resolution_warnings(policy) + window_warnings(policy, scrape_interval)
+
+
+def judge_advice(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
     """What a policy author should know before the first rollout: when each step is decided at the
     latest, what a horizon estimate rests on, and limits the bucket layouts cannot resolve."""
     spec = policy.spec
@@ -98,7 +106,7 @@ def judge_advice(policy: PromotionPolicy) -> list[str]:
                 f"{name}: a horizon estimate rests on at least {size:,} canary requests of its step "
                 f"(a share half or twice the allowed is judged right at {spec.confidence:.0%})"
             )
-    lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
+    lines.extend(f"warning: {warning}" for warning in policy_warnings(policy, scrape_interval))
     return lines
 
 
