@@ -335,11 +335,16 @@ def _no_data(tick: Tick, draft: Draft) -> Outcome:
     clock_from = no_data_clock_from(step.started_at, draft.state.evaluation)
     # Silence as far as the evidence reaches: an ingestion lag is not the canary's silence.
     horizon = draft.evaluation.horizon if draft.evaluation is not None else None
-    silent = max(
-        at - clock_from - (horizon.evidence_age if horizon is not None else timedelta(0)), timedelta(0)
-    )
+    age = horizon.evidence_age if horizon is not None else timedelta(0)
+    silent = max(at - clock_from - age, timedelta(0))
     after = tick.spec.on_no_data.after
     action = tick.spec.on_no_data.action
+    if age >= seconds(after):
+        # Evidence that stopped arriving is Prometheus' outage, not the canary's silence: say so, hold.
+        draft = draft.warning(
+            f"The canary's newest sample in Prometheus is {duration(age)} old: its ingestion (remote "
+            "write, Thanos, Mimir) may be stalled. The step holds until the evidence covers its window."
+        )
     if silent < seconds(after):
         return draft.noting(
             f"No conclusive evidence for {duration(silent)}; onNoData ({action}) applies after "

@@ -178,6 +178,7 @@ class CountingWorld:
         # Ingestion lag: a tally is queryable ``lag`` seconds after it ends, and the counts say how
         # far they reach (CountSeries.newest), as the counter book delivers them.
         self.lag = timedelta(seconds=lag)
+        self.stalled_at: datetime | None = None  # nothing served after this reaches Prometheus
         self.canary_tallies: list[Tally] = []
         self.stable_tallies: list[Tally] = []
         self.clock: datetime | None = None
@@ -216,6 +217,8 @@ class CountingWorld:
 
         self.advance(request.at)
         start, visible = request.counts_start, request.at - self.lag
+        if self.stalled_at is not None:
+            visible = min(visible, self.stalled_at)
         canary = [t for t in self.canary_tallies if t.start >= start and t.end <= visible]
         stable = [t for t in self.stable_tallies if t.start >= start and t.end <= visible]
         step = [t for t in canary if t.start >= request.window_start]

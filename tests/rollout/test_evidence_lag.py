@@ -19,6 +19,7 @@ from .helpers import Harness, make_policy, progressing
 
 LAG = 30.0
 WINDOW = timedelta(seconds=9)
+LAG_TICKS = 35  # seconds into the first step: its evidence has begun to arrive
 GOOD = Revision(rate=200.0, error_share=0.001)
 BAD = Revision(rate=200.0, error_share=0.08)  # 8 % errors
 ERRORS = {"name": "errors", "metric": "error-rate", "max": "1%"}
@@ -91,3 +92,24 @@ def test_the_hold_says_how_old_the_evidence_is() -> None:
         texts.append(" ".join(decision.reasons))
     assert any("evidence 30s behind" in text for text in texts), texts
     assert any("evidence covering" in text for text in texts), texts
+
+
+def test_evidence_that_stops_arriving_holds_the_step_with_a_warning_never_on_no_data() -> None:
+    # Ingestion stalls (the counts never reach further) with onNoData rollback after 1 minute: the
+    # canary is not silent, Prometheus' pipeline is. The step holds and says so; nothing is rolled back.
+    policy = make_policy(
+        steps=[10, 50, 100],
+        window="9s",
+        interval="3s",
+        minRequests=20,
+        checks=[ERRORS],
+        onNoData={"after": "1m", "action": "rollback"},
+    )
+    harness = progressing(policy)
+    world = CountingWorld(harness.sim, GOOD, GOOD, seed=3, scrape=1.0, lag=LAG)
+    for _ in range(LAG_TICKS):
+        harness.tick(1, evidence=world)
+    world.stalled_at = harness.now - timedelta(seconds=LAG)  # from now on nothing new reaches Prometheus
+    decisions = [harness.tick(3, evidence=world) for _ in range(60)]
+    assert all(d.action is Action.WAIT for d in decisions), harness.timeline.render()
+    assert any("may be stalled" in " ".join(d.reasons) for d in decisions)
