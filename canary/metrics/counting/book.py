@@ -84,7 +84,7 @@ class _CounterTrack(Track):
     counter: Counter = field(default_factory=Counter)
     snapshots: SnapshotStore = field(default_factory=ColumnStore)
     born_at: datetime | None = None  # counted from birth: its first sample's time
-    newest: datetime | None = None  # its newest counter sample as Prometheus holds it (if known)
+    newest: datetime | None = None  # how far its counts reach (its newest sample as Prometheus holds it)
     # Compaction (CounterBook.prune): the evaluation times asked and not yet settled, each asker's
     # range starts and evaluation interval, and the time up to which snapshots are compacted.
     ends: list[datetime] = field(default_factory=list)
@@ -177,8 +177,9 @@ class CounterBook(RevisionBook[_CounterTrack]):
         counter.count(values, oom, previous)
         series, pods = presence(values)
         store.append(at, counter.keys, counter.totals, series, sample.invalid, pods, counter.oom_kills)
-        if sample.newest is not None:
-            track.newest = datetime.fromtimestamp(sample.newest, UTC)
+        # How far its counts reach: its newest sample; without series, where the sample stands
+        # (Prometheus holds nothing newer for it up to there).
+        track.newest = datetime.fromtimestamp(sample.newest, UTC) if sample.newest is not None else at
         if len(store) > self.max_snapshots:
             store.drop_before(len(store) - self.max_snapshots)
         return True
