@@ -15,6 +15,7 @@ from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
 from canary.metrics.windows import window_warnings
 from canary.policy import PromotionPolicy, load_paths
+from canary.policy.loader import format_loc, secret_refs
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
 from canary.rollout.sampled import horizon_requests
@@ -45,10 +46,13 @@ def validate_paths(
             f"error: {', '.join(str(path) for path in missing)}: no such file or directory",
             EXIT_USAGE,
         )
+    # Which secrets a namespace may read is the controller's setting: without it on the command line,
+    # validate checks the policy and says what it left to the controller instead of refusing it.
+    checked = secret_file_root is not None or bool(secret_env_allow)
     result = load_paths(
         paths,
         namespaces=NamespaceSource(policy_namespaces),
-        secrets=secret_scope(secret_file_root, secret_env_allow),
+        secrets=secret_scope(secret_file_root, secret_env_allow) if checked else None,
     )
     errors = sorted(result.errors, key=lambda error: error.sort_key)
     if output == "json":
@@ -65,6 +69,7 @@ def validate_paths(
                     "atHorizon": loaded.policy.spec.at_horizon.value,
                     "horizonRequests": horizon_requests(loaded.policy),
                     "warnings": policy_warnings(loaded.policy, scrape_interval),
+                    "notChecked": [] if checked else unchecked_secrets(loaded.policy),
                 }
                 for loaded in result.policies
             ],
@@ -76,6 +81,8 @@ def validate_paths(
         for loaded in result.policies:
             lines.append(f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}")
             lines += [f"    {line}" for line in judge_advice(loaded.policy, scrape_interval)]
+            if not checked:
+                lines += [f"    not checked here: {line}" for line in unchecked_secrets(loaded.policy)]
         summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
         summary += f", {len(errors)} {'error' if len(errors) == 1 else 'errors'}"
         summary += f" in {len(result.files)} {'file' if len(result.files) == 1 else 'files'}"
@@ -88,6 +95,19 @@ def policy_warnings(policy: PromotionPolicy, scrape_interval: float = 30.0) -> l
     """What may keep the policy from judging what it means: limits no bucket edge resolves, windows
     the scrapes cannot cover."""
     return resolution_warnings(policy) + window_warnings(policy, scrape_interval)
+
+
+def unchecked_secrets(policy: PromotionPolicy) -> list[str]:
+    """The secret references whose scope only the controller's flags decide, each with that flag."""
+    lines = []
+    for loc, ref in secret_refs(policy):
+        if ref.env is not None:
+            flag = f"--secret-env-allow {policy.metadata.namespace}=GLOB"
+            lines.append(f"{format_loc((*loc, 'env'))} {ref.env}: the controller's {flag} decides")
+        else:
+            flag = f"--secret-file-root (file {ref.file} under DIR/{policy.metadata.namespace}/)"
+            lines.append(f"{format_loc((*loc, 'file'))}: the controller's {flag} decides")
+    return lines
 
 
 def judge_advice(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
