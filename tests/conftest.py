@@ -58,6 +58,7 @@ EXPECTED_SECONDS: dict[str, float] = {
     "tests/faults/test_process_faults.py": 160,
     "tests/e2e/test_rollout_report.py": 145,
     "tests/e2e/test_rollouts.py": 120,
+    "tests/e2e/test_evidence_lag.py": 140,
     "tests/faults/test_prometheus_faults.py": 115,
     "tests/faults/test_state_faults.py": 100,
     "tests/e2e/test_state_loss.py": 95,

@@ -85,6 +85,7 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "NEWEST_FIELD",
     "OOM_FIELD",
     "PEAK_FIELD",
     "PEAK_MEASURES",
@@ -565,6 +566,8 @@ CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no 
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
 BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
 OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
+# evidence_field of a revision's newest request-counter sample time (Unix seconds, Prometheus' own)
+NEWEST_FIELD = "newest"
 _COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
 
 
@@ -616,7 +619,8 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
     ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
     vLLM's time-to-first-token and end-to-end histograms come along (``bucket:ttft``,
-    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them.
+    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them, and
+    per revision the time of its newest counter sample (``newest``, Unix seconds).
     Valid as an instant query (one sample per series) and as a range query (the same, per step).
     """
     if not revisions:
@@ -641,7 +645,18 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
 
     counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
     buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
-    parts = [_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD)]
+    # How far each revision's evidence reaches: the time of its newest counter sample as Prometheus
+    # holds it, behind any ingestion lag (remote write, Thanos, Mimir). timestamp() of a plain
+    # selector reads the samples' own times (of any other expression, the evaluation time).
+    stamped = selection.by_revision(
+        f"timestamp({metrics.count_metric}{{{selection.matchers(revisions)}}})", revisions
+    )
+    newest = f"max by (namespace, revision) ({stamped})"
+    parts = [
+        _with_field(counter, COUNTER_FIELD),
+        _with_field(buckets, BUCKET_FIELD),
+        _with_field(newest, NEWEST_FIELD),
+    ]
     # vLLM's own histograms (in the model server, seconds; absent for other servers: no series).
     vllm_matchers = _POD_SELECTION.matchers(revisions)
     for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):

@@ -147,6 +147,9 @@ class Stack:
     workdir: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     scrape_interval: float = 1.0  # Prometheus' (the scale benchmark scrapes thousands of pods less often)
+    # Seconds before Prometheus holds a sample (remote write, Thanos, Mimir): the fleet's samples
+    # arrive that late, with their own timestamps (canary_sandbox.exporter.IngestionLag).
+    ingestion_lag: float = 0.0
     request_log_size: int = 10_000  # the emulator's request log
     # PromotionPolicy objects instead of files (the controller then runs with --policy-source crd).
     policy_objects: bool = False
@@ -189,7 +192,7 @@ class Stack:
             self.fleet = SimulatedFleet(
                 self.api, self.models, seed=self.seed, on_new_revision=self._on_new_revision
             )
-            exporter = self.fleet.serve()
+            exporter = self.fleet.serve(ingestion_lag=self.ingestion_lag)
             self._closers.append(exporter.shutdown)
             self._fleet_thread = threading.Thread(target=self._run_fleet, name="fleet", daemon=True)
             self._fleet_thread.start()

@@ -27,6 +27,10 @@ class RevisionBehaviour:
     median_ms: float = 80.0
     sigma: float = 0.35  # log-normal spread; p99 ~ median * exp(2.33 * sigma)
     error_rate: float = 0.002  # fraction of requests answered 5xx
+    # An overload that appears only at a higher share: from ``loaded_from_share`` of the traffic on,
+    # this fraction of requests is answered 5xx instead of ``error_rate``.
+    loaded_error_rate: float | None = None
+    loaded_from_share: float = 0.5
     # Latency grows with the revision's traffic share: median * (1 + load_sensitivity * share).
     load_sensitivity: float = 0.0
     gpu_total_mib: float = 81920.0  # an 80 GiB card
@@ -68,9 +72,12 @@ class PodSimulator:
         behaviour = self.behaviour
         median = behaviour.median_ms * (1.0 + behaviour.load_sensitivity * traffic_share)
         mu = math.log(median)
+        error_rate = behaviour.error_rate
+        if behaviour.loaded_error_rate is not None and traffic_share >= behaviour.loaded_from_share:
+            error_rate = behaviour.loaded_error_rate
         for _ in range(count):
             latency = self._random.lognormvariate(mu, behaviour.sigma)
-            code = "5xx" if self._random.random() < behaviour.error_rate else "2xx"
+            code = "5xx" if self._random.random() < error_rate else "2xx"
             self.requests[code] += 1
             self.latency_sum_ms += latency
             self.latency_count += 1

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from canary_sandbox.exporter import IngestionLag
 from canary_sandbox.fleet.behaviour import KNATIVE_LATENCY_BUCKETS_MS, PodSimulator, RevisionBehaviour
 
 __all__ = ["ModelTraffic", "SimulatedFleet", "storage_uri"]
@@ -209,13 +210,17 @@ class SimulatedFleet:
         with self._lock:
             return _render(self._pods, self._pod_meta, self._gpu_label_style, self._ksm_label_style)
 
-    def serve(self, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-        """Serve ``/metrics`` on a background thread; returns the server (``server_address`` has the port)."""
-        fleet = self
+    def serve(
+        self, host: str = "127.0.0.1", port: int = 0, *, ingestion_lag: float = 0.0
+    ) -> ThreadingHTTPServer:
+        """Serve ``/metrics`` on a background thread; returns the server (``server_address`` has the port).
+
+        ``ingestion_lag``: Prometheus holds each sample that many seconds late (:class:`IngestionLag`)."""
+        render = IngestionLag(self.render, ingestion_lag) if ingestion_lag > 0 else self.render
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = fleet.render().encode()
+                body = render().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
