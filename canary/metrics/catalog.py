@@ -81,8 +81,10 @@ __all__ = [
     "FIELD_SAMPLES",
     "KIND_FAMILY",
     "OOM_FIELD",
+    "OUTER_HISTOGRAM",
     "PEAK_FIELD",
     "PEAK_MEASURES",
+    "QUEUE_PROXY_SERVER_SCOPE",
     "REQUESTS_PROFILES",
     "RESTARTS_COUNTER",
     "BuiltinQuery",
@@ -148,6 +150,10 @@ class RequestsMetrics:
     revision_label: str | None  # None: the revision is known only from the pod name
     latency_divisor: float  # to seconds
     pod_label: str = "pod"  # the label naming the queue-proxy's pod (a counter reset is per pod)
+    # Selects the queue-proxy's series among others of the same name (see QUEUE_PROXY_SERVER_SCOPE).
+    series_matcher: str = ""
+    # The family's own name, which tells the Knative generation apart (detection looks for it).
+    generation_metric: str = ""
     # Where the response class comes from: a label already holding "5xx" (OpenCensus), or a status
     # code mapped to its class by the pattern ("503" -> "5xx").
     code_label: str = "http_response_status_code"
@@ -156,8 +162,29 @@ class RequestsMetrics:
 
     @property
     def detection_metric(self) -> str:
-        return self.count_metric
+        return self.generation_metric or self.count_metric
 
+    @property
+    def outer_selector(self) -> str | None:
+        """The histogram the checks read, as a series selector, when it is not the generation's own
+        (Knative >= 1.19: the otelhttp server histogram around the breaker); detection asks for it."""
+        if self.generation_metric and self.series_matcher:
+            return f"{self.count_metric}{{{self.series_matcher}}}"
+        return None
+
+
+# Knative >= 1.19 records its own request histogram (kn.queueproxy.app.duration, renamed
+# kn.serving.invocation.duration in 1.21) *inside* the breaker: requests the breaker answers 503 when
+# its queue is full, and the time admitted requests wait for a slot, never reach it. Only the
+# otelhttp server histogram wrapped around the whole queue-proxy handler chain sees every request as
+# the client does (knative/serving pkg/queue/sharedmain/handlers.go: requestAppMetricsHandler is
+# composed inside queue.ProxyHandler, otelhttp.NewHandler outside everything). Its name is the
+# generic http.server.request.duration, which a model server instrumented with OpenTelemetry in the
+# same pod may export too: the instrumentation scope (Prometheus' otel_scope_name label) tells the
+# queue-proxy's series apart.
+QUEUE_PROXY_SERVER_SCOPE = "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+OUTER_HISTOGRAM = "http_server_request_duration_seconds"
+_OUTER_SERIES = f'otel_scope_name="{QUEUE_PROXY_SERVER_SCOPE}"'
 
 REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OPENCENSUS: RequestsMetrics(
@@ -178,24 +205,28 @@ REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
         knative="1.19-1.20",
-        count_metric="kn_queueproxy_app_duration_seconds_count",
-        bucket_metric="kn_queueproxy_app_duration_seconds_bucket",
-        histogram_count_metric="kn_queueproxy_app_duration_seconds_count",
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
         server_error_matcher='http_response_status_code=~"5.."',
         namespace_label="namespace",
         revision_label=None,
         latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric="kn_queueproxy_app_duration_seconds_count",
     ),
     RequestsProfile.KNATIVE_OTEL_INVOCATION: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_INVOCATION,
         knative=">= 1.21",
-        count_metric="kn_serving_invocation_duration_seconds_count",
-        bucket_metric="kn_serving_invocation_duration_seconds_bucket",
-        histogram_count_metric="kn_serving_invocation_duration_seconds_count",
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
         server_error_matcher='http_response_status_code=~"5.."',
         namespace_label="namespace",
         revision_label=None,
         latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric="kn_serving_invocation_duration_seconds_count",
     ),
 }
 
@@ -388,7 +419,8 @@ def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> 
     window = query.window
 
     def summed(function: str, metric: str, extra: str = "", by: str = _GROUP) -> str:
-        series = f"{function}({metric}{{{selection.matchers(revisions, extra)}}}[{window}])"
+        matchers = selection.matchers(revisions, ", ".join(filter(None, (metrics.series_matcher, extra))))
+        series = f"{function}({metric}{{{matchers}}}[{window}])"
         return f"sum by ({by}) ({selection.by_revision(series, revisions)})"
 
     requests = summed("increase", metrics.count_metric)
@@ -579,7 +611,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     selection = _Selection(metrics.namespace_label, metrics.revision_label or query.revision_label)
 
     def normalised(metric: str) -> str:
-        series = f"{metric}{{{selection.matchers(revisions)}}}"
+        series = f"{metric}{{{selection.matchers(revisions, metrics.series_matcher)}}}"
         relabelled = selection.by_revision(series, revisions)
         relabelled = _relabel(relabelled, "pod", metrics.pod_label, "(.+)")
         replacement = string_literal(metrics.code_replacement)

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, REQUESTS_PROFILES
+from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, REQUESTS_PROFILES, RequestsMetrics
 from canary.metrics.client import PrometheusClient, QueryFailure, as_utc
 from canary.policy.model import GpuLabelStyle, RequestsProfile
 
@@ -180,7 +180,11 @@ class ProfileDetector:
         candidates = {REQUESTS_PROFILES[profile].detection_metric: profile for profile in _NEWEST_FIRST}
         looked_for = tuple(candidates)
         end = as_utc(at)
-        names, http_requests = self._client.label_values("__name__", looked_for, end - self._lookback, end)
+        # The histogram the >= 1.19 checks read, asked for in the same call (by its scope: see
+        # QUEUE_PROXY_SERVER_SCOPE): a generation found without it would read no requests.
+        outer = sorted({s for s in (m.outer_selector for m in REQUESTS_PROFILES.values()) if s is not None})
+        matches = (*looked_for, *outer)
+        names, http_requests = self._client.label_values("__name__", matches, end - self._lookback, end)
         if isinstance(names, QueryFailure):
             detail = f"could not list metric names: {names.detail}"
             return Detection(REQUESTS_FAMILY, None, looked_for, (), detail, end, names), http_requests
@@ -200,6 +204,7 @@ class ProfileDetector:
         detail = f"{found[0]} found: Knative {REQUESTS_PROFILES[chosen].knative} ({chosen.value})"
         if len(found) > 1:
             detail += f"; also found {', '.join(found[1:])} (older pods?) — using the newest family"
+        detail += _outer_missing(REQUESTS_PROFILES[chosen], set(names))
         return Detection(REQUESTS_FAMILY, chosen.value, looked_for, found, detail, end), http_requests
 
     def _detect_gpu_labels(self, at: datetime) -> tuple[Detection, int]:
@@ -236,6 +241,18 @@ _GPU_STYLE_WHY = {
     GpuLabelStyle.POD_NAME: "dcgm-exporter runs with --use-old-namespace (pod_name/pod_namespace)",
     GpuLabelStyle.POD: "the workload's pod and namespace labels are kept",
 }
+
+
+def _outer_missing(metrics: RequestsMetrics, names: set[str]) -> str:
+    """What to say when a generation is found without the histogram its checks read."""
+    if metrics.outer_selector is None or metrics.count_metric in names:
+        return ""
+    return (
+        f". WARNING: no {metrics.outer_selector} series: the error-rate and latency checks read the "
+        "queue-proxy's server histogram (it alone sees the breaker's 503s and the time queued) and "
+        "find no requests; it comes from the same queue-proxy port, so check that no metric "
+        "relabelling drops it"
+    )
 
 
 def _minutes(span: timedelta) -> str:

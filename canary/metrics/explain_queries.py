@@ -304,6 +304,8 @@ def _requests(
     label = family.revision_label or revision_label
     canary = [f"{family.namespace_label}={_quoted(namespace)}"]
     canary.append(f"{label}={_quoted(revision)}" if label is not None else _pods_of("pod", revision))
+    if family.series_matcher:
+        canary.append(family.series_matcher)  # the queue-proxy's own series (Knative >= 1.19)
     if measure is MetricKind.ERROR_RATE:
         total = f"sum(increase({_selector(family.count_metric, *canary)}[{window}]))"
         errors = (
