@@ -32,6 +32,10 @@ Semantics built into the PromQL
   in bytes (DCGM's MiB multiplied by 2**20), so the resolved PromQL returns exactly the evidence value.
 * A latency quantile that falls into the ``+Inf`` bucket reads as the highest finite bucket bound
   (``histogram_quantile``'s rule): a lower bound of the truth.
+* Requests are counted where the client's view is recorded: around the queue-proxy's breaker. On
+  Knative >= 1.19 that is otelhttp's ``http_server_request_duration_seconds``, selected by its
+  instrumentation scope (:data:`QUEUE_PROXY_SERVER_SCOPE` says why); the generation's own histogram
+  only tells which Knative runs.
 * Revisions are selected by a revision label (Knative <= 1.18: ``revision_name``; a relabelled label on
   the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name everywhere else:
   the exact names Knative and the apiserver give a revision's pods (:mod:`canary.metrics.podnames`,
