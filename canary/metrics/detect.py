@@ -251,7 +251,8 @@ def _outer_missing(metrics: RequestsMetrics, names: set[str]) -> str:
         f". WARNING: no {metrics.outer_selector} series: the error-rate and latency checks read the "
         "queue-proxy's server histogram (it alone sees the breaker's 503s and the time queued) and "
         "find no requests; it comes from the same queue-proxy port, so check that no metric "
-        "relabelling drops it"
+        "relabelling drops it (pushed over OTLP: that Prometheus promotes the scope, "
+        "otlp.promote_scope_metadata)"
     )
 
 
