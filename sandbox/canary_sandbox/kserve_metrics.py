@@ -18,12 +18,21 @@ real exporters do:
   (``shed_ratio``: 503s when its queue is full) or queues requests (``queue_seconds``) shows both only
   in the outer histogram. Counters reset when the queue-proxy container restarts; a 5xx series
   appears only with the first 5xx, as the exporters do.
+  The OpenTelemetry families are scraped by a PodMonitor (``request_labels="scraped"``: ``namespace``,
+  ``pod``, and the scope as ``otel_scope_name``) or pushed over OTLP to Prometheus' OTLP receiver, as
+  its translator stores them (:func:`otlp_labels`): ``job`` and ``instance`` from the queue-proxy's
+  ``service.name`` and ``service.instance.id``, the other resource attributes on ``target_info``
+  only, and ``k8s_namespace_name`` on every series too when ``promote_resource_attributes`` names
+  ``k8s.namespace.name`` (``request_labels="otlp"``); no scope label (Prometheus promotes it only
+  with ``otlp.promote_scope_metadata``).
 * optionally (``model_server_otel``) the model server's own OpenTelemetry
   ``http_server_request_duration_seconds`` in the same pod (another scope, another container): the
   requests that reached it, as it timed them.
 * kube-state-metrics: ``kube_pod_created``, ``kube_pod_status_ready_time`` (only while Ready),
   restart counters of containers and of the ``storage-initializer`` init container, and the
-  ``*_last_terminated_reason`` gauges (only the last reason, as kube-state-metrics does).
+  ``*_last_terminated_reason`` gauges (only the last reason, as kube-state-metrics does); scraped
+  with honorLabels, or without (``ksm_labels="exported_pod"``: a ServiceMonitor's target labels
+  ``namespace``, ``pod``, ``container`` win and the workload's become ``exported_*``).
 * dcgm-exporter: ``DCGM_FI_DEV_FB_USED`` / ``FREE`` / ``RESERVED`` in MiB, one series per GPU, with the
   workload under ``pod``/``namespace`` or, behind a ServiceMonitor without honorLabels,
   ``exported_pod``/``exported_namespace`` (then ``pod`` is the exporter's own pod), or with
@@ -65,6 +74,8 @@ __all__ = [
     "empirical_quantile",
     "inner_histogram",
     "otel_request_labels",
+    "otlp_labels",
+    "otlp_resource",
 ]
 
 # Knative's OpenCensus latency distribution (milliseconds).
@@ -177,6 +188,12 @@ class Revision:
     queue_seconds: float = 0.0
     model_server_otel: bool = False  # the model server exports its own http_server_request_duration
     revision_label: str | None = None  # OTel profiles: a PodMonitor relabelling that adds the revision
+    # OTel profiles: "scraped" (a PodMonitor), or pushed over OTLP: "otlp" (k8s.namespace.name promoted),
+    # "otlp-target-info" (no resource attribute promoted: namespace and revision only on target_info)
+    request_labels: str = "scraped"
+    ksm_labels: str = (
+        "pod"  # or "exported_pod": kube-state-metrics behind a ServiceMonitor without honorLabels
+    )
     gpu_labels: str = "pod"  # or "exported_pod", or "pod_name" (dcgm-exporter --use-old-namespace)
     gpu_used_mib: float = 40000.0  # plateau of framebuffer use per GPU
     gpu_spike_mib: float = 0.0  # added once, on the first pod's GPU 0, mid-way
@@ -390,16 +407,18 @@ class Simulation:
         if profile == "knative-opencensus":
             self._emit_opencensus(revision, pod, t, outer)
             return
-        queue_proxy = {"namespace": revision.namespace, "pod": pod.name, "container": "queue-proxy",
-                       "job": "queue-proxy"}  # fmt: skip
-        if revision.revision_label:
-            queue_proxy[revision.revision_label] = revision.name
-        self._emit_otel(inner_histogram(profile), QUEUE_PROXY_SCOPE, queue_proxy, t, inner)
-        self._emit_otel(OUTER_HISTOGRAM, OTELHTTP_SCOPE, queue_proxy, t, outer)
-        if revision.model_server_otel:
+        self._emit_otel(inner_histogram(profile), QUEUE_PROXY_SCOPE, revision, pod, t, inner)
+        self._emit_otel(OUTER_HISTOGRAM, OTELHTTP_SCOPE, revision, pod, t, outer)
+        if revision.model_server_otel:  # scraped from the model server's own port
             model = {"namespace": revision.namespace, "pod": pod.name, "container": "kserve-container",
                      "job": "model-server"}  # fmt: skip
-            self._emit_otel(OUTER_HISTOGRAM, MODEL_SERVER_SCOPE, model, t, server)
+            for status in server.counts:
+                labels = {**model, **otel_request_labels(MODEL_SERVER_SCOPE, status)}
+                self._emit_histogram(OUTER_HISTOGRAM, OTEL_BUCKETS, labels, t, server, status)
+        if revision.request_labels != "scraped":
+            # helper.go addResourceTargetInfo: one target_info sample per push, at the batch's timestamp.
+            info = otlp_resource(revision, pod.name)
+            self._series(TARGET_INFO, "gauge", TARGET_INFO, info).samples.append((t, 1.0))
 
     def _emit_opencensus(self, revision: Revision, pod: Pod, t: float, tally: _Tally) -> None:
         for status, count in tally.counts.items():
@@ -420,9 +439,11 @@ class Simulation:
             self._series(name, "counter", name, base).samples.append((t, float(count)))
             self._emit_histogram("revision_request_latencies", OPENCENSUS_BUCKETS_MS, base, t, tally, status)
 
-    def _emit_otel(self, histogram: str, scope: str, target: dict[str, str], t: float, tally: _Tally) -> None:
+    def _emit_otel(
+        self, histogram: str, scope: str, revision: Revision, pod: Pod, t: float, tally: _Tally
+    ) -> None:
         for status in tally.counts:
-            base = {**target, **otel_request_labels(scope, status)}
+            base = _otel_labels(revision, pod, scope, status)
             self._emit_histogram(histogram, OTEL_BUCKETS, base, t, tally, status)
 
     def _emit_histogram(
@@ -481,6 +502,16 @@ class Simulation:
 
     def _play_kube_state(self, revision: Revision, pod: Pod, ticks: list[float]) -> None:
         base = {"namespace": revision.namespace, "pod": pod.name, "uid": pod.uid, "job": "kube-state-metrics"}
+        container_label = "container"
+        if revision.ksm_labels == "exported_pod":
+            # A ServiceMonitor's target labels (kube-state-metrics' own pod) win over the exported ones.
+            base = {
+                "exported_namespace": revision.namespace,
+                "exported_pod": pod.name,
+                "uid": pod.uid,
+                **_KSM_TARGET,
+            }
+            container_label = "exported_container"
         containers = ("kserve-container", "queue-proxy")
         for t in ticks:
             self._series("kube_pod_created", "gauge", "kube_pod_created", base).samples.append(
@@ -497,11 +528,11 @@ class Simulation:
                 prefix = "kube_pod_init_container" if init else "kube_pod_container"
                 if not init or done:
                     name = f"{prefix}_status_restarts_total"
-                    labels = {**base, "container": container}
+                    labels = {**base, container_label: container}
                     self._series(name, "counter", name, labels).samples.append((t, float(len(done))))
                 if done:
                     name = f"{prefix}_status_last_terminated_reason"
-                    labels = {**base, "container": container, "reason": done[-1].reason}
+                    labels = {**base, container_label: container, "reason": done[-1].reason}
                     self._series(name, "gauge", name, labels).samples.append((t, 1.0))
 
     def _play_gpus(
@@ -579,6 +610,69 @@ def _inner_seconds(revision: Revision, record: RequestRecord) -> float:
     if revision.requests_profile == "knative-otel-queueproxy":
         return float(math.floor(record.app_latency))
     return record.app_latency
+
+
+TARGET_INFO = "target_info"
+# The target labels a prometheus-operator ServiceMonitor gives kube-state-metrics' own pod.
+_KSM_TARGET = {
+    "namespace": "monitoring",
+    "pod": "kube-state-metrics-7c9d8b6f5d-x2x4k",
+    "container": "kube-state-metrics",
+    "service": "kube-state-metrics",
+    "endpoint": "http",
+    "instance": "10.0.3.7:8080",
+    "job": "kube-state-metrics",
+}
+
+
+def otlp_resource(revision: Revision, pod: str) -> dict[str, str]:
+    """``target_info`` of a queue-proxy that pushes over OTLP: its resource attributes (knative/serving
+    pkg/queue/sharedmain/otel.go ``res``, keys in pkg/metrics/newkey.go) as Prometheus stores them
+    (prometheusremotewrite/helper.go ``addResourceTargetInfo``: the non-identifying attributes, with
+    ``job``/``instance`` from service.name/service.instance.id; dots become underscores)."""
+    service = f"{revision.inference_service}-predictor"  # the Knative Service KServe creates
+    return {
+        "job": service,  # service.name = SERVING_SERVICE
+        "instance": pod,  # service.instance.id = the pod's name
+        "k8s_namespace_name": revision.namespace,
+        "kn_configuration_name": service,
+        "kn_revision_name": revision.name,
+        "kn_service_name": service,
+        "service_version": "v1.21.0",
+        "telemetry_sdk_language": "go",
+        "telemetry_sdk_name": "opentelemetry",
+        "telemetry_sdk_version": "1.37.0",
+    }
+
+
+def otlp_labels(revision: Revision, pod: str) -> dict[str, str]:
+    """The labels every OTLP-pushed series of the queue-proxy carries besides its data point's
+    attributes (helper.go ``createAttributes``): ``job``, ``instance``, and the promoted resource
+    attributes (``request_labels="otlp"``: ``k8s.namespace.name``)."""
+    resource = otlp_resource(revision, pod)
+    labels = {"job": resource["job"], "instance": resource["instance"]}
+    if revision.request_labels == "otlp":
+        labels["k8s_namespace_name"] = resource["k8s_namespace_name"]
+    return labels
+
+
+def _otel_labels(revision: Revision, pod: Pod, scope: str, status: str) -> dict[str, str]:
+    """One queue-proxy histogram's labels: its data point's attributes and scope, with the labels of a
+    scrape (a PodMonitor's ``namespace``, ``pod``, ...) or of an OTLP push (``job``, ``instance``,
+    promoted attributes; the scope is not promoted)."""
+    point = otel_request_labels(scope, status)
+    if revision.request_labels != "scraped":
+        unscoped = {key: value for key, value in point.items() if not key.startswith("otel_scope_")}
+        return {**otlp_labels(revision, pod.name), **unscoped}
+    base = {
+        "namespace": revision.namespace,
+        "pod": pod.name,
+        "container": "queue-proxy",
+        "job": "queue-proxy",
+    }
+    if revision.revision_label:
+        base[revision.revision_label] = revision.name
+    return {**base, **point}
 
 
 def poisson(rng: random.Random, mean: float) -> int:

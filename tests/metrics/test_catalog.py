@@ -117,9 +117,10 @@ def test_otel_profiles_read_the_queue_proxys_outer_histogram_by_its_scope(
     counters = render_counters(CounterQuery(profile, label), ROLLOUT)
     assert _selects_outer(counters, "count") and _selects_outer(counters, "bucket")
     assert inner not in counters
+    # detection asks for it scraped (the scope a label) or pushed over OTLP (no scope label)
     assert REQUESTS_PROFILES[profile].outer_selector == (
-        'http_server_request_duration_seconds_count{otel_scope_name="go.opentelemetry.io/contrib/'
-        'instrumentation/net/http/otelhttp"}'
+        'http_server_request_duration_seconds_count{otel_scope_name=~"(go\\\\.opentelemetry\\\\.io/'
+        'contrib/instrumentation/net/http/otelhttp)?"}'
     )
 
 
@@ -129,3 +130,37 @@ def test_opencensus_reads_its_own_histogram_which_is_already_outside_the_breaker
     assert metrics.outer_selector is None
     promql = render_counters(CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS), ROLLOUT)
     assert "otel_scope_name" not in promql and "http_server_request_duration" not in promql
+
+
+def test_label_styles_select_by_their_own_labels() -> None:
+    """OTLP with the namespace promoted: ``k8s_namespace_name`` and the pods on ``instance``;
+    without promotion, a join with target_info; kube-state-metrics' exported_* read as the workload's."""
+    from canary.metrics.labels import KSM_EXPORTED, JoinLabels
+
+    profile = RequestsProfile.KNATIVE_OTEL_INVOCATION
+    promoted = BuiltinQuery(
+        "error-rate", "600s", requests_profile=profile, labels=JoinLabels("k8s_namespace_name", "instance")
+    )
+    promql = render_builtin(promoted, ROLLOUT)
+    assert 'k8s_namespace_name="ml"' in promql and 'instance=~"(?:llama-chat' in promql
+    assert "pod=~" not in promql
+    joined = JoinLabels("k8s_namespace_name", "instance", "kn_revision_name", target_info=True, pushed=True)
+    promql = render_builtin(BuiltinQuery("latency", "600s", 0.99, profile, labels=joined), ROLLOUT)
+    # selected by the join; pushed over OTLP the scope is a label only when Prometheus promotes it
+    scope = 'otel_scope_name=~"(go\\\\.opentelemetry\\\\.io/contrib/instrumentation/net/http/otelhttp)?"'
+    assert f"http_server_request_duration_seconds_bucket{{{scope}}}[600s]" in promql
+    assert (
+        '* on (job, instance) group_left (k8s_namespace_name, kn_revision_name) target_info{k8s_namespace_name="ml", '
+        'kn_revision_name=~"(llama-chat-predictor-00011|llama-chat-predictor-00012)"}' in promql
+    )
+    oom = render_builtin(BuiltinQuery("oom-kills", "600s", labels=KSM_EXPORTED), ROLLOUT)
+    assert 'exported_container="kserve-container"' in oom and 'exported_namespace="ml"' in oom
+    assert "label_replace(" in oom and '"pod", "$1", "exported_pod", "(.+)"' in oom
+
+
+@pytest.mark.parametrize("name", ["k8s.namespace.name", 'x"}', "a b", "", "1pod"])
+def test_a_label_name_that_is_not_an_identifier_never_reaches_promql(name: str) -> None:
+    from canary.metrics.labels import JoinLabels
+
+    with pytest.raises(ValueError, match="not a Prometheus label name"):
+        JoinLabels(namespace=name)

@@ -25,7 +25,12 @@ CHECKS: list[dict[str, Any]] = [
     {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
     {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": "2s", "maxIncrease": "50%"},
 ]
-EXPLICIT = {"requests": "knative-opencensus", "gpuLabels": "pod"}
+EXPLICIT = {
+    "requests": "knative-opencensus",
+    "requestLabels": "scraped",
+    "gpuLabels": "pod",
+    "kubeStateLabels": "pod",
+}
 COUNTED = {"latency", "error-rate", "restarts", "oom-kills", "ttft"}
 PEAKS = {"gpu-memory-peak", "kv-cache-usage", "warmup-time"}
 OTHERS = [check for check in CHECKS if check["metric"] not in COUNTED | PEAKS]

@@ -98,7 +98,9 @@ def test_the_fleet_exports_both_otel_histograms_with_their_scopes() -> None:
     pod = PodSimulator("p", "llama-predictor-00002", "ml", RevisionBehaviour(shed_ratio=0.1), seed=1,
                        bounds_ms=_OTEL_BOUNDS_MS, keeps_inner=True)  # fmt: skip
     pod.serve(500, 0.5)
-    text = _render({("ml", "p"): pod}, {("ml", "p"): ("uid", 0.0, 1.0)}, "pod", "knative-otel-invocation")
+    text = _render(
+        {("ml", "p"): pod}, {("ml", "p"): ("uid", 0.0, 1.0)}, "pod", "pod", "knative-otel-invocation"
+    )
     assert "revision_request_count" not in text
     counts: dict[tuple[str, str, str], float] = {}
     for line in text.splitlines():
