@@ -72,6 +72,7 @@ EXPECTED_SECONDS: dict[str, float] = {
     "tests/e2e/test_resilience.py::test_prometheus_down_mid_rollout_holds_and_resumes_when_it_returns": 52,
     "tests/e2e/test_gitops_flow.py::test_a_policy_beside_its_model_in_git_runs_the_rollout_and_kubectl_wait_returns_on_this_promotion": 50,
     "tests/e2e/test_gates.py": 45,
+    "tests/e2e/test_otel_overload.py": 40,
     "tests/e2e/test_resilience.py::test_sigterm_stops_cleanly_and_releases_the_lease_for_the_standby": 35,
     "tests/e2e/test_notification_delivery.py::test_the_outbox_survives_a_controller_restart": 33,
     "tests/e2e/test_resilience.py::test_dry_run_decides_and_logs_but_writes_nothing": 16,

@@ -153,6 +153,8 @@ class Stack:
     request_log_size: int = 10_000  # the emulator's request log
     # PromotionPolicy objects instead of files (the controller then runs with --policy-source crd).
     policy_objects: bool = False
+    # The Knative generation the fleet's queue-proxies export (knative-otel-*: both >= 1.19 histograms).
+    requests_profile: str = "knative-opencensus"
 
     def __post_init__(self) -> None:
         self._owned_workdir = self.workdir is None
@@ -190,7 +192,11 @@ class Stack:
             for namespace in sorted({model.namespace for model in self.models} - {"default"}):
                 self.emulator.create_namespace(namespace)
             self.fleet = SimulatedFleet(
-                self.api, self.models, seed=self.seed, on_new_revision=self._on_new_revision
+                self.api,
+                self.models,
+                seed=self.seed,
+                on_new_revision=self._on_new_revision,
+                requests_profile=self.requests_profile,
             )
             exporter = self.fleet.serve(ingestion_lag=self.ingestion_lag)
             self._closers.append(exporter.shutdown)
