@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.command == "check":
         started = time.monotonic()
-        findings = check(options.out, options.wheelhouse)
+        findings = check(options.out.resolve(), options.wheelhouse.resolve())
         print(f"release-check: {time.monotonic() - started:.0f} s")
     elif options.command == "package-chart":
         package = package_chart(options.destination, image_digest=options.image_digest)
