@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from canary.evidence import ErrorClass
-from canary.metrics.catalog import FIELD_LABEL, RevisionKey
+from canary.metrics.catalog import FIELD_LABEL, NAMESPACE_LABEL, REVISION_LABEL, RevisionKey
 from canary.metrics.client import QueryFailure, QueryOutcome
 
 __all__ = [
@@ -81,7 +81,7 @@ def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
             return QueryFailure(
                 ErrorClass.UNEXPECTED_RESULT, f"a series whose labels are not an object: {brief(labels)}"
             )
-        namespace, revision = labels.get("namespace"), labels.get("revision")
+        namespace, revision = labels.get(NAMESPACE_LABEL), labels.get(REVISION_LABEL)
         if not isinstance(namespace, str) or not isinstance(revision, str):
             return QueryFailure(
                 ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {brief(labels)}"

@@ -80,11 +80,15 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "NAMESPACE_LABEL",
     "OOM_FIELD",
     "PEAK_FIELD",
     "PEAK_MEASURES",
+    "POD_LABEL",
     "REQUESTS_PROFILES",
+    "RESERVED_PREFIX",
     "RESTARTS_COUNTER",
+    "REVISION_LABEL",
     "BuiltinQuery",
     "CounterQuery",
     "Family",
@@ -98,8 +102,16 @@ __all__ = [
     "render_peaks",
 ]
 
+# The labels a grouped query routes its answer by. label_replace writes them onto the workloads' own
+# series, so they carry a prefix no exporter uses: a workload that exports a `revision` or
+# `namespace` label of its own must neither be misattributed nor make two series of one labelset
+# (Prometheus refuses such a query with "vector cannot contain metrics with the same labelset").
+RESERVED_PREFIX = "kserve_canary_"
+NAMESPACE_LABEL = RESERVED_PREFIX + "namespace"
+REVISION_LABEL = RESERVED_PREFIX + "revision"
+POD_LABEL = RESERVED_PREFIX + "pod"
 # The label that tells a value series from its companions (see the module docstring).
-FIELD_LABEL = "evidence_field"
+FIELD_LABEL = RESERVED_PREFIX + "field"
 FIELD_SAMPLES = "samples"
 FIELD_FRACTION = "fraction"
 
@@ -279,8 +291,6 @@ def _matcher(label: str, values: Collection[str]) -> str:
 
 
 def _relabel(expression: str, target: str, source: str, pattern: str = "(.*)") -> str:
-    if target == source:
-        return expression
     return f'label_replace({expression}, "{target}", "$1", "{source}", "{string_literal(pattern)}")'
 
 
@@ -310,14 +320,14 @@ class _Selection:
         By pod name: the selection already picked exactly the revisions' pods, so the revision is read
         back by one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
         """
-        relabelled = _relabel(expression, "namespace", self.namespace_label)
+        relabelled = _relabel(expression, NAMESPACE_LABEL, self.namespace_label)
         if self.revision_label is not None:
-            return _relabel(relabelled, "revision", self.revision_label)
+            return _relabel(relabelled, REVISION_LABEL, self.revision_label)
         return _revision_from_pod(relabelled, self.pod_label, {key.revision for key in revisions})
 
 
-_POD_KEY = "canary_pod_key"  # the first 52 characters of a hashed revision's pod, while joining
-_HASHED_REVISION = "canary_hashed_revision"
+_POD_KEY = RESERVED_PREFIX + "pod_key"  # the first 52 characters of a hashed revision's pod, while joining
+_HASHED_REVISION = RESERVED_PREFIX + "hashed_revision"
 
 
 def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[str]) -> str:
@@ -330,9 +340,9 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
     """
     shapes = {naming(revision) for revision in revisions}
     if PodNaming.KEPT in shapes:
-        expression = _relabel(expression, "revision", pod_label, KEPT_REVISION)
+        expression = _relabel(expression, REVISION_LABEL, pod_label, KEPT_REVISION)
     if PodNaming.CUT in shapes:
-        expression = _relabel(expression, "revision", pod_label, CUT_REVISION)
+        expression = _relabel(expression, REVISION_LABEL, pod_label, CUT_REVISION)
     hashed = sorted(revision for revision in revisions if naming(revision) is PodNaming.HASHED)
     if not hashed:
         return expression
@@ -342,7 +352,7 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
         entry = f'label_replace(vector(1), "{_POD_KEY}", "{string_literal(hashed_key(revision))}", "", "")'
         entries.append(f'label_replace({entry}, "{_HASHED_REVISION}", "{string_literal(revision)}", "", "")')
     joined = f"{keyed} * on ({_POD_KEY}) group_left ({_HASHED_REVISION}) ({' or '.join(entries)})"
-    named = _relabel(joined, "revision", _HASHED_REVISION, "(.+)")
+    named = _relabel(joined, REVISION_LABEL, _HASHED_REVISION, "(.+)")
     return _drop(_drop(named, _POD_KEY), _HASHED_REVISION)
 
 
@@ -351,7 +361,7 @@ def _drop(expression: str, label: str) -> str:
 
 
 _POD_SELECTION = _Selection("namespace", None)
-_GROUP = "namespace, revision"
+_GROUP = f"{NAMESPACE_LABEL}, {REVISION_LABEL}"
 
 
 def _with_field(expression: str, field: str) -> str:
@@ -512,11 +522,13 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counting)
 
-CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no readable code
+CODE_CLASS_LABEL = (
+    RESERVED_PREFIX + "code_class"
+)  # 1xx .. 5xx; absent when the exporter gave no readable code
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
 BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
 OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
-_COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
+_COUNTER_GROUP = f"{_GROUP}, {POD_LABEL}, {CODE_CLASS_LABEL}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +593,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     def normalised(metric: str) -> str:
         series = f"{metric}{{{selection.matchers(revisions)}}}"
         relabelled = selection.by_revision(series, revisions)
-        relabelled = _relabel(relabelled, "pod", metrics.pod_label, "(.+)")
+        relabelled = _relabel(relabelled, POD_LABEL, metrics.pod_label, "(.+)")
         replacement = string_literal(metrics.code_replacement)
         return (
             f'label_replace({relabelled}, "{CODE_CLASS_LABEL}", "{replacement}", '
@@ -595,8 +607,9 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     vllm_matchers = _POD_SELECTION.matchers(revisions)
     for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):
         series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions)
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
         parts.append(
-            _with_field(f"sum by (namespace, revision, pod, le) ({series})", f"{BUCKET_FIELD}:{measure}")
+            _with_field(f"sum by ({_GROUP}, {POD_LABEL}, le) ({series})", f"{BUCKET_FIELD}:{measure}")
         )
     return _union(*parts)
 
@@ -607,8 +620,9 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
     parts = []
     for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
         series = selection.by_revision(f"{metric}{{{selection.matchers(revisions)}}}", revisions)
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
         # Several kube-state-metrics replicas export the same counter: one value per container.
-        parts.append(f"max by ({_GROUP}, pod, container) ({series})")
+        parts.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
     restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
     # Markers: the model container's (the storage-initializer's) last termination was an OOM kill.
     markers = []
@@ -617,8 +631,10 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
         (KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
     ):
         matchers = selection.matchers(revisions, f'container="{container}", reason="OOMKilled"')
-        series = selection.by_revision(f"{reasons}{{{matchers}}} == 1", revisions)
-        markers.append(f"max by ({_GROUP}, pod, container) ({series})")
+        series = _relabel(
+            selection.by_revision(f"{reasons}{{{matchers}}} == 1", revisions), POD_LABEL, "pod", "(.+)"
+        )
+        markers.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
     oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
     return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
 

@@ -20,7 +20,9 @@ from canary.metrics.answers import GroupedAnswer, brief, labels_of, result_of
 from canary.metrics.catalog import (
     FIELD_LABEL,
     FIELD_SAMPLES,
+    NAMESPACE_LABEL,
     PEAK_FIELD,
+    REVISION_LABEL,
     PeakQuery,
     RevisionKey,
     render_peaks,
@@ -189,7 +191,11 @@ def _peak_series(
         labels = labels_of(series)
         if labels is None or not isinstance(pair, list) or len(pair) != 2:
             return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable series: {brief(series)}")
-        namespace, revision, kind = labels.get("namespace"), labels.get("revision"), labels.get(FIELD_LABEL)
+        namespace, revision, kind = (
+            labels.get(NAMESPACE_LABEL),
+            labels.get(REVISION_LABEL),
+            labels.get(FIELD_LABEL),
+        )
         if not isinstance(namespace, str) or not isinstance(revision, str) or not isinstance(kind, str):
             return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unexpected peak series: {brief(labels)}")
         key = RevisionKey(namespace, revision)
