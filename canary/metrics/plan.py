@@ -74,6 +74,7 @@ from canary.metrics.catalog import (
 )
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
+from canary.metrics.tenancy import Tenancy, TenancyError
 from canary.policy.model import (
     Check,
     GpuLabelStyle,
@@ -203,6 +204,9 @@ def families_needed(policy: PromotionPolicy) -> set[Family]:
     needed = {KIND_FAMILY[measure] for measure in measures if measure not in overrides}
     if any(check.metric is MetricKind.GPU_MEMORY_PEAK for check in policy.spec.checks):
         needed.add(Family.DCGM)  # the fraction always comes from the builtin DCGM query
+    custom = [check.promql for check in policy.spec.checks if check.promql] + list(overrides.values())
+    if any("DCGM_" in template for template in custom):
+        needed.add(Family.DCGM)  # its label style scopes a custom query on DCGM metrics (tenancy)
     return needed
 
 
@@ -223,8 +227,10 @@ def plan_rollout(
     *,
     min_window: float,
     grouping: QueryGrouping,
+    tenancy: Tenancy | None = None,
 ) -> list[Need]:
-    """Everything one evaluation of one rollout needs, each with the ask that answers it."""
+    """Everything one evaluation of one rollout needs, each with the ask that answers it (custom
+    queries scoped to the policy's namespace by ``tenancy``, :mod:`canary.metrics.tenancy`)."""
     window = format_duration_seconds(max(min_window, request.window_seconds))
     variables = {
         "namespace": request.namespace,
@@ -233,7 +239,17 @@ def plan_rollout(
         "window": window,
         "interval": format_duration_seconds(policy.spec.interval),
     }
-    planner = _Planner(rollout, request, resolutions, policy.spec.metrics, grouping, window, variables)
+    planner = _Planner(
+        rollout,
+        request,
+        resolutions,
+        policy.spec.metrics,
+        grouping,
+        window,
+        variables,
+        tenancy or Tenancy(),
+        _gpu_style(policy, resolutions),
+    )
     sides = _sides(request)
     needs: list[Need] = []
     for side, revision in sides:
@@ -252,6 +268,15 @@ def plan_rollout(
                     planner.template_need(side, check.name, revision, check.value_unit, None, check.promql)
                 )
     return needs
+
+
+def _gpu_style(policy: PromotionPolicy, resolutions: Mapping[Family, Resolution]) -> GpuLabelStyle | None:
+    """The DCGM label style custom queries are scoped by: the policy's, else the detected one."""
+    configured = policy.spec.metrics.gpu_labels
+    if configured is not GpuLabelStyle.AUTO:
+        return configured
+    choice = resolutions.get(Family.DCGM, Resolution()).choice
+    return GpuLabelStyle(choice) if choice else None
 
 
 def _sides(request: EvidenceRequest) -> list[tuple[Side, RevisionKey]]:
@@ -289,6 +314,8 @@ class _Planner:
     grouping: QueryGrouping
     window: str
     variables: Mapping[str, str]
+    tenancy: Tenancy
+    gpu: GpuLabelStyle | None
 
     def measure_needs(
         self, side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None
@@ -314,6 +341,12 @@ class _Planner:
             settled = Measurement.error(
                 ErrorClass.BAD_QUERY, f"query template: {error}", unit, query=template
             )
+            return Need(self.rollout, side, key, revision, unit, measure, settled=settled)
+        try:
+            promql = self.tenancy.scope(promql, self.request.namespace, self.gpu)
+        except TenancyError as error:
+            detail = f"refused, not asked: {error}"
+            settled = Measurement.error(ErrorClass.BAD_QUERY, detail, unit, query=promql)
             return Need(self.rollout, side, key, revision, unit, measure, settled=settled)
         return Need(self.rollout, side, key, revision, unit, measure, ask=SingleAsk(promql, self.request.at))
 

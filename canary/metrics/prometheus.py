@@ -73,6 +73,7 @@ from canary.metrics.plan import (
     merge_asks,
     plan_rollout,
 )
+from canary.metrics.tenancy import Tenancy
 from canary.policy.model import GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 
 __all__ = ["PrometheusEvidenceSource"]
@@ -101,6 +102,7 @@ class PrometheusEvidenceSource:
         max_single_queries_per_tick: int = 200,
         backfill_sample_budget: int = 200_000,
         idle_revision_ttl: float = 900.0,
+        tenancy: Tenancy | None = None,
     ) -> None:
         """
         :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
@@ -116,12 +118,15 @@ class PrometheusEvidenceSource:
             memory: an answer decodes to about 150 bytes of Python objects per point while it is
             read, and the process' RSS keeps that peak; a smaller budget costs more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
+        :param tenancy: how custom queries are scoped to their policy's namespace (default: every
+            selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
         """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
         if max_single_queries_per_tick < 0:
             raise ValueError("max_single_queries_per_tick must not be negative")
         self.config = config
+        self.tenancy = tenancy or Tenancy()
         self.client = client if client is not None else PrometheusClient(config)
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
         self.min_requests = min_requests
@@ -211,7 +216,7 @@ class PrometheusEvidenceSource:
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                     # For people only (kserve-canary explain): each check's canary value as one query.
                     canary_queries=canary_queries(
-                        policy, request, profiles[index], min_window=self.min_window
+                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
                     ),
                 )
             )
@@ -232,7 +237,13 @@ class PrometheusEvidenceSource:
             profiles.append(used)
             needs.extend(
                 plan_rollout(
-                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
+                    index,
+                    policy,
+                    request,
+                    resolutions,
+                    min_window=self.min_window,
+                    grouping=self.grouping,
+                    tenancy=self.tenancy,
                 )
             )
         return needs, profiles, detection_cost
