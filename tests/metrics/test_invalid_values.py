@@ -85,7 +85,12 @@ def test_finite_values_are_still_ok() -> None:
 @pytest.mark.parametrize("value", ["+Inf", "NaN", "-Inf"])
 def test_an_invalid_request_counter_makes_every_counted_measure_invalid(value: str) -> None:
     revision = RevisionKey(CANARY["kserve_canary_namespace"], CANARY["kserve_canary_revision"])
-    labels = {**CANARY, "kserve_canary_pod": "p0", "kserve_canary_code_class": "2xx", "kserve_canary_field": "count"}
+    labels = {
+        **CANARY,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+        "kserve_canary_field": "count",
+    }
     book = CounterBook(tolerance=timedelta(seconds=2.5))
     for seconds, text in ((0, "10"), (5, value)):
         outcome = _outcome([{"metric": labels, "value": [seconds, text]}])

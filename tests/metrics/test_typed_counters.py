@@ -31,7 +31,9 @@ _labels = st.fixed_dictionaries(
     {
         "kserve_canary_namespace": st.sampled_from(["ml", "ml", "ml", "other"]),
         "kserve_canary_revision": _revision,
-        "kserve_canary_field": st.sampled_from(["count", "bucket", "bucket", "bucket:ttft", "oom", "strange"]),
+        "kserve_canary_field": st.sampled_from(
+            ["count", "bucket", "bucket", "bucket:ttft", "oom", "strange"]
+        ),
         "kserve_canary_pod": st.sampled_from(["p0", "p1"]),
         "kserve_canary_code_class": st.sampled_from(["2xx", "5xx"]),
     },
@@ -44,8 +46,14 @@ _series = st.fixed_dictionaries({"metric": _labels, "value": st.tuples(st.just(A
 # Now and then a shape the typed decoder refuses: a number for a value, labels that are not strings.
 _odd = st.sampled_from(
     [
-        {"metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "resnet-predictor-00002"}, "value": [1, 5]},
-        {"metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": ["resnet"]}, "value": [1, "5"]},
+        {
+            "metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "resnet-predictor-00002"},
+            "value": [1, 5],
+        },
+        {
+            "metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": ["resnet"]},
+            "value": [1, "5"],
+        },
         {"metric": "resnet", "value": [1, "5"]},
         {"metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "resnet-predictor-00002"}},
     ]
@@ -93,7 +101,12 @@ def test_the_typed_reading_of_a_sample_means_what_the_generic_one_means(
 
 
 def test_a_well_formed_sample_is_read_typed(server: FaultyPrometheus) -> None:
-    labels = {"kserve_canary_namespace": "ml", "kserve_canary_revision": ASKED[0].revision, "kserve_canary_pod": "p0", "kserve_canary_code_class": "2xx"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": ASKED[0].revision,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+    }
     series = [
         {"metric": {**labels, "kserve_canary_field": "count"}, "value": [AT.timestamp(), "12"]},
         {"metric": {**labels, "kserve_canary_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
@@ -107,7 +120,12 @@ def test_a_well_formed_sample_is_read_typed(server: FaultyPrometheus) -> None:
 def test_both_readings_keep_one_identity_object_per_series(server: FaultyPrometheus) -> None:
     """A backfill reads a revision generically, every tick after it typed: the series identities
     both keep are the same objects (a thousand rollouts' series were held twice)."""
-    labels = {"kserve_canary_namespace": "ml", "kserve_canary_revision": ASKED[1].revision, "kserve_canary_pod": "p-shared", "kserve_canary_code_class": "2xx"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": ASKED[1].revision,
+        "kserve_canary_pod": "p-shared",
+        "kserve_canary_code_class": "2xx",
+    }
     series = [
         {"metric": {**labels, "kserve_canary_field": "count"}, "value": [AT.timestamp(), "12"]},
         {"metric": {**labels, "kserve_canary_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
