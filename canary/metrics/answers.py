@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from canary.evidence import ErrorClass
@@ -65,9 +65,11 @@ def labels_of(series: object) -> Mapping[str, object] | None:
 
 @dataclass(frozen=True, slots=True)
 class GroupedAnswer:
-    """A grouped query's answer: per revision, the value and its companion fields."""
+    """A grouped query's answer: per revision, the value and its companion fields; and the revisions
+    whose part of a split query failed (:mod:`canary.metrics.split`), with why."""
 
     values: Mapping[RevisionKey, Mapping[str, float]]
+    failures: Mapping[RevisionKey, QueryFailure] = field(default_factory=dict)
 
 
 def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:

@@ -457,6 +457,9 @@ def measurement_for(
     if isinstance(parsed, QueryFailure):
         return Measurement.error(parsed.error_class, parsed.detail, unit, query=query, duration=duration)
     samples: float | None = None
+    if isinstance(parsed, GroupedAnswer) and need.revision in parsed.failures:
+        failure = parsed.failures[need.revision]
+        return Measurement.error(failure.error_class, failure.detail, unit, query=query, duration=duration)
     if isinstance(parsed, GroupedAnswer):
         fields = parsed.values.get(need.revision, {})
         value = fields.get(need.field or VALUE_FIELD)

@@ -299,18 +299,23 @@ class PeaksPipeline(Pipeline[PeakQuery, PeakBook]):
         span_start = min(known) if known else at - timedelta(seconds=self.step)
         span = f"{max(1, round((at - span_start).total_seconds() * 1000))}ms"
         try:
-            promql = render_peaks(query, live, span)
+            render_peaks(query, live, span)
         except ValueError as error:
             return QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
-        outcome = self._instant(promql, at)
-        refresh.query, refresh.span = promql, span
-        refresh.http_requests, refresh.duration = outcome.http_requests, outcome.duration
-        parsed = parse_peaks(outcome, live)
-        if isinstance(parsed, QueryFailure):
-            refresh.failures.update(dict.fromkeys(live, parsed))
-        else:
-            for revision in live:
-                book.record(revision, ends.get(revision) or span_start, at, parsed[revision])
+
+        def ask(
+            part: Sequence[RevisionKey],
+        ) -> tuple[QueryOutcome, dict[RevisionKey, PeakSample] | QueryFailure]:
+            outcome = self._instant(render_peaks(query, part, span), at)
+            return outcome, parse_peaks(outcome, part)
+
+        # A sample Prometheus refuses for one rollout's series holds that rollout only (split).
+        split = self.splitter.ask(query, live, book.owner, ask)
+        refresh.query, refresh.span = split.query, span
+        refresh.http_requests, refresh.duration = split.http_requests, split.duration
+        refresh.failures.update(split.failures)
+        for revision, sample in split.answers.items():
+            book.record(revision, ends.get(revision) or span_start, at, sample)
         return None
 
     def _backfill(
