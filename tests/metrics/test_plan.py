@@ -256,7 +256,9 @@ def test_overrides_run_per_revision_with_escaped_values() -> None:
     singles = {need.side: need.ask for need in needs if isinstance(need.ask, SingleAsk)}
     # Escaped where they stand, then scoped to the policy's namespace (canary.metrics.tenancy).
     assert singles[Side.CANARY].promql == 'my_errors{namespace="ml",ns="ml",rev=~"c\\"a\\\\.1"}[10m]'
-    assert singles[Side.STABLE].promql == 'my_errors{namespace="ml",ns="ml",rev=~"llama-predictor-00001"}[10m]'
+    assert (
+        singles[Side.STABLE].promql == 'my_errors{namespace="ml",ns="ml",rev=~"llama-predictor-00001"}[10m]'
+    )
 
 
 def test_template_that_cannot_be_made_safe_is_a_bad_query_error() -> None:
@@ -314,7 +316,13 @@ def test_requests_below_the_minimum_are_no_data() -> None:
     answer = parse_grouped(
         _outcome(
             [
-                {"metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "llama-predictor-00002"}, "value": [1, "0.5"]},
+                {
+                    "metric": {
+                        "kserve_canary_namespace": "ml",
+                        "kserve_canary_revision": "llama-predictor-00002",
+                    },
+                    "value": [1, "0.5"],
+                },
                 {
                     "metric": {
                         "kserve_canary_namespace": "ml",
