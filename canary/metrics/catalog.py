@@ -1,14 +1,18 @@
 """The metric catalog: every builtin metric kind, for every metric profile, as grouped PromQL.
 
 Each builtin query answers **many revisions at once**: it selects the series of every revision asked
-for (in every namespace asked for) and aggregates them ``by (namespace, revision)``. One HTTP round
+for (in every namespace asked for) and aggregates them by namespace and revision. One HTTP round
 trip therefore answers the canary and the stable revision of a rollout — and, when the windows
 agree, every rollout evaluated in the same tick.
 
 Output shape (what :mod:`canary.metrics.prometheus` parses)
 ------------------------------------------------------------
-Every series of a builtin query carries the labels ``namespace`` and ``revision`` (normalised with
-``label_replace`` whatever the source labels are called), and an optional ``evidence_field`` label:
+Every series of a builtin query carries the labels ``kserve_canary_namespace`` and
+``kserve_canary_revision`` (written with ``label_replace`` from whatever the source labels are
+called), and an optional ``kserve_canary_field`` label. The routing labels carry a prefix of their
+own (:data:`RESERVED_PREFIX`, below "evidence_field" stands for that field label): were they called
+``revision``, a workload exporting a ``revision`` label of its own would be misattributed, or make
+two series of one labelset and the whole grouped query refused.
 
 ========================= ====================================================================
 ``evidence_field``        meaning
@@ -42,7 +46,7 @@ Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
 :func:`render_counters` samples *raw cumulative counters* — no ``rate``, no ``increase``, no range
 selector — of every tracked revision at once: the request counter and latency buckets of a requests
-profile ``sum by (namespace, revision, pod, code_class[, le])`` (``code_class`` 2xx..5xx from the
+profile summed by namespace, revision, pod and code class (and ``le``) (the class 2xx..5xx from the
 status code; ``pod`` kept so that a queue-proxy restart is a reset of that pod's series), or
 kube-state-metrics' restart counters per pod and container (:data:`RESTARTS_COUNTER`).
 :func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. The revision is
@@ -573,7 +577,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     """The raw cumulative request counters and latency buckets of every revision in ``revisions``.
 
     No ``rate``, no ``increase``, no range selector: the values as the exporters count them, summed
-    only over labels that do not matter, ``by (namespace, revision, pod, code_class)`` (and ``le``
+    only over labels that do not matter, by the reserved namespace, revision, pod and code class (and ``le``
     for the buckets), so a queue-proxy restart shows as a reset of that pod's series and a status
     code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
     ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
