@@ -16,9 +16,9 @@ from canary.policy.loader import (
     ObjectRef,
     PolicyCheck,
     PolicyError,
-    _secret_refs,
     _validation_errors,
     format_loc,
+    secret_refs,
 )
 from canary.policy.model import PromotionPolicy
 
@@ -52,7 +52,7 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 def _object_errors(policy: PromotionPolicy, rules: ObjectRules, path: str) -> list[PolicyError]:
     errors = []
-    for loc, ref in _secret_refs(policy):
+    for loc, ref in secret_refs(policy):
         if ref.file is not None:
             errors.append(
                 PolicyError(
