@@ -76,7 +76,7 @@ from canary.metrics.catalog import (
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.labels import JoinLabels, kube_state_labels, overridden, request_labels
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
-from canary.metrics.tenancy import Tenancy, TenancyError
+from canary.metrics.tenancy import Tenancy, TenancyError, profile_metrics
 from canary.policy.model import (
     Check,
     GpuLabelStyle,
@@ -281,6 +281,7 @@ def plan_rollout(
         variables,
         tenancy or Tenancy(),
         _gpu_style(policy, resolutions),
+        _resolved_tenancy(resolutions),
     )
     sides = _sides(request)
     needs: list[Need] = []
@@ -300,6 +301,27 @@ def plan_rollout(
                     planner.template_need(side, check.name, revision, check.value_unit, None, check.promql)
                 )
     return needs
+
+
+def _resolved_tenancy(resolutions: Mapping[Family, Resolution]) -> tuple[tuple[str, str], ...]:
+    """Where a detected (or configured) label style names the namespace differently from the profile:
+    OTLP's ``k8s_namespace_name`` on the request metrics, ``exported_namespace`` on kube-state-metrics'.
+    Namespaces known only from ``target_info`` are not on the series: the profile's label stays (and
+    matches nothing: closed)."""
+    pairs: list[tuple[str, str]] = []
+    requests = resolutions.get(Family.REQUESTS, Resolution())
+    if (
+        requests.labels is not None
+        and not requests.labels.target_info
+        and requests.choice in set(RequestsProfile)
+    ):
+        profile = REQUESTS_PROFILES.get(RequestsProfile(requests.choice))
+        if profile is not None:
+            pairs += [(name, requests.labels.namespace) for name in sorted(profile_metrics(profile))]
+    kube_state = resolutions.get(Family.KUBE_STATE, Resolution()).labels
+    if kube_state is not None:
+        pairs.append(("kube_*", kube_state.namespace))
+    return tuple(pairs)
 
 
 def _gpu_style(policy: PromotionPolicy, resolutions: Mapping[Family, Resolution]) -> GpuLabelStyle | None:
@@ -355,6 +377,7 @@ class _Planner:
     variables: Mapping[str, str]
     tenancy: Tenancy
     gpu: GpuLabelStyle | None
+    resolved: tuple[tuple[str, str], ...]  # metric glob -> tenancy label, from the detected label styles
 
     def measure_needs(
         self, side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None
@@ -382,7 +405,7 @@ class _Planner:
             )
             return Need(self.rollout, side, key, revision, unit, measure, settled=settled)
         try:
-            promql = self.tenancy.scope(promql, self.request.namespace, self.gpu)
+            promql = self.tenancy.scope(promql, self.request.namespace, self.gpu, self.resolved)
         except TenancyError as error:
             detail = f"refused, not asked: {error}"
             settled = Measurement.error(ErrorClass.BAD_QUERY, detail, unit, query=promql)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import promql_parser
 
-from canary.metrics.catalog import DCGM_LABELS, REQUESTS_PROFILES
+from canary.metrics.catalog import DCGM_LABELS, REQUESTS_PROFILES, RequestsMetrics
 from canary.metrics.promql import TemplateError, render_template, string_literal
 from canary.policy.model import GpuLabelStyle, PromotionPolicy
 
@@ -41,6 +41,7 @@ __all__ = [
     "TenancyError",
     "parse_allow",
     "parse_labels",
+    "profile_metrics",
 ]
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -49,17 +50,24 @@ _DCGM_PREFIX = "DCGM_"
 _HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 
 
+def profile_metrics(metrics: RequestsMetrics) -> set[str]:
+    """The metric names of a requests profile (its histogram's ``_sum`` too)."""
+    names = {metrics.count_metric, metrics.bucket_metric, metrics.histogram_count_metric}
+    for name in list(names):
+        for suffix in _HISTOGRAM_SUFFIXES:
+            if name.endswith(suffix):
+                names.add(name.removesuffix(suffix) + "_sum")
+    return names
+
+
 def _profile_labels() -> dict[str, str]:
     """Metric name -> the label that names its namespace, from the requests profiles (the others use
     ``namespace``, DCGM its label style's)."""
-    labels: dict[str, str] = {}
-    for metrics in REQUESTS_PROFILES.values():
-        for name in (metrics.count_metric, metrics.bucket_metric, metrics.histogram_count_metric):
-            labels[name] = metrics.namespace_label
-            for suffix in _HISTOGRAM_SUFFIXES:
-                if name.endswith(suffix):
-                    labels[name.removesuffix(suffix) + "_sum"] = metrics.namespace_label
-    return labels
+    return {
+        name: metrics.namespace_label
+        for metrics in REQUESTS_PROFILES.values()
+        for name in profile_metrics(metrics)
+    }
 
 
 _PROFILE_LABELS = _profile_labels()
@@ -124,9 +132,13 @@ class Tenancy:
         patterns = (*self.allow.get("*", ()), *self.allow.get(namespace, ()))
         return any(fnmatch.fnmatchcase(metric, pattern) for pattern in patterns)
 
-    def label_for(self, metric: str, gpu: GpuLabelStyle | None) -> str | None:
-        """The label naming ``metric``'s namespace; None for a DCGM metric whose label style is unknown."""
-        for pattern, label in self.labels:
+    def label_for(
+        self, metric: str, gpu: GpuLabelStyle | None, resolved: tuple[tuple[str, str], ...] = ()
+    ) -> str | None:
+        """The label naming ``metric``'s namespace: the operator's, the label style detected for its
+        family (``resolved``: OTLP's ``k8s_namespace_name``, kube-state-metrics' ``exported_namespace``),
+        the profiles'; None for a DCGM metric whose label style is unknown."""
+        for pattern, label in (*self.labels, *resolved):
             if fnmatch.fnmatchcase(metric, pattern):
                 return label
         if metric.startswith(_DCGM_PREFIX):
@@ -134,7 +146,13 @@ class Tenancy:
             return labels.namespace_label if labels is not None else None
         return _PROFILE_LABELS.get(metric, "namespace")
 
-    def scope(self, promql: str, namespace: str, gpu: GpuLabelStyle | None) -> str:
+    def scope(
+        self,
+        promql: str,
+        namespace: str,
+        gpu: GpuLabelStyle | None,
+        resolved: tuple[tuple[str, str], ...] = (),
+    ) -> str:
         """``promql`` with every selector scoped to ``namespace``; raises :class:`TenancyError`."""
         try:
             tree = promql_parser.parse(promql)
@@ -142,7 +160,7 @@ class Tenancy:
             raise TenancyError(
                 f"the query does not parse as PromQL ({error}); write it as Prometheus 2.45 reads it"
             ) from None
-        scoper = _Scoper(self, namespace, gpu)
+        scoper = _Scoper(self, namespace, gpu, resolved)
         scoped = promql_parser.transform(tree, post_visit=scoper.visit)
         if scoper.refusal is not None:
             raise TenancyError(scoper.refusal)
@@ -197,10 +215,17 @@ class _Scoper:
     """The post-visit of :func:`promql_parser.transform`: each vector selector checked and scoped; the
     first refusal is kept (the callback cannot raise through the Rust walk)."""
 
-    def __init__(self, tenancy: Tenancy, namespace: str, gpu: GpuLabelStyle | None) -> None:
+    def __init__(
+        self,
+        tenancy: Tenancy,
+        namespace: str,
+        gpu: GpuLabelStyle | None,
+        resolved: tuple[tuple[str, str], ...],
+    ) -> None:
         self.tenancy = tenancy
         self.namespace = namespace
         self.gpu = gpu
+        self.resolved = resolved
         self.refusal: str | None = None
 
     def visit(self, node: promql_parser.Expr) -> promql_parser.Expr | None:
@@ -227,7 +252,7 @@ class _Scoper:
         for matcher in matchers:
             if matcher.name in self.tenancy.checked_labels:
                 self._check(matcher, metric)
-        label = self.tenancy.label_for(metric, self.gpu)
+        label = self.tenancy.label_for(metric, self.gpu, self.resolved)
         if label is None:
             if self.gpu is GpuLabelStyle.AUTO:
                 return None  # checked at load time; the detected style scopes it when it runs

@@ -158,3 +158,28 @@ def test_a_promotionpolicy_object_is_refused_as_a_file_is() -> None:
         _policy("team-a", 'count(kube_secret_info{secret="{{ revision }}"})'), rules=rules
     )
     assert errors == [] and isinstance(loaded.policy if loaded else None, PromotionPolicy)
+
+
+def test_the_detected_label_style_names_the_tenancy_label_of_its_family() -> None:
+    """Knative's queue-proxy pushed over OTLP names the namespace k8s_namespace_name, a ServiceMonitor
+    without honorLabels kube-state-metrics' exported_namespace: the custom query is scoped by those."""
+    from canary.metrics.catalog import Family
+    from canary.metrics.labels import KSM_EXPORTED, JoinLabels
+    from canary.metrics.plan import QueryGrouping, Resolution, SingleAsk, plan_rollout
+    from tests.metrics.test_plan import policy, request
+
+    query = "sum(rate(kn_serving_invocation_duration_seconds_count[5m])) + count(kube_pod_info)"
+    the_policy = policy([{"name": "c", "promql": query, "max": 1}])
+    resolved = {
+        Family.REQUESTS: Resolution(
+            "knative-otel-invocation", labels=JoinLabels("k8s_namespace_name", "instance")
+        ),
+        Family.KUBE_STATE: Resolution(labels=KSM_EXPORTED),
+    }
+    needs = plan_rollout(
+        0, the_policy, request(the_policy), resolved, min_window=10, grouping=QueryGrouping.PER_TICK
+    )
+    (ask,) = {need.ask for need in needs if need.key == "c" and isinstance(need.ask, SingleAsk)}
+    requests, pods = _selectors(ask.promql)
+    assert _matchers(requests) == {"k8s_namespace_name": (EQUAL, "ml")}
+    assert _matchers(pods) == {"exported_namespace": (EQUAL, "ml")}
