@@ -166,6 +166,15 @@ def validate(
     secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006 - typer reads the default, never mutates it
     custom_promql_allow_metric: CustomPromqlAllowOption = [],  # noqa: B006
     custom_promql_tenancy_label: CustomPromqlLabelOption = [],  # noqa: B006
+    scrape_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            envvar="PROMETHEUS_SCRAPE_INTERVAL",
+            help="Scrape interval of the metrics the controller reads (s), as its own --scrape-interval: "
+            "a window shorter than 4 intervals is warned about.",
+        ),
+    ] = 30.0,
 ) -> None:
     """Check policy files; exit 0 when all are valid, 1 when any is not, 2 on a usage error (a path
     that does not exist).
@@ -175,7 +184,15 @@ def validate(
     from canary.cli.policies import promql_tenancy, validate_paths  # noqa: PLC0415 - lazy: start-up time
 
     tenancy = promql_tenancy(custom_promql_allow_metric, custom_promql_tenancy_label)
-    validate_paths(paths, output.value, policy_namespaces.value, secret_file_root, secret_env_allow, tenancy)
+    validate_paths(
+        paths,
+        output.value,
+        policy_namespaces.value,
+        secret_file_root,
+        secret_env_allow,
+        scrape_interval,
+        tenancy=tenancy,
+    )
 
 
 @app.command()

@@ -168,7 +168,7 @@ def test_the_detected_label_style_names_the_tenancy_label_of_its_family() -> Non
     from canary.metrics.plan import QueryGrouping, Resolution, SingleAsk, plan_rollout
     from tests.metrics.test_plan import policy, request
 
-    query = "sum(rate(kn_serving_invocation_duration_seconds_count[5m])) + count(kube_pod_info)"
+    query = "sum(rate(http_server_request_duration_seconds_count[5m])) + count(kube_pod_info)"
     the_policy = policy([{"name": "c", "promql": query, "max": 1}])
     resolved = {
         Family.REQUESTS: Resolution(

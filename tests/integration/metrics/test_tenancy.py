@@ -129,7 +129,9 @@ def test_the_operators_allowlist_admits_a_named_cluster_wide_series(tenants: Pro
 
 # -- a refused grouped query holds only the rollout whose series it refused ------------------------
 
-OTEL_COUNT = "kn_serving_invocation_duration_seconds_count"
+# Knative >= 1.19: the queue-proxy's otelhttp server histogram (canary.metrics.catalog, outer).
+OTEL_COUNT = "http_server_request_duration_seconds_count"
+SCOPE = 'otel_scope_name="go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"'
 # (namespace, InferenceService): team-a's "greedy" exports a counter per request path, far more
 # series than Prometheus' --query.max-samples lets one query load; the others export one each.
 ROLLOUTS = (("team-a", "fraud"), ("team-a", "greedy"), ("team-b", "search"))
@@ -143,15 +145,15 @@ def _fleet(rollouts: tuple[tuple[str, str], ...] = ROLLOUTS) -> str:
         pod = revision_pod_name(f"{name}-predictor-00002")
         paths = GREEDY_SERIES if name == "greedy" else 1
         for path in range(paths):
-            labels = f'namespace="{namespace}",pod="{pod}",http_response_status_code="200",path="/{path}"'
+            labels = (
+                f'{SCOPE},namespace="{namespace}",pod="{pod}",http_response_status_code="200",path="/{path}"'
+            )
             lines += _counter(OTEL_COUNT, labels, 5)
         if name == "search":
             # The same counter exported a second time with a `revision` label of its own: the grouped
             # query once wrote `revision` over it and Prometheus refused the whole query (HTTP 422,
             # "vector cannot contain metrics with the same labelset").
-            labels = (
-                f'namespace="{namespace}",pod="{pod}",http_response_status_code="200",path="/0",revision="v2"'
-            )
+            labels = f'{SCOPE},namespace="{namespace}",pod="{pod}",http_response_status_code="200",path="/0",revision="v2"'
             lines += _counter(OTEL_COUNT, labels, 5)
     return "\n".join(lines) + "\n# EOF\n"
 
