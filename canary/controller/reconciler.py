@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +52,7 @@ from canary.rollout.commands import apply_command
 from canary.rollout.core import Preparation, decide, landed_write, prepare
 from canary.rollout.decision import Decision
 from canary.rollout.gates import GateResult
+from canary.rollout.knative import KnativeDeadline
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
 from canary.rollout.past import ends_rollout, record_after
@@ -140,6 +141,7 @@ class Reconciler:
         reads: Reads | None = None,
         explain_every_intervals: float = DEFAULT_EXPLAIN_EVERY_INTERVALS,
         gates: GateRunner | None = None,
+        knative_deadline: Callable[[], KnativeDeadline] | None = None,
     ):
         self._isvcs = inference_services
         self._store = store
@@ -155,6 +157,8 @@ class Reconciler:
         self._dry_run = dry_run
         self._explain_every = explain_every_intervals
         self._gates = gates  # calls the gates a decision waits for, beside the tick
+        # The cluster's Knative progress deadline, for revisions without their own annotation.
+        self._knative_deadline = knative_deadline
         # Dry-run keeps state in memory only; live runs read the ConfigMap (or its watch cache).
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
@@ -324,6 +328,8 @@ class Reconciler:
         key = policy.key
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         observed = observe(self._reads.inference_service(namespace, name), namespace=namespace, name=name)
+        if observed.knative_deadline is None and self._knative_deadline is not None and observed.exists:
+            observed = replace(observed, knative_deadline=self._knative_deadline())
 
         stored = self._load(key, namespace, name)
         stored_ledger = self._load_ledger(key, namespace, name)
