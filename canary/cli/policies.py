@@ -16,6 +16,7 @@ from canary.metrics.buckets import resolution_warnings
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
+from canary.rollout.knative import policy_deadline_warning
 from canary.rollout.sampled import horizon_requests
 
 __all__ = ["print_schema", "secret_scope", "validate_paths"]
@@ -62,7 +63,7 @@ def validate_paths(
                     "horizons": horizons(loaded.policy),
                     "atHorizon": loaded.policy.spec.at_horizon.value,
                     "horizonRequests": horizon_requests(loaded.policy),
-                    "warnings": resolution_warnings(loaded.policy),
+                    "warnings": warnings(loaded.policy),
                 }
                 for loaded in result.policies
             ],
@@ -98,8 +99,15 @@ def judge_advice(policy: PromotionPolicy) -> list[str]:
                 f"{name}: a horizon estimate rests on at least {size:,} canary requests of its step "
                 f"(a share half or twice the allowed is judged right at {spec.confidence:.0%})"
             )
-    lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
+    lines.extend(f"warning: {warning}" for warning in warnings(policy))
     return lines
+
+
+def warnings(policy: PromotionPolicy) -> list[str]:
+    """What may not work as the policy says: limits the buckets cannot resolve, a progressDeadline
+    Knative does not wait for."""
+    beyond_knative = policy_deadline_warning(policy.spec.progress_deadline)
+    return resolution_warnings(policy) + ([beyond_knative] if beyond_knative else [])
 
 
 def horizons(policy: PromotionPolicy) -> list[dict[str, float]]:
