@@ -208,7 +208,7 @@ def failed_by_knative(tick: Tick, draft: Draft) -> Final:
     )
     if is_progress_deadline_failure(message):
         knative = tick.observed.knative_deadline
-        applied = f" ({knative.text})" if knative is not None else ""
+        applied = f", {knative.text}" if knative is not None else ""
         headline += (
             f" It missed Knative's progress deadline{applied}: for a model that loads longer, annotate "
             "the InferenceService serving.knative.dev/progress-deadline."

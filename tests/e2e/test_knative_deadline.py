@@ -19,6 +19,9 @@ import pytest
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
 from canary_sandbox.fleet.world import ModelTraffic
 from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
+from typer.testing import CliRunner
+
+from canary.cli import app
 
 NS = "e2e-knative"
 NAME = "llama-70b"
@@ -103,6 +106,7 @@ def test_a_model_loading_longer_than_knatives_deadline_is_rolled_back_with_knati
         in rollback["summary"]
     ), rollback["summary"]
     assert "rolled back at once rather than at progressDeadline 1m" in rollback["summary"]
+    assert "missed Knative's progress deadline, 6s (knative-serving/config-deployment" in rollback["summary"]
     (started_at, first), (rolled_back_at, zero) = writes(stack)
     assert (first, zero) == (10, 0)
     # Knative's 6 s (and a reconcile or two), not the policy's 60 s.
@@ -122,3 +126,15 @@ def test_the_start_warned_that_the_policy_waits_longer_than_knative(
     events = [e for e in stack.events(NS) if e.reason == "CanaryStarted"]
     assert events and events[0].type == "Warning"
     assert "Knative" in (events[0].message or ""), events[0].message
+
+
+def test_explain_shows_that_the_policy_waits_longer_than_knative(
+    stack: Stack, controller: ControllerProcess
+) -> None:
+    assert wait_until(lambda: (stack.state(NS, NAME) or {}).get("phase") == "RolledBack", 45)
+    result = CliRunner().invoke(app, ["explain", f"{NS}/{NAME}", "--kubeconfig", str(stack.kubeconfig)])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"progressDeadline 1m is longer than Knative's progress deadline for {NAME}-predictor-00002, 6s "
+        f'(knative-serving/config-deployment progress-deadline: "{KNATIVE_DEADLINE}")' in result.output
+    ), result.output
