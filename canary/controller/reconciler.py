@@ -157,8 +157,7 @@ class Reconciler:
         self._dry_run = dry_run
         self._explain_every = explain_every_intervals
         self._gates = gates  # calls the gates a decision waits for, beside the tick
-        # The cluster's Knative progress deadline, for revisions without their own annotation.
-        self._knative_deadline = knative_deadline
+        self._knative_deadline = knative_deadline  # the cluster's, for revisions not annotated
         # Dry-run keeps state in memory only; live runs read the ConfigMap (or its watch cache).
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
@@ -292,7 +291,7 @@ class Reconciler:
                 stored,
                 result.state,
                 owner_uid=state.inference_service_uid or stored.owner_uid,
-                explain=_readable_explain(stored),
+                explain=_readable(stored.explain_uncached),
                 command_result=stored.readable_command_result(),
                 rollouts=stored.rollouts_json,
             )
@@ -367,7 +366,7 @@ class Reconciler:
 
         answer: CommandOutcome | None = None  # to the command waiting in the ConfigMap, if any
         if stored.command_json is not None and not stale:
-            state, answer = self._apply_command(stored, state, now, bound)
+            state, answer = self._apply_command(stored, state, now, bound, policy.spec.approval_steps)
 
         gate_results = self._gates.results(key) if self._gates is not None else ()
         preparation = prepare(policy, observed, state, now, ledger=ledger, gates=gate_results, alarm=alarm)
@@ -447,7 +446,8 @@ class Reconciler:
         # nothing: parsed whole (it is written back) only then.
         key, stored, stale, now = prepared.key, prepared.stored, prepared.stale, prepared.now
         kept = not stale and not decision.judgements and bool(decision.new_state.gates)
-        explain = explain_with_gates(_readable_explain(stored) if kept else None, decision, evidence, now)
+        previous = _readable(stored.explain_uncached) if kept else None
+        explain = explain_with_gates(previous, decision, evidence, now)
         reason = self._store_reason(prepared, decision.new_state, explain)
         if not prepared.observed.exists:
             return True
@@ -463,7 +463,7 @@ class Reconciler:
                 decision.new_state,
                 # The object the state describes: the owner is never another object's uid.
                 owner_uid=decision.new_state.inference_service_uid,
-                explain=explain or (None if stale else _readable_explain(stored)),
+                explain=explain or (None if stale else _readable(stored.explain_uncached)),
                 command_result=prepared.answer or stored.readable_command_result(),
                 # In the same write: the record of past rollouts, with the one this decision ends.
                 rollouts=_rollouts_text(prepared, decision, prepared.bound),
@@ -532,7 +532,7 @@ class Reconciler:
         with self._lock:
             last = self._explained_at.get(prepared.key)
         due = explain_due(
-            _explain_reading(stored),
+            _readable(stored.explain_reading),
             explain,
             last_written=last,
             now=prepared.now,
@@ -542,7 +542,12 @@ class Reconciler:
         return f"explain-{due}" if due else ""
 
     def _apply_command(
-        self, stored: StoredState, state: RolloutState, now: datetime, bound: FilteringBoundLogger
+        self,
+        stored: StoredState,
+        state: RolloutState,
+        now: datetime,
+        bound: FilteringBoundLogger,
+        approval_steps: frozenset[int],
     ) -> tuple[RolloutState, CommandOutcome | None]:
         """The state after the waiting command, and the answer to write beside it for the issuer."""
         try:
@@ -558,7 +563,7 @@ class Reconciler:
         if by is None:
             result_accepted, message, after = False, f"{command.command} names no issuer: refused", state
         else:
-            result = apply_command(state, command, now, by=by)
+            result = apply_command(state, command, now, by=by, approval_steps=approval_steps)
             result_accepted, message, after = result.accepted, result.message, result.state
         level = bound.info if result_accepted else bound.warning
         level(
@@ -599,14 +604,16 @@ class Reconciler:
 
     # -- edges -----------------------------------------------------------------------------------
 
+    # A dry run starts from what the cluster holds (what the live controller would read), then keeps
+    # what it would have written in memory.
     def _load(self, key: str, namespace: str, name: str) -> StoredState:
-        if self._dry_run:
-            return self._memory.get(key) or StoredState(namespace, name, None, None)
+        if self._dry_run and key in self._memory:
+            return self._memory[key]
         return self._reads.state(namespace, name)
 
     def _load_ledger(self, key: str, namespace: str, name: str) -> StoredLedger:
-        if self._dry_run:
-            return self._memory_ledgers.get(key) or StoredLedger(None, None)
+        if self._dry_run and key in self._memory_ledgers:
+            return self._memory_ledgers[key]
         return self._reads.ledger(namespace, name)
 
     def _save_ledger(
@@ -758,20 +765,12 @@ def _log_shape(decision: Decision) -> str:
     return text_shape(f"{decision.action}/{decision.event_reason}/{decision.verdict}/{checks}/{reasons}")
 
 
-def _readable_explain(stored: StoredState) -> ExplainDocument | None:
-    """The stored latest evaluation, kept when a decision evaluated nothing; one that cannot be
-    read is dropped rather than written back."""
+def _readable(read: Callable[[], ExplainDocument | None]) -> ExplainDocument | None:
+    """The stored latest evaluation, or None when it cannot be read. ``explain_uncached``: kept when
+    a decision evaluated nothing (one unreadable is dropped, not written back); ``explain_reading``
+    (without its PromQL): compared with a new one (one unreadable: the new one is a change)."""
     try:
-        return stored.explain_uncached()
-    except StateFormatError:
-        return None
-
-
-def _explain_reading(stored: StoredState) -> ExplainDocument | None:
-    """The stored latest evaluation without its PromQL, to compare a new one with (None when it
-    cannot be read: the new one is then a change)."""
-    try:
-        return stored.explain_reading()
+        return read()
     except StateFormatError:
         return None
 
@@ -792,7 +791,6 @@ def _rollouts_text(prepared: Prepared, decision: Decision, bound: FilteringBound
             error=str(error),
         )
         return stored.rollouts_json
-    recorded = record_after(
-        prepared.state, decision, record, prepared.now, latest_evaluation=_readable_explain(stored)
-    )
+    latest = _readable(stored.explain_uncached)
+    recorded = record_after(prepared.state, decision, record, prepared.now, latest_evaluation=latest)
     return recorded.to_json() if recorded is not None else stored.rollouts_json

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 from kubernetes import client, config
@@ -96,6 +97,16 @@ def load_api_client(kubeconfig: str | None) -> client.ApiClient:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without user information, query or fragment: what a log line may carry."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def prometheus_evidence(settings: PrometheusSettings) -> PrometheusEvidenceSource:
@@ -387,6 +398,9 @@ class Controller:
             policySources=sorted(str(source) for source in policies.sources),
             namespaces=list(settings.cluster.namespaces) or "all",
             dryRun=settings.cluster.dry_run,
+            # Where the evidence comes from (credentials in the URL are not logged); the metric
+            # profile is logged as "metric profile detected" when the first evaluation asks for it.
+            prometheus=_shown_url(settings.prometheus.url),
             leaderElection=self._elector is not None,
             metricsPort=self._health.port if self._health else None,
         )
