@@ -35,7 +35,7 @@ import structlog
 from kubernetes import client, config
 
 from canary import __version__
-from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.caches import CachedReads, WatchCache, our_configmaps
 from canary.controller.crsource import (
     CrdState,
     ParsedObject,
@@ -55,6 +55,7 @@ from canary.controller.settings import ControllerSettings, PolicySource, Prometh
 from canary.controller.shards import ShardedElector
 from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
+from canary.kserve.admitted import list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
 from canary.kserve.knative_config import ClusterProgressDeadline
 from canary.kserve.ledger_store import ConfigMapLedgerStore
@@ -62,7 +63,6 @@ from canary.kserve.store import (
     COMMAND_KEY,
     LABEL_INFERENCE_SERVICE,
     ConfigMapStateStore,
-    list_configmaps,
     read_configmap,
     state_configmap_name,
     watch_configmaps,
@@ -228,9 +228,13 @@ class Controller:
             on_synced=self._cache_synced,
         )
         core = client.CoreV1Api(api_client)
+        limits = cluster.configmaps
         configmaps = WatchCache(
             "ConfigMap",
-            lister=lambda scope: list_configmaps(api_client, scope, timeout=max(timeout, 30.0)),
+            # Only what the controller wrote is kept, read in pages (canary.kserve.admitted).
+            lister=lambda scope: list_our_configmaps(
+                api_client, scope, limits=limits, ignored=self._configmap_ignored, timeout=max(timeout, 30.0)
+            ),
             watcher=lambda scope, version, seconds: watch_configmaps(
                 api_client, scope, version, timeout_seconds=seconds, request_timeout=timeout
             ),
@@ -239,8 +243,16 @@ class Controller:
             watch_timeout=cluster.watch_timeout,
             on_event=self._configmap_changed,
             on_synced=self._cache_synced,
+            admit=our_configmaps(limits, self._configmap_ignored),
         )
         return inference_services, configmaps
+
+    def _configmap_ignored(self, namespace: str, name: str, reason: str) -> None:
+        """A ConfigMap labelled as ours that the controller did not write: never kept, told."""
+        self.metrics.configmaps_ignored.labels(namespace).inc()
+        log.warning(
+            "ConfigMap labelled as kserve-canary's ignored", configmap=f"{namespace}/{name}", reason=reason
+        )
 
     def _policy_objects(
         self, api_client: client.ApiClient
