@@ -19,6 +19,7 @@ from canary.policy import PromotionPolicy, load_paths
 from canary.policy.loader import format_loc, secret_refs
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
+from canary.rollout.knative import policy_deadline_warning
 from canary.rollout.sampled import horizon_requests
 
 __all__ = ["print_schema", "promql_tenancy", "secret_scope", "validate_paths"]
@@ -109,8 +110,13 @@ def validate_paths(
 
 def policy_warnings(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
     """What may keep the policy from judging what it means: limits no bucket edge resolves, windows
-    the scrapes cannot cover."""
-    return resolution_warnings(policy) + window_warnings(policy, scrape_interval)
+    the scrapes cannot cover, a progressDeadline Knative does not wait for."""
+    beyond_knative = policy_deadline_warning(policy.spec.progress_deadline)
+    return (
+        resolution_warnings(policy)
+        + window_warnings(policy, scrape_interval)
+        + ([beyond_knative] if beyond_knative else [])
+    )
 
 
 def unchecked_secrets(policy: PromotionPolicy) -> list[str]:

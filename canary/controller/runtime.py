@@ -57,6 +57,7 @@ from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.kserve.admitted import list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
+from canary.kserve.knative_config import ClusterProgressDeadline
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.store import (
     COMMAND_KEY,
@@ -346,6 +347,7 @@ class Controller:
             dry_run=self.settings.cluster.dry_run,
             explain_every_intervals=self.settings.tick.explain_every_intervals,
             gates=self.gates,
+            knative_deadline=ClusterProgressDeadline(api_client, request_timeout=timeout),
         )
 
     def _tick_runner(self, evidence: TickEvidenceSource) -> TickRunner:
