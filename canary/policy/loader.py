@@ -175,6 +175,20 @@ def _validation_errors(
     errors = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
+        if error["type"] == "invalid_key":
+            # A key YAML read as a boolean or a number (``on:``, ``yes:``, ``1:``) names no field: the
+            # error is about the mapping that holds it.
+            key = error.get("input")
+            errors.append(
+                PolicyError(
+                    path=path,
+                    line=_line_for(lines, loc[:-1], start_line),
+                    field=format_loc(loc[:-1]) or None,
+                    message=f"a key that is not a string: YAML read {key!r} (unquoted on/off/yes/no/true/"
+                    "false are booleans, digits are numbers); quote the key if it is meant as a name",
+                )
+            )
+            continue
         if error["type"] not in {"missing", "extra_forbidden"}:
             # Normalisation can add levels the file does not have (``steps: [0]`` is validated as
             # ``{weight: 0}``): point at what the user wrote.

@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -47,7 +48,14 @@ from canary.policy.hooks import (
     TeamsTarget,
     WebhookTarget,
 )
-from canary.policy.units import Unit, format_duration, parse_in_unit, parse_ratio, peer_unit_mistake
+from canary.policy.units import (
+    Unit,
+    format_duration,
+    parse_in_unit,
+    parse_ratio,
+    peer_unit_mistake,
+    unit_text,
+)
 
 __all__ = [
     "API_VERSION",
@@ -383,6 +391,15 @@ class Check(_Model):
             _refuse_peer_mistake(value, unit if unit is Unit.RATIO else None)
             return parse_in_unit(value, unit)
         return parse_in_unit(value, Unit.NONE)
+
+    @field_serializer("max", "min", "min_stable", when_used="json")
+    def _limit_text(self, value: float | None) -> float | str | None:
+        # As a policy file would say it: a dumped policy reads back as itself (never as a bare latency).
+        return None if value is None else unit_text(value, self.value_unit)
+
+    @field_serializer("max_increase", when_used="json")
+    def _increase_text(self, value: float | None) -> float | str | None:
+        return None if value is None else unit_text(value, Unit.RATIO, relative=True)
 
     @field_validator("max_increase", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from enum import StrEnum
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "parse_ratio",
     "parse_size",
     "peer_unit_mistake",
+    "unit_text",
 ]
 
 
@@ -263,3 +265,26 @@ def peer_unit_mistake(value: object, unit: Unit, *, relative: bool = False) -> s
             f'that never fails; for {plain} percent write "{plain}%"'
         )
     return None
+
+
+def unit_text(value: float, unit: Unit, *, relative: bool = False) -> float | str:
+    """``value`` as a policy would write it so that it reads back exactly and never as a peer's unit
+    mistake (:func:`peer_unit_mistake`): a latency with its unit, a ratio of 1 or more in percent."""
+    if unit is Unit.SECONDS and not relative and value != 0:
+        shortest = repr(value)  # reads back as the same float; without an exponent, as a duration
+        return f"{shortest if 'e' not in shortest else Decimal(value)}s"
+    if unit is Unit.RATIO and value >= 1:
+        # The percentage it was read from is within a few steps of value * 100.
+        for candidate in _near(value * 100.0):
+            if float(repr(candidate)) / 100.0 == value:
+                return f"{candidate!r}%"
+    return value
+
+
+def _near(guess: float, steps: int = 8) -> list[float]:
+    """``guess`` and the floats a few steps either side of it, nearest first."""
+    above, below, found = guess, guess, [guess]
+    for _ in range(steps):
+        above, below = math.nextafter(above, math.inf), math.nextafter(below, -math.inf)
+        found += [above, below]
+    return found

@@ -73,6 +73,7 @@ _NOT_ABOUT_A_FIELD = (
     "nested deeper than",
     "more than 100000 YAML nodes",
     "needs more memory",
+    "a key that is not a string",  # a top-level key such as `on:` (YAML 1.1: true) is no field
     _PARSER_VALUE_ERROR,
 )
 
