@@ -629,9 +629,10 @@ class PolicySpec(_Model):
                 )
         if self.custom_queries > MAX_CUSTOM_QUERIES:
             raise ValueError(
-                f"{self.custom_queries} custom queries (checks with 'promql' and 'metrics.queries' overrides); "
-                f"at most {MAX_CUSTOM_QUERIES} per policy (each is asked per revision every evaluation, within "
-                "the namespace's Prometheus time per tick): combine queries, or use builtin metrics"
+                f"{self.custom_queries} custom queries (checks with 'promql' and 'metrics.queries' "
+                f"overrides); at most {MAX_CUSTOM_QUERIES} per policy (each is asked per revision every "
+                "evaluation, within the namespace's Prometheus time per tick): combine queries, or use "
+                "builtin metrics"
             )
         seen: set[str] = set()
         for check in self.checks:
