@@ -35,6 +35,8 @@ def pending(tick: Tick, draft: Draft) -> Final | Judging:
     assert state.started_at is not None
     assert state.step is not None
     if not tick.observed.canary_ready:
+        if tick.now - state.started_at >= tick.plan.progress_deadline and not tick.alarm:
+            return _pending_evaluated(tick, draft)  # the deadline needs no evidence: never held behind it
         return evaluating(tick, draft, EvaluationMode.PENDING, state.started_at, None, _pending_evaluated)
     draft = draft.noting(
         f"{state.revision} became Ready {duration(tick.now - state.started_at)} after its rollout started."
@@ -226,8 +228,9 @@ def _hold_unready(tick: Tick, draft: Draft) -> Final | Judging:
     draft = draft.with_state(state)
     step = state.step
     assert step is not None
-    if step.started_at is None:
-        return _unready_hold(tick, draft)
+    past_deadline = tick.now - (state.unready_since or tick.now) >= tick.plan.progress_deadline
+    if step.started_at is None or (past_deadline and not tick.alarm):
+        return _unready_hold(tick, draft)  # past the deadline no evidence is waited for
     return evaluating(
         tick, draft, EvaluationMode.STEP, step.started_at, state.stable_revision, _unready_evaluated
     )
