@@ -43,7 +43,12 @@ import structlog
 
 from canary.evidence import CountSeries, ErrorClass, Evidence, EvidenceRequest, EvidenceStatus, Measurement
 from canary.metrics.answers import GroupedAnswer, parse_grouped, parse_single
-from canary.metrics.budget import TickBudget, deferred_detail
+from canary.metrics.budget import (
+    NamespaceQueryBudget,
+    TickBudget,
+    deferred_detail,
+    namespace_deferred_detail,
+)
 from canary.metrics.catalog import BuiltinQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
@@ -101,6 +106,7 @@ class PrometheusEvidenceSource:
         max_single_queries_per_tick: int = 200,
         backfill_sample_budget: int = 200_000,
         idle_revision_ttl: float = 900.0,
+        namespace_query_seconds: float | None = None,
     ) -> None:
         """
         :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
@@ -116,6 +122,8 @@ class PrometheusEvidenceSource:
             memory: an answer decodes to about 150 bytes of Python objects per point while it is
             read, and the process' RSS keeps that peak; a smaller budget costs more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
+        :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
+            per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
         """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
@@ -160,6 +168,9 @@ class PrometheusEvidenceSource:
         )
         self.max_single_queries_per_tick = max_single_queries_per_tick
         self._budget = TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
+        self._namespace_budget = (
+            None if namespace_query_seconds is None else NamespaceQueryBudget(namespace_query_seconds)
+        )
 
     # -- the EvidenceSource protocol -------------------------------------------------------------
 
@@ -176,12 +187,15 @@ class PrometheusEvidenceSource:
         needs, profiles, detection_cost = self._plan(rollouts)
         grouped, singles = merge_asks(needs)
         granted = self._budget.grant(rollouts, needs, singles)
-        outcomes = self._run(grouped, [single for single in singles if single in granted])
+        # The counter and peak samples first: they carry the safety checks (error rate, OOM kills,
+        # GPU memory), and no custom query may delay them.
+        counted = self.counts.serve(rollouts, needs)
+        peaked = self.peaks.serve(rollouts, needs)
+        owners = _owners(rollouts, needs)
+        outcomes, deferred = self._run(grouped, [single for single in singles if single in granted], owners)
         parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None] = {}
         for asked, outcome in outcomes.items():
             parsed[asked] = parse_grouped(outcome) if isinstance(asked, GroupedAsk) else parse_single(outcome)
-        counted = self.counts.serve(rollouts, needs)
-        peaked = self.peaks.serve(rollouts, needs)
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
         used_asks: list[set[GroupedAsk | SingleAsk]] = [set() for _ in rollouts]
@@ -189,8 +203,8 @@ class PrometheusEvidenceSource:
             if isinstance(need.ask, CountsAsk | PeaksAsk):
                 measurement = (counted if isinstance(need.ask, CountsAsk) else peaked).measurements[id(need)]
             else:
-                measurement = self._measured(need, granted, outcomes, parsed)
-                if isinstance(need.ask, GroupedAsk) or need.ask in granted:
+                measurement = self._measured(need, granted, outcomes, parsed, deferred)
+                if isinstance(need.ask, GroupedAsk) or need.ask in outcomes:
                     used_asks[need.rollout].add(need.ask)
             (canary if need.side is Side.CANARY else stable)[need.rollout][need.key] = measurement
         evidence = []
@@ -243,12 +257,15 @@ class PrometheusEvidenceSource:
         granted: set[SingleAsk],
         outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome],
         parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None],
+        deferred: dict[SingleAsk, str],
     ) -> Measurement:
         """The measurement of a need answered by a query of its own or a grouped one (or settled)."""
         ask = need.ask
         if isinstance(ask, SingleAsk) and ask not in granted:
-            deferred = deferred_detail(self.max_single_queries_per_tick)
-            return Measurement.error(ErrorClass.DEFERRED, deferred, need.unit, query=ask.promql)
+            detail = deferred_detail(self.max_single_queries_per_tick)
+            return Measurement.error(ErrorClass.DEFERRED, detail, need.unit, query=ask.promql)
+        if isinstance(ask, SingleAsk) and ask in deferred:
+            return Measurement.error(ErrorClass.DEFERRED, deferred[ask], need.unit, query=ask.promql)
         answered = outcomes.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
         result = parsed.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
         measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
@@ -354,10 +371,13 @@ class PrometheusEvidenceSource:
         return resolutions, used, cost
 
     def _run(
-        self, grouped: dict[GroupedAsk, set[Any]], singles: list[SingleAsk]
-    ) -> dict[GroupedAsk | SingleAsk, QueryOutcome]:
+        self, grouped: dict[GroupedAsk, set[Any]], singles: list[SingleAsk], owners: dict[SingleAsk, str]
+    ) -> tuple[dict[GroupedAsk | SingleAsk, QueryOutcome], dict[SingleAsk, str]]:
+        """The grouped queries and the custom ones, in parallel; the custom ones of one namespace one
+        after another within its budget (those it had no time left for: deferred, with why)."""
         jobs: list[tuple[GroupedAsk | SingleAsk, str, datetime]] = []
         outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome] = {}
+        deferred: dict[SingleAsk, str] = {}
         for grouped_ask, revisions in grouped.items():
             try:
                 promql = render_builtin(grouped_ask.query, revisions)
@@ -366,16 +386,53 @@ class PrometheusEvidenceSource:
                 outcomes[grouped_ask] = QueryOutcome("", None, failure, 0, 0.0)
                 continue
             jobs.append((grouped_ask, promql, grouped_ask.at))
-        jobs.extend((single, single.promql, single.at) for single in singles)
-        if len(jobs) <= 1 or self._max_parallel == 1:
+        if self._namespace_budget is None:
+            jobs.extend((single, single.promql, single.at) for single in singles)
+            singles = []
+        by_namespace: dict[str, list[SingleAsk]] = {}
+        for single in singles:
+            by_namespace.setdefault(owners.get(single, ""), []).append(single)
+        if len(jobs) + len(by_namespace) <= 1 or self._max_parallel == 1:
             for ask, promql, at in jobs:
                 outcomes[ask] = self._ask(promql, at)
-            return outcomes
+            for namespace, asks in by_namespace.items():
+                self._ask_within_budget(namespace, asks, outcomes, deferred)
+            return outcomes, deferred
         pool = self._executor()
         futures = {ask: pool.submit(self._ask, promql, at) for ask, promql, at in jobs}
+        spent = [
+            pool.submit(self._ask_within_budget, namespace, asks, outcomes, deferred)
+            for namespace, asks in by_namespace.items()
+        ]
         for ask, future in futures.items():
             outcomes[ask] = future.result()
-        return outcomes
+        for done in spent:
+            done.result()
+        return outcomes, deferred
+
+    def _ask_within_budget(
+        self,
+        namespace: str,
+        asks: list[SingleAsk],
+        outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome],
+        deferred: dict[SingleAsk, str],
+    ) -> None:
+        """``namespace``'s custom queries, one after another, each within what is left of its budget."""
+        budget = self._namespace_budget
+        assert budget is not None
+        why = namespace_deferred_detail(namespace, budget.seconds)
+        for ask in asks:
+            left = budget.remaining(namespace, ask.at)
+            if left <= 0:
+                deferred[ask] = why
+                continue
+            cut = left < self.config.timeout
+            outcome = self._ask(ask.promql, ask.at, within=left if cut else None)
+            budget.charge(namespace, ask.at, outcome.duration)
+            if cut and outcome.failure is not None and outcome.failure.error_class is ErrorClass.TIMEOUT:
+                deferred[ask] = why  # cut at the budget: not the query's fault, not Prometheus' either
+                continue
+            outcomes[ask] = outcome
 
     def _ask_range(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
         try:
@@ -386,9 +443,15 @@ class PrometheusEvidenceSource:
             return QueryOutcome(promql, None, failure, 1, 0.0)
 
     def _ask(
-        self, promql: str, at: datetime, typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+        self,
+        promql: str,
+        at: datetime,
+        typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
+        within: float | None = None,
     ) -> QueryOutcome:
         try:
+            if within is not None:
+                return self.client.instant(promql, at, typed=typed, within=within)
             return self.client.instant(promql, at, typed=typed)
         except Exception as error:  # the last line of defence: a query never crashes an evaluation
             _log.exception("unexpected error while querying Prometheus", query=promql)
@@ -419,6 +482,17 @@ class PrometheusEvidenceSource:
                         detail=measurement.detail,
                         query=measurement.query,
                     )
+
+
+def _owners(
+    rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
+) -> dict[SingleAsk, str]:
+    """The namespace each custom query is charged to: the first rollout's that asks it."""
+    owners: dict[SingleAsk, str] = {}
+    for need in needs:
+        if isinstance(need.ask, SingleAsk) and need.ask not in owners:
+            owners[need.ask] = rollouts[need.rollout][1].namespace
+    return owners
 
 
 def _resolution_from(detection: Detection) -> Resolution:
