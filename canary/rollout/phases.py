@@ -132,7 +132,9 @@ def _start_step_clock(tick: Tick, draft: Draft, *, awaiting_approval: bool) -> F
         )
     # Nothing can be due at the very moment the step starts: its window is empty.
     state = replace(
-        state, step=replace(step, started_at=tick.now), evidence_since=state.evidence_since or tick.now
+        state,
+        step=replace(step, started_at=tick.now, deferred=0.0),
+        evidence_since=state.evidence_since or tick.now,
     )
     window = tick.plan.window_texts[step.index]
     return wait(
