@@ -75,8 +75,7 @@ def namespace_deferred_detail(namespace: str, budget: float) -> str:
     return (
         f"deferred: namespace {namespace} spent its budget of {budget:g}s of Prometheus query time for "
         "custom queries this tick (--namespace-query-budget); asked next tick. A deferred check is not "
-        "judged: the step holds, and its clocks (the step's horizon, failureLimit, onNoData) do not run "
-        "for it"
+        "judged: the step holds, and its horizon clock is paused while a check is deferred"
     )
 
 
