@@ -361,7 +361,7 @@ class Reconciler:
 
         answer: CommandOutcome | None = None  # to the command waiting in the ConfigMap, if any
         if stored.command_json is not None and not stale:
-            state, answer = self._apply_command(stored, state, now, bound)
+            state, answer = self._apply_command(stored, state, now, bound, policy.spec.approval_steps)
 
         gate_results = self._gates.results(key) if self._gates is not None else ()
         preparation = prepare(policy, observed, state, now, ledger=ledger, gates=gate_results, alarm=alarm)
@@ -536,7 +536,12 @@ class Reconciler:
         return f"explain-{due}" if due else ""
 
     def _apply_command(
-        self, stored: StoredState, state: RolloutState, now: datetime, bound: FilteringBoundLogger
+        self,
+        stored: StoredState,
+        state: RolloutState,
+        now: datetime,
+        bound: FilteringBoundLogger,
+        approval_steps: frozenset[int],
     ) -> tuple[RolloutState, CommandOutcome | None]:
         """The state after the waiting command, and the answer to write beside it for the issuer."""
         try:
@@ -552,7 +557,7 @@ class Reconciler:
         if by is None:
             result_accepted, message, after = False, f"{command.command} names no issuer: refused", state
         else:
-            result = apply_command(state, command, now, by=by)
+            result = apply_command(state, command, now, by=by, approval_steps=approval_steps)
             result_accepted, message, after = result.accepted, result.message, result.state
         level = bound.info if result_accepted else bound.warning
         level(

@@ -46,7 +46,7 @@ from canary.policy.hooks import (
     TeamsTarget,
     WebhookTarget,
 )
-from canary.policy.units import Unit, format_duration, parse_in_unit, parse_ratio
+from canary.policy.units import Unit, format_duration, parse_in_unit, parse_ratio, peer_unit_mistake
 
 __all__ = [
     "API_VERSION",
@@ -156,6 +156,13 @@ OVERRIDABLE_QUERIES = frozenset({*(kind.value for kind in MetricKind), "request-
 MAX_NOTIFY_ENTRIES = 8
 MAX_GATES = 8
 MAX_CUSTOM_QUERIES = 8
+
+
+def _refuse_peer_mistake(value: object, unit: Unit | None, *, relative: bool = False) -> None:
+    """Bare numbers that a Flagger user means in another unit (latency ms, percentages) are errors."""
+    mistake = None if unit is None else peer_unit_mistake(value, unit, relative=relative)
+    if mistake is not None:
+        raise ValueError(mistake)
 
 
 def _check_template(template: str) -> str:
@@ -301,15 +308,21 @@ class Check(_Model):
             # unknown, so do not pile a second, misleading error onto the limit.
             return 0.0
         if isinstance(metric, MetricKind):
+            unit = metric.unit if metric.has_quantile or metric.unit is Unit.RATIO else None
+            _refuse_peer_mistake(value, unit)
             return parse_in_unit(value, metric.unit)
         if isinstance(unit, Unit):
+            _refuse_peer_mistake(value, unit if unit is Unit.RATIO else None)
             return parse_in_unit(value, unit)
         return parse_in_unit(value, Unit.NONE)
 
     @field_validator("max_increase", mode="before")
     @classmethod
     def _increase(cls, value: object) -> object:
-        return None if value is None else parse_ratio(value, allow_above_one=True)
+        if value is None:
+            return None
+        _refuse_peer_mistake(value, Unit.RATIO, relative=True)
+        return parse_ratio(value, allow_above_one=True)
 
     @field_validator("max_fraction", mode="before")
     @classmethod
@@ -653,6 +666,11 @@ class PolicySpec(_Model):
     def canary_steps(self) -> list[Step]:
         """The held steps: every step below 100. Passing the last one promotes."""
         return [step for step in self.steps if step.weight < 100]
+
+    @property
+    def approval_steps(self) -> frozenset[int]:
+        """The weights of the steps that wait for ``approve``."""
+        return frozenset(step.weight for step in self.canary_steps if step.approval == "manual")
 
     def step_window(self, step: Step) -> float:
         return step.window if step.window is not None else self.window

@@ -270,6 +270,11 @@ def render() -> str:
         "* **number or quantity** — a limit in the metric's unit: `800ms` (seconds), `1%` (a ratio), "
         "`70Gi` / `512Mi` (bytes), `0` (a count).",
         "",
+        "Where a peer reads a bare number in another unit, the unit is required: a latency limit "
+        "(`latency`, `ttft`, `e2e-latency`) is `800ms` or `0.8s`, never `800` (Flagger's milliseconds, "
+        "13m20s here), and a ratio limit of 1 or more (`max: 1` is 100 % here, 1 % in Flagger) or a "
+        "bare `maxIncrease` above 1 is refused with the percentage to write.",
+        "",
         "Unknown fields are errors everywhere: a typo never silently disables a check.",
         "",
         "Contents: "
