@@ -598,14 +598,16 @@ class Reconciler:
 
     # -- edges -----------------------------------------------------------------------------------
 
+    # A dry run starts from what the cluster holds (what the live controller would read), then keeps
+    # what it would have written in memory.
     def _load(self, key: str, namespace: str, name: str) -> StoredState:
-        if self._dry_run:
-            return self._memory.get(key) or StoredState(namespace, name, None, None)
+        if self._dry_run and key in self._memory:
+            return self._memory[key]
         return self._reads.state(namespace, name)
 
     def _load_ledger(self, key: str, namespace: str, name: str) -> StoredLedger:
-        if self._dry_run:
-            return self._memory_ledgers.get(key) or StoredLedger(None, None)
+        if self._dry_run and key in self._memory_ledgers:
+            return self._memory_ledgers[key]
         return self._reads.ledger(namespace, name)
 
     def _save_ledger(

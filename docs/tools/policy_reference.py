@@ -49,6 +49,14 @@ SECTIONS = [
     ("OnNoData", "spec.onNoData", "What happens when evaluations stay inconclusive (no data)."),
     ("MetricsSpec", "spec.metrics", "Metric profiles (see [metric-profiles.md](metric-profiles.md))."),
     (
+        "MetricLabels",
+        "spec.metrics.labels",
+        "Label names replacing those of a family's label style, each a Prometheus label name "
+        "(see [metric-profiles.md](metric-profiles.md#label-styles-scraped-otlp-exported)).",
+    ),
+    ("JoinLabelNames", "spec.metrics.labels.requests", "Also `spec.metrics.labels.gpu`."),
+    ("KubeStateLabelNames", "spec.metrics.labels.kubeStateMetrics", "kube-state-metrics' labels."),
+    (
         "Check",
         "spec.checks[]",
         "One measured quantity with at least one limit: a builtin `metric` or a custom `promql` template.",

@@ -58,7 +58,7 @@ def _from_birth(need: Need, request: EvidenceRequest) -> bool:
     """Whether ``need`` reads a canary's restart counters from its birth (Pending, the first step)."""
     assert isinstance(need.ask, CountsAsk)
     canary = need.side is Side.CANARY and request.canary_born is not None
-    return canary and need.ask.counter == RESTARTS_COUNTER
+    return canary and need.ask.counter.profile is None  # the restart counters
 
 
 class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
@@ -90,7 +90,7 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         # answers); a watch is entered in the book by the next sample.
         self._side = threading.Lock()
         self._alarms: set[RevisionKey] = set()
-        self._watches: list[tuple[RevisionKey, Hashable, datetime, datetime]] = []
+        self._watches: list[tuple[RevisionKey, Hashable, datetime, datetime, CounterQuery]] = []
 
     def serve(
         self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
@@ -104,8 +104,8 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         if not watches:
             return
         with self._lock:
-            book = self.book(RESTARTS_COUNTER)
-            for revision, who, born, at in watches:
+            for revision, who, born, at, counter in watches:
+                book = self.book(counter)
                 if not book.is_tracked(revision):
                     book.asked(revision, who, born, at, born=True)
 
@@ -225,18 +225,26 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         """Sample every revision the restart book tracks at ``at`` unless a sample within the
         tolerance exists (see :meth:`watch`)."""
         self._enter_watches()
-        book = self.books.get(RESTARTS_COUNTER)
-        if book is None or not book.tracked():
-            return
-        self._refresh(RESTARTS_COUNTER, {}, [], at)
+        with self._lock:  # one restart book per kube-state-metrics label style in use
+            books = [(counter, book) for counter, book in self.books.items() if counter.profile is None]
+        for counter, book in books:
+            if book.tracked():
+                self._refresh(counter, {}, [], at)
 
-    def watch(self, revision: RevisionKey, who: Hashable, born: datetime, at: datetime) -> None:
+    def watch(
+        self,
+        revision: RevisionKey,
+        who: Hashable,
+        born: datetime,
+        at: datetime,
+        counter: CounterQuery = RESTARTS_COUNTER,
+    ) -> None:
         """Sample ``revision``'s restart counters in every tick from now on, counted from birth (a
         canary warming up, not evaluated yet): an OOM kill then raises an alarm within a tick
         instead of waiting for the first evaluation. Once the revision is tracked (asked for, or
         watched before), nothing changes. Never waits for a sample in flight."""
         with self._side:
-            self._watches.append((revision, who, born, at))
+            self._watches.append((revision, who, born, at, counter))
 
     def take_alarms(self) -> set[RevisionKey]:
         """The revisions OOM-killed in a sample since the last call (each reported once). Never
