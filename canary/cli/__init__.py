@@ -142,6 +142,15 @@ def validate(
     policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
     secret_file_root: SecretFileRootOption = None,
     secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006 - typer reads the default, never mutates it
+    scrape_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            envvar="PROMETHEUS_SCRAPE_INTERVAL",
+            help="Scrape interval of the metrics the controller reads (s), as its own --scrape-interval: "
+            "a window shorter than 4 intervals is warned about.",
+        ),
+    ] = 30.0,
 ) -> None:
     """Check policy files; exit 0 when all are valid, 1 when any is not, 2 on a usage error (a path
     that does not exist).
@@ -150,7 +159,9 @@ def validate(
     """
     from canary.cli.policies import validate_paths  # noqa: PLC0415 - lazy: start-up time
 
-    validate_paths(paths, output.value, policy_namespaces.value, secret_file_root, secret_env_allow)
+    validate_paths(
+        paths, output.value, policy_namespaces.value, secret_file_root, secret_env_allow, scrape_interval
+    )
 
 
 @app.command()

@@ -13,6 +13,7 @@ import typer
 from canary.cli.help import EXIT_USAGE, fail
 from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
+from canary.metrics.windows import window_warnings
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.loader import format_loc, secret_refs
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
@@ -36,6 +37,7 @@ def validate_paths(
     policy_namespaces: str,
     secret_file_root: Path | None,
     secret_env_allow: list[str],
+    scrape_interval: float = 30.0,
 ) -> None:
     missing = [path for path in paths if not path.exists()]
     if missing:
@@ -66,7 +68,7 @@ def validate_paths(
                     "horizons": horizons(loaded.policy),
                     "atHorizon": loaded.policy.spec.at_horizon.value,
                     "horizonRequests": horizon_requests(loaded.policy),
-                    "warnings": resolution_warnings(loaded.policy),
+                    "warnings": policy_warnings(loaded.policy, scrape_interval),
                     "notChecked": [] if checked else unchecked_secrets(loaded.policy),
                 }
                 for loaded in result.policies
@@ -78,7 +80,7 @@ def validate_paths(
         lines = [str(error) for error in errors]
         for loaded in result.policies:
             lines.append(f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}")
-            lines += [f"    {line}" for line in judge_advice(loaded.policy)]
+            lines += [f"    {line}" for line in judge_advice(loaded.policy, scrape_interval)]
             if not checked:
                 lines += [f"    not checked here: {line}" for line in unchecked_secrets(loaded.policy)]
         summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
@@ -87,6 +89,12 @@ def validate_paths(
         lines.append(summary)
         typer.echo(printable("\n".join(lines)))
     raise typer.Exit(0 if result.ok else 1)
+
+
+def policy_warnings(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
+    """What may keep the policy from judging what it means: limits no bucket edge resolves, windows
+    the scrapes cannot cover."""
+    return resolution_warnings(policy) + window_warnings(policy, scrape_interval)
 
 
 def unchecked_secrets(policy: PromotionPolicy) -> list[str]:
@@ -102,7 +110,7 @@ def unchecked_secrets(policy: PromotionPolicy) -> list[str]:
     return lines
 
 
-def judge_advice(policy: PromotionPolicy) -> list[str]:
+def judge_advice(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
     """What a policy author should know before the first rollout: when each step is decided at the
     latest, what a horizon estimate rests on, and limits the bucket layouts cannot resolve."""
     spec = policy.spec
@@ -118,7 +126,7 @@ def judge_advice(policy: PromotionPolicy) -> list[str]:
                 f"{name}: a horizon estimate rests on at least {size:,} canary requests of its step "
                 f"(a share half or twice the allowed is judged right at {spec.confidence:.0%})"
             )
-    lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
+    lines.extend(f"warning: {warning}" for warning in policy_warnings(policy, scrape_interval))
     return lines
 
 

@@ -32,6 +32,10 @@ Semantics built into the PromQL
   in bytes (DCGM's MiB multiplied by 2**20), so the resolved PromQL returns exactly the evidence value.
 * A latency quantile that falls into the ``+Inf`` bucket reads as the highest finite bucket bound
   (``histogram_quantile``'s rule): a lower bound of the truth.
+* Requests are counted where the client's view is recorded: around the queue-proxy's breaker. On
+  Knative >= 1.19 that is otelhttp's ``http_server_request_duration_seconds``, selected by its
+  instrumentation scope (:data:`QUEUE_PROXY_SERVER_SCOPE` says why); the generation's own histogram
+  only tells which Knative runs.
 * Revisions are selected by a revision label (Knative <= 1.18: ``revision_name``; a relabelled label on
   the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name everywhere else:
   the exact names Knative and the apiserver give a revision's pods (:mod:`canary.metrics.podnames`,
@@ -71,7 +75,7 @@ from canary.evidence import REQUESTS
 from canary.metrics.labels import KSM_LABELS, JoinLabels
 from canary.metrics.podnames import CUT_REVISION, HASHED_KEY, KEPT_REVISION, PodNaming, hashed_key, naming
 from canary.metrics.podnames import pods_pattern as _pods_pattern
-from canary.metrics.promql import regex_alternation, string_literal
+from canary.metrics.promql import regex_alternation, regex_literal, string_literal
 from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 from canary.policy.units import Unit
 
@@ -85,9 +89,12 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "NEWEST_FIELD",
     "OOM_FIELD",
+    "OUTER_HISTOGRAM",
     "PEAK_FIELD",
     "PEAK_MEASURES",
+    "QUEUE_PROXY_SERVER_SCOPE",
     "REQUESTS_PROFILES",
     "RESTARTS_COUNTER",
     "BuiltinQuery",
@@ -153,6 +160,10 @@ class RequestsMetrics:
     revision_label: str | None  # None: the revision is known only from the pod name
     latency_divisor: float  # to seconds
     pod_label: str = "pod"  # the label naming the queue-proxy's pod (a counter reset is per pod)
+    # Selects the queue-proxy's series among others of the same name (see QUEUE_PROXY_SERVER_SCOPE).
+    series_matcher: str = ""
+    # The family's own name, which tells the Knative generation apart (detection looks for it).
+    generation_metric: str = ""
     # Where the response class comes from: a label already holding "5xx" (OpenCensus), or a status
     # code mapped to its class by the pattern ("503" -> "5xx").
     code_label: str = "http_response_status_code"
@@ -161,13 +172,46 @@ class RequestsMetrics:
 
     @property
     def detection_metric(self) -> str:
-        return self.count_metric
+        return self.generation_metric or self.count_metric
+
+    def scope_matcher(self, labels: JoinLabels) -> str:
+        """Selects the queue-proxy's series (see QUEUE_PROXY_SERVER_SCOPE). Pushed over OTLP the scope
+        is a label only when Prometheus promotes it (``otlp.promote_scope_metadata``): there, series
+        with no scope are the queue-proxy's too."""
+        if not self.series_matcher:
+            return ""
+        return _OUTER_SERIES_OR_UNSCOPED if labels.pushed else self.series_matcher
+
+    @property
+    def outer_selector(self) -> str | None:
+        """The histogram the checks read, as a series selector, when it is not the generation's own
+        (Knative >= 1.19: the otelhttp server histogram around the breaker; scraped or pushed);
+        detection asks for it."""
+        if self.generation_metric and self.series_matcher:
+            return f"{self.count_metric}{{{_OUTER_SERIES_OR_UNSCOPED}}}"
+        return None
 
     @property
     def scraped_labels(self) -> JoinLabels:
         """The labels of the series as a PodMonitor scrapes them (the exporter's own, OpenCensus)."""
         return JoinLabels(self.namespace_label, self.pod_label, self.revision_label)
 
+
+# Knative >= 1.19 records its own request histogram (kn.queueproxy.app.duration, renamed
+# kn.serving.invocation.duration in 1.21) *inside* the breaker: requests the breaker answers 503 when
+# its queue is full, and the time admitted requests wait for a slot, never reach it. Only the
+# otelhttp server histogram wrapped around the whole queue-proxy handler chain sees every request as
+# the client does (knative/serving pkg/queue/sharedmain/handlers.go: requestAppMetricsHandler is
+# composed inside queue.ProxyHandler, otelhttp.NewHandler outside everything). Its name is the
+# generic http.server.request.duration, which a model server instrumented with OpenTelemetry in the
+# same pod may export too: the instrumentation scope (Prometheus' otel_scope_name label) tells the
+# queue-proxy's series apart.
+QUEUE_PROXY_SERVER_SCOPE = "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+OUTER_HISTOGRAM = "http_server_request_duration_seconds"
+_OUTER_SERIES = f'otel_scope_name="{QUEUE_PROXY_SERVER_SCOPE}"'
+_OUTER_SERIES_OR_UNSCOPED = (
+    f'otel_scope_name=~"{string_literal(f"({regex_literal(QUEUE_PROXY_SERVER_SCOPE)})?")}"'
+)
 
 REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OPENCENSUS: RequestsMetrics(
@@ -188,24 +232,28 @@ REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
         knative="1.19-1.20",
-        count_metric="kn_queueproxy_app_duration_seconds_count",
-        bucket_metric="kn_queueproxy_app_duration_seconds_bucket",
-        histogram_count_metric="kn_queueproxy_app_duration_seconds_count",
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
         server_error_matcher='http_response_status_code=~"5.."',
         namespace_label="namespace",
         revision_label=None,
         latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric="kn_queueproxy_app_duration_seconds_count",
     ),
     RequestsProfile.KNATIVE_OTEL_INVOCATION: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_INVOCATION,
         knative=">= 1.21",
-        count_metric="kn_serving_invocation_duration_seconds_count",
-        bucket_metric="kn_serving_invocation_duration_seconds_bucket",
-        histogram_count_metric="kn_serving_invocation_duration_seconds_count",
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
         server_error_matcher='http_response_status_code=~"5.."',
         namespace_label="namespace",
         revision_label=None,
         latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric="kn_serving_invocation_duration_seconds_count",
     ),
 }
 
@@ -431,7 +479,9 @@ def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> 
     window = query.window
 
     def summed(function: str, metric: str, extra: str = "", by: str = _GROUP) -> str:
-        series = f"{function}({metric}{{{selection.matchers(revisions, extra)}}}[{window}])"
+        scope = metrics.scope_matcher(selection.labels)
+        matchers = selection.matchers(revisions, ", ".join(filter(None, (scope, extra))))
+        series = f"{function}({metric}{{{matchers}}}[{window}])"
         return f"sum by ({by}) ({selection.by_revision(series, revisions)})"
 
     requests = summed("increase", metrics.count_metric)
@@ -565,6 +615,8 @@ CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no 
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
 BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
 OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
+# evidence_field of a revision's newest request-counter sample time (Unix seconds, Prometheus' own)
+NEWEST_FIELD = "newest"
 _COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
 
 
@@ -616,7 +668,8 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
     ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
     vLLM's time-to-first-token and end-to-end histograms come along (``bucket:ttft``,
-    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them.
+    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them, and
+    per revision the time of its newest counter sample (``newest``, Unix seconds).
     Valid as an instant query (one sample per series) and as a range query (the same, per step).
     """
     if not revisions:
@@ -630,7 +683,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     selection = _Selection(labels)
 
     def normalised(metric: str) -> str:
-        series = f"{metric}{{{selection.matchers(revisions)}}}"
+        series = f"{metric}{{{selection.matchers(revisions, metrics.scope_matcher(labels))}}}"
         relabelled = selection.by_revision(series, revisions)
         relabelled = _relabel(relabelled, "pod", labels.pod, "(.+)")
         replacement = string_literal(metrics.code_replacement)
@@ -641,7 +694,18 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
 
     counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
     buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
-    parts = [_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD)]
+    # How far each revision's evidence reaches: the time of its newest counter sample as Prometheus
+    # holds it, behind any ingestion lag (remote write, Thanos, Mimir). timestamp() of a plain
+    # selector reads the samples' own times (of any other expression, the evaluation time).
+    stamped = selection.by_revision(
+        f"timestamp({metrics.count_metric}{{{selection.matchers(revisions)}}})", revisions
+    )
+    newest = f"max by (namespace, revision) ({stamped})"
+    parts = [
+        _with_field(counter, COUNTER_FIELD),
+        _with_field(buckets, BUCKET_FIELD),
+        _with_field(newest, NEWEST_FIELD),
+    ]
     # vLLM's own histograms (in the model server, seconds; absent for other servers: no series).
     vllm_matchers = _POD_SELECTION.matchers(revisions)
     for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):

@@ -321,7 +321,9 @@ def _requests(
     own.append(
         f"{labels.revision}={_quoted(revision)}" if labels.revision else _pods_of(labels.pod, revision)
     )
-    canary = [] if labels.target_info else own  # target_info: the join selects the canary
+    canary = [] if labels.target_info else list(own)  # target_info: the join selects the canary
+    if family.series_matcher:
+        canary.append(family.scope_matcher(labels))  # the queue-proxy's own series (Knative >= 1.19)
 
     def increase(*matchers: str, metric: str = family.count_metric) -> str:
         return labels.joined(f"increase({_selector(metric, *canary, *matchers)}[{window}])", own)

@@ -9,6 +9,7 @@ progress deadline; while baking, the end of the bake (:func:`canary.rollout.outc
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from canary.policy.model import GateStage
 from canary.policy.units import format_duration
@@ -209,6 +210,10 @@ def _step_progress_text(tick: Tick, draft: Draft, step: StepProgress) -> str:
                 f"steps; not yet: {', '.join(undecided)}."
             )
     horizon = evaluation.horizon if evaluation is not None else None
+    held_text = f"held {duration(held)} of {tick.plan.window_texts[step.index]}"
+    if horizon is not None and horizon.behind and horizon.evidence_until is not None:
+        covered = max(horizon.evidence_until - step.started_at, timedelta(0))
+        held_text += f", evidence covering {duration(covered)} of it ({horizon.behind})"
     if horizon is not None and not horizon.reached:
         waiting += (
             f" Decided by {describe_time(horizon.by)} at the latest (the step's horizon: "
@@ -216,7 +221,7 @@ def _step_progress_text(tick: Tick, draft: Draft, step: StepProgress) -> str:
         )
     return (
         f"Holding {draft.state.revision} at {step.weight}% (step {step.index + 1} of "
-        f"{len(tick.steps)}): held {duration(held)} of {tick.plan.window_texts[step.index]}, "
+        f"{len(tick.steps)}): {held_text}, "
         f"{requests} of {tick.plan.min_requests[step.index]} canary requests, latest evaluation "
         f"{verdict}.{waiting}"
     )

@@ -302,8 +302,10 @@ def test_secret_scope_values_become_flags_and_per_namespace_mounts(tmp_path: Any
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout
-    without = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", str(tmp_path)],
+    # With a scope that opens less (only the file root), the same policies are refused, as the
+    # controller would refuse them; without any scope, validate leaves the decision to the controller.
+    narrower = subprocess.run(
+        [sys.executable, "-m", "canary", "validate", "--secret-file-root=/nonexistent", str(tmp_path)],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
-    assert without.returncode == 1, "without the scope the same policies are refused"
+    assert narrower.returncode == 1, "with a narrower scope the same policies are refused"

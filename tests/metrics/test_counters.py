@@ -1199,3 +1199,29 @@ def test_a_series_back_from_a_short_absence_is_not_forgotten_later() -> None:
         book.prune(now)
     tally, _ = book.tally(REV, at(0), at(99 * 5))
     assert tally is not None and tally.requests == 99  # 1099 - 1000: its increments only
+
+
+def test_the_newest_sample_time_travels_beside_the_counters_not_as_one() -> None:
+    labels = {"namespace": "ml", "revision": REV.revision, "pod": "p0", "code_class": "2xx"}
+    newest = {"namespace": "ml", "revision": REV.revision, "evidence_field": "newest"}
+    outcome = _vector(
+        [
+            {"metric": {**labels, "evidence_field": "count"}, "value": [1000, "12"]},
+            {"metric": newest, "value": [1000, "970.5"]},
+        ]
+    )
+    parsed = parse_counter_vector(outcome, [REV], divisor=1000.0)
+    assert not isinstance(parsed, QueryFailure)
+    assert dict(parsed[REV].values) == {ok(): 12.0}
+    assert parsed[REV].newest == 970.5
+
+
+def test_the_counts_say_how_far_they_reach() -> None:
+    # Late evidence (issue 33, item 7): a revision's counts reach its newest sample; a sample without
+    # series reaches where it stands (Prometheus holds nothing newer for it up to there).
+    book = CounterBook(tolerance=TOLERANCE)
+    book.record(REV, at(0), RevisionSample({ok(): 1.0}, newest=at(-1).timestamp()))
+    book.record(REV, at(5), RevisionSample({ok(): 9.0}, newest=at(4).timestamp()))
+    assert book.count_series(REV, at(0), at(5)).newest == at(4)
+    book.record(REV, at(10), RevisionSample({}))
+    assert book.count_series(REV, at(0), at(10)).newest == at(10)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Hashable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from canary.evidence import (
@@ -91,6 +91,7 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         self._side = threading.Lock()
         self._alarms: set[RevisionKey] = set()
         self._watches: list[tuple[RevisionKey, Hashable, datetime, datetime, CounterQuery]] = []
+        self._reaches: dict[CounterQuery, tuple[datetime, datetime]] = {}  # the last (at, reach)
 
     def serve(
         self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
@@ -275,11 +276,38 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
             refresh.failures = dict.fromkeys(revisions, parsed)
             return refresh
         backfill = self._to_backfill(book, starts, at)
-        filled = self._backfill(counter, book, backfill, parsed, at, refresh) if backfill else set()
+        reach = self._reach(counter, parsed, at)
+        filled = self._backfill(counter, book, backfill, parsed, reach, refresh) if backfill else set()
         for revision in revisions:
             if revision not in filled:
-                book.record(revision, at, parsed[revision])
+                book.record(revision, reach, parsed[revision])
         return refresh
+
+    def _reach(
+        self, counter: CounterQuery, parsed: Mapping[RevisionKey, RevisionSample], at: datetime
+    ) -> datetime:
+        """The time a request sample taken at ``at`` stands for: how far Prometheus' evidence reaches,
+        the newest counter sample of any revision in it (never after ``at``, never before the last).
+        Behind an ingestion lag the values a query sees at ``at`` are those of ``at - lag``: a tally
+        between two samples then covers what was served between their reaches, so a step's own
+        evidence is what was served after it began. One time for the whole tick, so that the
+        canary's tallies and the stable revision's cover the same intervals. The restart counters
+        stay at ``at``: a kill is counted in the window in which it became visible, never lost
+        to a window already judged."""
+        if counter.profile is None:
+            return at
+        last = self._reaches.get(counter)
+        if last is not None and last[0] == at:
+            return last[1]  # revisions added to the tick's sample: the tick's reach
+        newest = max((sample.newest for sample in parsed.values() if sample.newest is not None), default=None)
+        if newest is not None:
+            reach = min(at, datetime.fromtimestamp(newest, UTC))
+        else:  # nothing has series: as far behind as the last sample was
+            reach = at - (last[0] - last[1]) if last is not None else at
+        if last is not None:
+            reach = max(reach, last[1])
+        self._reaches[counter] = (at, reach)
+        return reach
 
     def _backfill(
         self,
@@ -290,7 +318,9 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         at: datetime,
         refresh: Refresh,
     ) -> set[RevisionKey]:
-        """Fill the revisions' past from [earliest start, at] with range queries; the ones filled."""
+        """Fill the revisions' past from [earliest start, at] with range queries; the ones filled.
+        ``at`` is how far the live sample reaches (:meth:`_reach`): before it Prometheus holds
+        everything, after it the grid would repeat values that are not there yet."""
         start = min(starts.values())
         estimate = {
             revision: max(_MIN_SERIES_ESTIMATE, 2 * len(live[revision].values)) for revision in starts
