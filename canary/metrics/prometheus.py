@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -88,12 +88,16 @@ from canary.metrics.plan import (
     merge_asks,
     plan_rollout,
 )
+from canary.metrics.split import Splitter
+from canary.metrics.tenancy import Tenancy
 from canary.policy.model import KubeStateLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 from canary.repeats import Repeats
 
 __all__ = ["PrometheusEvidenceSource"]
 
 _log = structlog.get_logger("canary.metrics")
+
+Parsed = GroupedAnswer | float | QueryFailure | None
 
 _AUTO = "auto"  # every profile and label style setting's "detect it"
 
@@ -117,6 +121,7 @@ class PrometheusEvidenceSource:
         max_single_queries_per_tick: int = 200,
         backfill_sample_budget: int = 200_000,
         idle_revision_ttl: float = 900.0,
+        tenancy: Tenancy | None = None,
         namespace_query_seconds: float | None = None,
     ) -> None:
         """
@@ -133,6 +138,8 @@ class PrometheusEvidenceSource:
             memory: an answer decodes to about 150 bytes of Python objects per point while it is
             read, and the process' RSS keeps that peak; a smaller budget costs more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
+        :param tenancy: how custom queries are scoped to their policy's namespace (default: every
+            selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
         :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
             per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
         """
@@ -141,6 +148,7 @@ class PrometheusEvidenceSource:
         if max_single_queries_per_tick < 0:
             raise ValueError("max_single_queries_per_tick must not be negative")
         self.config = config
+        self.tenancy = tenancy or Tenancy()
         self.client = client if client is not None else PrometheusClient(config)
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
         self.min_requests = min_requests
@@ -179,6 +187,7 @@ class PrometheusEvidenceSource:
             sample_budget=backfill_sample_budget,
         )
         self.max_single_queries_per_tick = max_single_queries_per_tick
+        self._splitter = Splitter()  # a failed grouped query asked again by namespace, then rollout
         self._budget = TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
         self._namespace_budget = (
             None if namespace_query_seconds is None else NamespaceQueryBudget(namespace_query_seconds)
@@ -199,15 +208,16 @@ class PrometheusEvidenceSource:
         needs, profiles, detection_cost = self._plan(rollouts)
         grouped, singles = merge_asks(needs)
         granted = self._budget.grant(rollouts, needs, singles)
+        owners = {
+            need.revision: (rollouts[need.rollout][1].namespace, rollouts[need.rollout][1].inference_service)
+            for need in needs
+        }
         # The counter and peak samples first: they carry the safety checks (error rate, OOM kills,
         # GPU memory), and no custom query may delay them.
         counted = self.counts.serve(rollouts, needs)
         peaked = self.peaks.serve(rollouts, needs)
-        owners = _owners(rollouts, needs)
-        outcomes, deferred = self._run(grouped, [single for single in singles if single in granted], owners)
-        parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None] = {}
-        for asked, outcome in outcomes.items():
-            parsed[asked] = parse_grouped(outcome) if isinstance(asked, GroupedAsk) else parse_single(outcome)
+        asked = [single for single in singles if single in granted]
+        outcomes, parsed, deferred = self._run(grouped, asked, owners, _tenants(rollouts, needs))
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
         used_asks: list[set[GroupedAsk | SingleAsk]] = [set() for _ in rollouts]
@@ -237,7 +247,7 @@ class PrometheusEvidenceSource:
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                     # For people only (kserve-canary explain): each check's canary value as one query.
                     canary_queries=canary_queries(
-                        policy, request, profiles[index], min_window=self.min_window
+                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
                     ),
                 )
             )
@@ -258,7 +268,13 @@ class PrometheusEvidenceSource:
             profiles.append(used)
             needs.extend(
                 plan_rollout(
-                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
+                    index,
+                    policy,
+                    request,
+                    resolutions,
+                    min_window=self.min_window,
+                    grouping=self.grouping,
+                    tenancy=self.tenancy,
                 )
             )
         return needs, profiles, detection_cost
@@ -443,56 +459,63 @@ class PrometheusEvidenceSource:
         return self.detector.kube_state_labels(at)
 
     def _run(
-        self, grouped: dict[GroupedAsk, set[Any]], singles: list[SingleAsk], owners: dict[SingleAsk, str]
-    ) -> tuple[dict[GroupedAsk | SingleAsk, QueryOutcome], dict[SingleAsk, str]]:
-        """The grouped queries and the custom ones, in parallel; the custom ones of one namespace one
-        after another within its budget (those it had no time left for: deferred, with why)."""
-        jobs: list[tuple[GroupedAsk | SingleAsk, str, datetime]] = []
+        self,
+        grouped: dict[GroupedAsk, set[RevisionKey]],
+        singles: list[SingleAsk],
+        owners: Mapping[RevisionKey, Hashable],
+        tenants: Mapping[SingleAsk, str],
+    ) -> tuple[
+        dict[GroupedAsk | SingleAsk, QueryOutcome], dict[GroupedAsk | SingleAsk, Parsed], dict[SingleAsk, str]
+    ]:
+        """Every ask's outcome and its parsed answer; a grouped ask that fails is split
+        (:mod:`canary.metrics.split`): its answer then says which revisions' part failed, and why. The
+        custom queries of one namespace run one after another within its budget of Prometheus time;
+        those it had no time left for are deferred (returned, with why)."""
+        jobs: list[tuple[GroupedAsk | SingleAsk, Callable[[], tuple[QueryOutcome, Parsed]]]] = []
         outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome] = {}
+        parsed: dict[GroupedAsk | SingleAsk, Parsed] = {}
         deferred: dict[SingleAsk, str] = {}
         for grouped_ask, revisions in grouped.items():
             try:
-                promql = render_builtin(grouped_ask.query, revisions)
+                render_builtin(grouped_ask.query, revisions)
             except ValueError as error:  # a catalog bug must not take the controller down
                 failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
                 outcomes[grouped_ask] = QueryOutcome("", None, failure, 0, 0.0)
+                parsed[grouped_ask] = failure
                 continue
-            jobs.append((grouped_ask, promql, grouped_ask.at))
-        if self._namespace_budget is None:
-            jobs.extend((single, single.promql, single.at) for single in singles)
-            singles = []
+            ordered = sorted(revisions)
+            jobs.append((grouped_ask, functools.partial(self._grouped, grouped_ask, ordered, owners)))
         by_namespace: dict[str, list[SingleAsk]] = {}
         for single in singles:
-            by_namespace.setdefault(owners.get(single, ""), []).append(single)
-        if len(jobs) + len(by_namespace) <= 1 or self._max_parallel == 1:
-            for ask, promql, at in jobs:
-                outcomes[ask] = self._ask(promql, at)
-            for namespace, asks in by_namespace.items():
-                self._ask_within_budget(namespace, asks, outcomes, deferred)
-            return outcomes, deferred
-        pool = self._executor()
-        futures = {ask: pool.submit(self._ask, promql, at) for ask, promql, at in jobs}
-        spent = [
-            pool.submit(self._ask_within_budget, namespace, asks, outcomes, deferred)
+            if self._namespace_budget is None:
+                jobs.append((single, functools.partial(self._single, single)))
+            else:
+                by_namespace.setdefault(tenants.get(single, ""), []).append(single)
+        budgeted = [
+            functools.partial(self._within_budget, namespace, asks, deferred)
             for namespace, asks in by_namespace.items()
         ]
-        for ask, future in futures.items():
-            outcomes[ask] = future.result()
-        for done in spent:
-            done.result()
-        return outcomes, deferred
+        if len(jobs) + len(budgeted) <= 1 or self._max_parallel == 1:
+            answered = [(ask, job()) for ask, job in jobs]
+            answered += [pair for job in budgeted for pair in job()]
+        else:
+            pool = self._executor()
+            futures = [(ask, pool.submit(job)) for ask, job in jobs]
+            spent = [pool.submit(job) for job in budgeted]
+            answered = [(ask, future.result()) for ask, future in futures]
+            answered += [pair for future in spent for pair in future.result()]
+        for ask, (outcome, answer) in answered:
+            outcomes[ask], parsed[ask] = outcome, answer
+        return outcomes, parsed, deferred
 
-    def _ask_within_budget(
-        self,
-        namespace: str,
-        asks: list[SingleAsk],
-        outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome],
-        deferred: dict[SingleAsk, str],
-    ) -> None:
+    def _within_budget(
+        self, namespace: str, asks: list[SingleAsk], deferred: dict[SingleAsk, str]
+    ) -> list[tuple[GroupedAsk | SingleAsk, tuple[QueryOutcome, Parsed]]]:
         """``namespace``'s custom queries, one after another, each within what is left of its budget."""
         budget = self._namespace_budget
         assert budget is not None
         why = namespace_deferred_detail(namespace, budget.seconds)
+        answered: list[tuple[GroupedAsk | SingleAsk, tuple[QueryOutcome, Parsed]]] = []
         for ask in asks:
             left = budget.remaining(namespace, ask.at)
             if left <= 0:
@@ -504,7 +527,31 @@ class PrometheusEvidenceSource:
             if cut and outcome.failure is not None and outcome.failure.error_class is ErrorClass.TIMEOUT:
                 deferred[ask] = why  # cut at the budget: not the query's fault, not Prometheus' either
                 continue
-            outcomes[ask] = outcome
+            answered.append((ask, (outcome, parse_single(outcome))))
+        return answered
+
+    def _single(self, single: SingleAsk) -> tuple[QueryOutcome, Parsed]:
+        outcome = self._ask(single.promql, single.at)
+        return outcome, parse_single(outcome)
+
+    def _grouped(
+        self, grouped: GroupedAsk, revisions: Sequence[RevisionKey], owners: Mapping[RevisionKey, Hashable]
+    ) -> tuple[QueryOutcome, Parsed]:
+        def ask(
+            part: Sequence[RevisionKey],
+        ) -> tuple[QueryOutcome, dict[RevisionKey, Mapping[str, float]] | QueryFailure]:
+            outcome = self._ask(render_builtin(grouped.query, part), grouped.at)
+            answer = parse_grouped(outcome)
+            if isinstance(answer, QueryFailure):
+                return outcome, answer
+            return outcome, {revision: answer.values.get(revision, {}) for revision in part}
+
+        split = self._splitter.ask(
+            grouped.query, revisions, lambda revision: owners.get(revision, revision), ask
+        )
+        outcome = QueryOutcome(split.query, None, None, split.http_requests, split.duration)
+        values = {revision: fields for revision, fields in split.answers.items() if fields}
+        return outcome, GroupedAnswer(values, split.failures)
 
     def _ask_range(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
         try:
@@ -566,7 +613,7 @@ class PrometheusEvidenceSource:
                     )
 
 
-def _owners(
+def _tenants(
     rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
 ) -> dict[SingleAsk, str]:
     """The namespace each custom query is charged to: the first rollout's that asks it."""
