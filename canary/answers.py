@@ -173,7 +173,8 @@ class BoundedSession(requests.Session):
     """A session whose every exchange is bounded (see the module docstring).
 
     ``limit``: bytes of a 2xx answer read at most; ``error_limit``: of any other answer (default
-    ``limit``); ``deadline``: seconds one exchange may take, connecting included. Every adapter
+    ``limit``); ``deadline``: seconds one exchange may take, connecting included (a call's read
+    timeout, when shorter, is its deadline). Every adapter
     mounted on it is a watched one, with the retries it was given (prometheus-api-client mounts its
     own for its URL).
     """
@@ -197,12 +198,16 @@ class BoundedSession(requests.Session):
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         kwargs.update(stream=True, allow_redirects=False)
-        with _Watchdog(self.deadline) as watchdog:
+        # A call may ask for less than the session's deadline with a shorter read timeout.
+        timeout = kwargs.get("timeout")
+        asked = timeout[1] if isinstance(timeout, tuple) else timeout
+        deadline = min(self.deadline, asked) if isinstance(asked, int | float) else self.deadline
+        with _Watchdog(deadline) as watchdog:
             try:
                 response = super().send(request, **kwargs)
             except requests.RequestException as error:
                 if watchdog.expired and not isinstance(error, AnswerError):
-                    raise AnswerLate(f"no answer within {self.deadline:g}s", request=request) from None
+                    raise AnswerLate(f"no answer within {deadline:g}s", request=request) from None
                 raise
             if 300 <= response.status_code < 400:
                 response.close()  # a redirect: reported by its status, its body never read

@@ -236,6 +236,14 @@ def run(
         float,
         typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
     ] = 30.0,
+    namespace_query_budget: Annotated[
+        float,
+        typer.Option(
+            envvar="NAMESPACE_QUERY_BUDGET",
+            help="Seconds of Prometheus time the custom queries of one namespace may take per tick; "
+            "the rest are deferred (builtin checks never are).",
+        ),
+    ] = 2.0,
     min_samples: Annotated[
         float,
         typer.Option(
@@ -376,6 +384,7 @@ def run(
             timeout=prometheus_timeout,
             scrape_interval=scrape_interval,
             min_samples=min_samples,
+            namespace_query_budget=namespace_query_budget,
         ),
         leasing=groups.LeaseSettings(
             elect=leader_elect,

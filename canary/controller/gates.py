@@ -9,8 +9,11 @@ one worker, never the tick and never another rollout. Bounded everywhere:
 * **retries with backoff** after a failed attempt: 2 s, 4 s, 8 s ... at most 30 s apart (or the
   receiver's ``Retry-After``, at most 5 minutes); the core keeps asking while the gate has not
   passed, and its deadline (in the rollout state) decides when to stop;
-* **at most** ``max_in_flight`` attempts queued or running over all rollouts; beyond, a call
-  waits for the next tick;
+* **fair between namespaces**: attempts wait in one queue per namespace and the workers take
+  the namespaces in turn, each running at most ``max_per_namespace`` attempts at once, so one
+  namespace's slow or hanging gates hold that many workers and never another namespace's calls;
+  at most ``max_in_flight`` attempts of one namespace are queued or running; beyond, a call waits
+  for the next tick;
 * **each attempt's deadline** is the gate's ``webhook.timeout``, for the whole exchange (connect at
   most 3.05 s of it).
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -62,6 +66,11 @@ _MOST_RETRY = 30.0
 _MOST_RETRY_AFTER = 300.0
 
 _Slot = tuple[str, str, str]  # (policy key, revision, call key)
+_Queued = tuple[PromotionPolicy, GateCall, _Slot]
+
+
+def _namespace(slot: _Slot) -> str:
+    return slot[0].partition("/")[0]
 
 
 @dataclass
@@ -96,17 +105,23 @@ class GateRunner:
         on_done: Callable[[str], None] = lambda key: None,
         clock: Callable[[], datetime] = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
-        max_workers: int = 4,
-        max_in_flight: int = 64,
+        max_workers: int = 8,
+        max_per_namespace: int = 2,
+        max_in_flight: int = 32,
     ) -> None:
         self._resolver_for = resolver_for
         self._on_done = on_done
         self._clock = clock
         self._monotonic = monotonic
-        self._max_in_flight = max_in_flight
+        self._max_workers = max_workers
+        self._max_per_namespace = max_per_namespace
+        self._max_in_flight = max_in_flight  # per namespace, queued or running
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gate")
         self._lock = threading.Lock()
         self._slots: dict[_Slot, _Attempts] = {}
+        self._queues: dict[str, deque[_Queued]] = {}  # per namespace, waiting for a worker
+        self._turns: deque[str] = deque()  # namespaces with a queue, in the order they are served
+        self._running: dict[str, int] = {}
         self._closed = False
 
     def submit(self, policy: PromotionPolicy, calls: Sequence[GateCall]) -> int:
@@ -127,15 +142,66 @@ class GateRunner:
                     continue
                 if attempts.last is not None and attempts.last.passed:
                     continue  # the next decision records it
-                if sum(1 for a in self._slots.values() if a.in_flight) >= self._max_in_flight:
+                namespace = _namespace(slot)
+                busy = sum(1 for s, a in self._slots.items() if a.in_flight and _namespace(s) == namespace)
+                if busy >= self._max_in_flight:
                     log.warning(
-                        "gate call postponed: too many in flight", gate=call.name, key=call.policy_key
+                        "gate call postponed: too many of its namespace in flight",
+                        gate=call.name,
+                        key=call.policy_key,
+                        max_in_flight=self._max_in_flight,
                     )
                     continue
                 attempts.in_flight = True
-            self._pool.submit(self._attempt, policy, call, slot)
+                self._queue(namespace, (policy, call, slot))
             started += 1
+        self._pump()
         return started
+
+    def _queue(self, namespace: str, queued: _Queued) -> None:
+        """Under ``_lock``: wait in the namespace's queue; a namespace new to it takes the last turn."""
+        if namespace not in self._queues:
+            self._queues[namespace] = deque()
+            self._turns.append(namespace)
+        self._queues[namespace].append(queued)
+
+    def _pump(self) -> None:
+        """Start queued attempts while workers are free: the namespaces in turn, each below its cap."""
+        while True:
+            with self._lock:
+                queued = None if self._closed else self._next()
+            if queued is None:
+                return
+            self._pool.submit(self._run, *queued)
+
+    def _next(self) -> _Queued | None:
+        """Under ``_lock``: the next attempt to start, or None (no free worker, or none may start)."""
+        if sum(self._running.values()) >= self._max_workers:
+            return None
+        for _ in range(len(self._turns)):
+            namespace = self._turns[0]
+            self._turns.rotate(-1)  # served or not, it goes to the back: the others come first
+            if self._running.get(namespace, 0) >= self._max_per_namespace:
+                continue
+            queue = self._queues[namespace]
+            queued = queue.popleft()
+            if not queue:
+                del self._queues[namespace]
+                self._turns.remove(namespace)
+            self._running[namespace] = self._running.get(namespace, 0) + 1
+            return queued
+        return None
+
+    def _run(self, policy: PromotionPolicy, call: GateCall, slot: _Slot) -> None:
+        try:
+            self._attempt(policy, call, slot)
+        finally:
+            namespace = _namespace(slot)
+            with self._lock:
+                self._running[namespace] -= 1
+                if not self._running[namespace]:
+                    del self._running[namespace]
+            self._pump()
 
     def results(self, key: str) -> tuple[GateResult, ...]:
         """The latest finished attempt of each call point of rollout ``key`` (namespace/name)."""

@@ -126,6 +126,7 @@ def prometheus_evidence(
         ),
         scrape_interval=settings.scrape_interval,
         min_requests=settings.min_samples,
+        namespace_query_seconds=settings.namespace_query_budget,
         tenancy=tenancy,
     )
 

@@ -84,6 +84,11 @@ class PrometheusSettings:
     # Bytes of one answer read at most (canary.metrics.client.DEFAULT_MAX_ANSWER_BYTES: a thousand
     # rollouts' counter sample five times over); a larger answer fails its query as malformed-response.
     max_answer_bytes: int = 128 * 1024 * 1024
+    # Seconds of Prometheus time the custom queries (promql checks, overrides) of one namespace may
+    # take per tick; over it they are deferred, never the builtin ones. Half the tick's own budget
+    # (0.8 x the 5 s period): one namespace's PromQL ends by mid-tick, and leaves the rest of the
+    # tick to deciding and writing (docs/security.md, "Fairness between namespaces").
+    namespace_query_budget: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)

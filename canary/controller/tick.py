@@ -10,12 +10,19 @@ Every tick (:class:`~canary.controller.scheduler.TickScheduler`):
    and stays due.
 2. **Read.** Each due rollout is read from the watch caches and the pure core is asked for its
    evidence request (:meth:`Reconciler.prepare`), all with the same evaluation time ``at``.
-3. **Evidence, once.** ``collect_many([(policy, request), ...])`` once for every rollout that needs
-   evidence (the source is a :class:`~canary.controller.evidence.TickEvidenceSource`; one that can
-   only ``collect`` comes wrapped in :class:`~canary.controller.evidence.CollectEach`, which asks it
-   per rollout). Rollouts that need none —
-   an auto-start, a first step, an idle model — are handed to the workers as soon as they are read,
-   without waiting for the other reads or for Prometheus.
+3. **Evidence, beside the tick.** ``collect_many([(policy, request), ...])`` for the rollouts that
+   need evidence, in up to three calls at once on the evidence workers: those looked at for an
+   alarm, those whose policies have only builtin checks, and those with custom queries (whose
+   namespace's PromQL, slow or not, then never delays the others' error rates; the counter sample is
+   taken once and shared). The source is a :class:`~canary.controller.evidence.TickEvidenceSource`;
+   one that can only ``collect`` comes wrapped in :class:`~canary.controller.evidence.CollectEach`,
+   which asks it per rollout. Rollouts that need none — an auto-start, a first step, an idle model,
+   a readiness deadline that passed, a person's command — are handed to the workers as soon as they
+   are read, without waiting for the other reads or for Prometheus. Evidence that is not in by the
+   tick's budget is decided on when it arrives, and the tick ends on time: a slow or hanging
+   Prometheus holds only the rollouts whose evidence it owes. Each later tick reads those rollouts
+   again (a **peek**): one that needs no evidence any more (its deadline passed, a command came) is
+   decided at once, and the late evidence is then dropped.
 4. **Alarms.** An evidence source that samples every tracked revision each tick (``take_alarms``:
    :class:`~canary.metrics.prometheus.PrometheusEvidenceSource`) reports the canaries OOM-killed
    since its last sample; their rollouts are due at once, with ``alarm`` (an extra look before the
@@ -39,6 +46,7 @@ the error and the others go on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -139,6 +147,12 @@ class TickRunner:
         self._wake = wake
         self._monotonic = monotonic
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="reconcile")
+        # Evidence is collected here, so that the tick never waits for Prometheus past its budget.
+        self._evidence_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="evidence")
+        # Rollouts whose evidence is being collected, each with the token its collect will decide by
+        # (a peek that decided without it takes the token away).
+        self._awaiting: dict[str, object] = {}
+        self._warm_up_sample: Future[None] | None = None
         self._lock = threading.Lock()
         self._intervals: dict[str, float] = {}
         self._next_due: dict[str, datetime] = {}
@@ -189,6 +203,7 @@ class TickRunner:
         self._wake()
 
     def close(self, *, wait: bool = True) -> None:
+        self._evidence_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=wait, cancel_futures=False)
 
     # -- the tick ------------------------------------------------------------------------------
@@ -225,11 +240,13 @@ class TickRunner:
             self._carried = []
             for key in due:
                 self._waiting_since.setdefault(key, now)
-        futures, needing = self._read(due, now, deadline, outcome)
+        futures = self._peek(now, outcome)
+        more, needing = self._read(due, now, deadline, outcome)
+        futures.update(more)
         if needing:
-            self._collect_and_submit(needing, futures, outcome)
+            self._collect_and_submit(needing, futures, outcome, deadline)
         if self._watched_now:
-            self._sample_warm_up(now)
+            self._sample_warm_up_beside(now, deadline)
         self._wait(futures, deadline, outcome)
         with self._lock:
             self._carried = [key for key in outcome.carried if key in self._intervals]
@@ -261,25 +278,107 @@ class TickRunner:
         return futures, needing
 
     def _collect_and_submit(
-        self, needing: list[Prepared], futures: dict[str, Future[ReconcileOutcome]], outcome: TickOutcome
+        self,
+        needing: list[Prepared],
+        futures: dict[str, Future[ReconcileOutcome]],
+        outcome: TickOutcome,
+        deadline: float,
     ) -> None:
-        """Step 3: one collect for all — but a rollout looked at for an alarm first, on its own: its
-        rollback must not wait for the evidence of a tick of holds (the sample it takes is the one
-        the others then share, so Prometheus is asked no more)."""
+        """Step 3: the evidence, collected beside the tick in batches — a rollout looked at for an
+        alarm on its own (its rollback must not wait for the evidence of a tick of holds), the
+        rollouts with builtin checks only, then those with custom queries. What is not in by
+        ``deadline`` is decided on when it arrives (``in_flight`` in this tick's outcome)."""
         outcome.evidence_requests = len(needing)
+        keys = {item.key for item in needing}
         urgent = [item for item in needing if item.alarm]
-        rest = [item for item in needing if not item.alarm]
-        for batch in (urgent, rest):
+        builtin = [item for item in needing if not item.alarm and not item.policy.spec.custom_queries]
+        custom = [item for item in needing if not item.alarm and item.policy.spec.custom_queries]
+        batches: list[tuple[list[Prepared], dict[str, object], Future[list[Evidence | None]]]] = []
+        for batch in (urgent, builtin, custom):
             if not batch:
                 continue
-            evidences = self._collect(batch)
+            tokens = {item.key: object() for item in batch}
+            with self._lock:
+                self._awaiting.update(tokens)
+            batches.append((batch, tokens, self._evidence_pool.submit(self._collect, batch)))
             outcome.collect_calls += 1
-            # The canaries this sample saw OOM-killed are decided first (behind no hold);
-            # alarmed rollouts not judged now are looked at next (step 4).
-            alarmed = self._take_alarms({item.key for item in needing})
-            order = sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed)
-            for index in order:
-                futures[batch[index].key] = self._submit(batch[index], evidences[index])
+        for batch, tokens, collected in batches:
+            try:
+                evidences = collected.result(timeout=max(0.0, deadline - self._monotonic()))
+            except TimeoutError:
+                log.warning(
+                    "evidence not in within the tick's budget: decided when it arrives",
+                    rollouts=len(batch),
+                    budget=round(self.budget * self.period, 3),
+                )
+                collected.add_done_callback(functools.partial(self._arrived, batch, tokens, judged_now=keys))
+                continue
+            futures.update(self._decide_on(batch, tokens, evidences, keys))
+
+    def _decide_on(
+        self,
+        batch: list[Prepared],
+        tokens: dict[str, object],
+        evidences: Sequence[Evidence | None],
+        judged_now: set[str],
+    ) -> dict[str, Future[ReconcileOutcome]]:
+        """Hand ``batch`` with its evidence to the workers: the canaries this sample saw OOM-killed
+        first (behind no hold); a rollout a peek decided meanwhile is left alone. Alarmed rollouts
+        not judged now are looked at next (step 4)."""
+        alarmed = self._take_alarms(judged_now)
+        futures: dict[str, Future[ReconcileOutcome]] = {}
+        for index in sorted(range(len(batch)), key=lambda index: batch[index].key not in alarmed):
+            item = batch[index]
+            with self._lock:
+                if self._awaiting.get(item.key) is not tokens[item.key]:
+                    continue  # decided without this evidence, by a peek
+                del self._awaiting[item.key]
+            futures[item.key] = self._submit(item, evidences[index])
+        return futures
+
+    def _arrived(
+        self,
+        batch: list[Prepared],
+        tokens: dict[str, object],
+        collected: Future[list[Evidence | None]],
+        *,
+        judged_now: set[str],
+    ) -> None:
+        """Evidence that came after its tick's budget: decided on now (on the evidence worker)."""
+        if collected.cancelled():
+            evidences: list[Evidence | None] = [None] * len(batch)
+        else:
+            evidences = collected.result()
+        try:
+            self._decide_on(batch, tokens, evidences, judged_now)
+        except RuntimeError:  # closed meanwhile: nothing more is decided
+            for item in batch:
+                self._done(item.key)
+
+    def _peek(self, now: datetime, outcome: TickOutcome) -> dict[str, Future[ReconcileOutcome]]:
+        """The rollouts still waiting for evidence, read again: one that needs none now (its
+        readiness deadline passed, a command came) is decided at once, without that evidence."""
+        with self._lock:
+            waiting = list(self._awaiting)
+        futures: dict[str, Future[ReconcileOutcome]] = {}
+        for key in waiting:
+            loaded = self._policy(key)
+            if loaded is None or not self._may_read(key, loaded.policy.metadata.namespace):
+                continue
+            try:
+                prepared = self._reconciler.prepare(loaded, self._destinations(loaded.policy), now=now)
+            except Exception as error:  # the late evidence still comes
+                log.warning("peek failed", key=key, error=str(error))
+                continue
+            if not isinstance(prepared, Prepared) or prepared.request is not None:
+                continue  # still waiting for that evidence
+            with self._lock:
+                if self._awaiting.pop(key, None) is None:
+                    continue  # it arrived meanwhile
+            log.info("decided without waiting for Prometheus: the decision needs no evidence", key=key)
+            outcome.due.append(key)
+            futures[key] = self._submit(prepared, None)
+        return futures
 
     def _wait(
         self, futures: dict[str, Future[ReconcileOutcome]], deadline: float, outcome: TickOutcome
@@ -396,6 +495,16 @@ class TickRunner:
             log.warning("warm-up watch failed", key=key, error=str(error))
             return
         self._watched_now = True
+
+    def _sample_warm_up_beside(self, now: datetime, deadline: float) -> None:
+        """:meth:`_sample_warm_up` on an evidence worker (one at a time), waited for until the tick's
+        ``deadline`` at most: a hanging Prometheus never holds the tick past its budget."""
+        with self._lock:
+            if self._warm_up_sample is not None and not self._warm_up_sample.done():
+                return
+            sample = self._warm_up_sample = self._evidence_pool.submit(self._sample_warm_up, now)
+        with contextlib.suppress(TimeoutError):
+            sample.result(timeout=max(0.0, deadline - self._monotonic()))
 
     def _sample_warm_up(self, now: datetime) -> None:
         """The tick's sample of the canaries warming up, if no collect took it (nothing else needed

@@ -12,7 +12,7 @@ from canary.evidence import EvidenceRequest
 from canary.metrics.plan import Need, SingleAsk
 from canary.policy.model import PromotionPolicy
 
-__all__ = ["TickBudget", "deferred_detail"]
+__all__ = ["NamespaceQueryBudget", "TickBudget", "deferred_detail", "namespace_deferred_detail"]
 
 
 def deferred_detail(budget: int) -> str:
@@ -69,3 +69,42 @@ class TickBudget:
                 for gone, _ in oldest:
                     del self._served[gone]
         return granted
+
+
+def namespace_deferred_detail(namespace: str, budget: float) -> str:
+    return (
+        f"deferred: namespace {namespace} spent its budget of {budget:g}s of Prometheus query time for "
+        "custom queries this tick (--namespace-query-budget); asked next tick. A deferred check is not "
+        "judged: the step holds, and its horizon clock is paused while a check is deferred"
+    )
+
+
+class NamespaceQueryBudget:
+    """Seconds of Prometheus time the custom queries of one namespace may take per tick.
+
+    A tick is every call with the same evaluation time (the controller's tick evaluates every due
+    rollout at one ``at``). A namespace's custom queries are asked one after another, each with what
+    is left of its budget as its deadline; once nothing is left, the rest are deferred. Builtin
+    queries are never charged: they are shared by every namespace and carry the safety checks.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        if seconds <= 0:
+            raise ValueError("the per-namespace query budget must be positive")
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._at: datetime | None = None
+        self._spent: dict[str, float] = {}
+
+    def remaining(self, namespace: str, at: datetime) -> float:
+        with self._lock:
+            if self._at is None or at > self._at:
+                self._at, self._spent = at, {}
+            if at < self._at:  # a late call of an earlier tick: that tick's budget is gone
+                return 0.0
+            return max(0.0, self.seconds - self._spent.get(namespace, 0.0))
+
+    def charge(self, namespace: str, at: datetime, seconds: float) -> None:
+        with self._lock:
+            if self._at == at:
+                self._spent[namespace] = self._spent.get(namespace, 0.0) + seconds

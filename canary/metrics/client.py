@@ -320,24 +320,34 @@ class PrometheusClient:
     # -- the public calls -----------------------------------------------------------------------
 
     def instant(
-        self, promql: str, at: datetime, *, typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+        self,
+        promql: str,
+        at: datetime,
+        *,
+        typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
+        within: float | None = None,
     ) -> QueryOutcome:
         """Evaluate ``promql`` at ``at`` (``time=``; Prometheus' clock is never used). ``typed``: read
         a well-formed vector answer with this decoder (:func:`vector_decoder`); the answer's
-        ``result`` is then a list of its typed series."""
-        params = {"time": f"{as_utc(at).timestamp():.3f}", "timeout": f"{self.config.timeout:g}"}
+        ``result`` is then a list of its typed series. ``within``: seconds the whole exchange may
+        take, when less than the configured timeout (Prometheus is told so too)."""
+        limit = self.config.timeout if within is None else max(0.001, min(within, self.config.timeout))
+        params = {"time": f"{as_utc(at).timestamp():.3f}", "timeout": f"{limit:g}"}
+        http_timeout = self._http_timeout
+        if within is not None and limit < self.config.timeout:
+            http_timeout = (min(self.config.connect_timeout, limit), limit)
 
         def call() -> object:
             body = f"query={self._quoted(promql)}&{urlencode(params)}"
             short = len(body) <= self.config.max_get_length
             if short and typed is None:
-                return self._connect.custom_query(query=promql, params=params, timeout=self._http_timeout)
+                return self._connect.custom_query(query=promql, params=params, timeout=http_timeout)
             if short:  # the library would decode the body once more, into dicts
                 return self._session.get(
                     f"{self._connect.url}/api/v1/query",
                     params={"query": promql, **params},
                     headers=dict(self.config.headers),
-                    timeout=self._http_timeout,
+                    timeout=http_timeout,
                 )
             # The library sends parameters in the URL even with method="POST", and long URLs fail
             # behind proxies (414, or silently truncated): send long queries as a form body instead.
@@ -345,7 +355,7 @@ class PrometheusClient:
                 f"{self._connect.url}/api/v1/query",
                 data=body,
                 headers={**self.config.headers, "Content-Type": _FORM},
-                timeout=self._http_timeout,
+                timeout=http_timeout,
             )
 
         return self._outcome(promql, call, typed)

@@ -43,7 +43,12 @@ import structlog
 
 from canary.evidence import CountSeries, ErrorClass, Evidence, EvidenceRequest, EvidenceStatus, Measurement
 from canary.metrics.answers import GroupedAnswer, parse_grouped, parse_single
-from canary.metrics.budget import TickBudget, deferred_detail
+from canary.metrics.budget import (
+    NamespaceQueryBudget,
+    TickBudget,
+    deferred_detail,
+    namespace_deferred_detail,
+)
 from canary.metrics.catalog import BuiltinQuery, CounterQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
@@ -117,6 +122,7 @@ class PrometheusEvidenceSource:
         backfill_sample_budget: int = 200_000,
         idle_revision_ttl: float = 900.0,
         tenancy: Tenancy | None = None,
+        namespace_query_seconds: float | None = None,
     ) -> None:
         """
         :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
@@ -134,6 +140,8 @@ class PrometheusEvidenceSource:
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
         :param tenancy: how custom queries are scoped to their policy's namespace (default: every
             selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
+        :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
+            per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
         """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
@@ -181,6 +189,9 @@ class PrometheusEvidenceSource:
         self.max_single_queries_per_tick = max_single_queries_per_tick
         self._splitter = Splitter()  # a failed grouped query asked again by namespace, then rollout
         self._budget = TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
+        self._namespace_budget = (
+            None if namespace_query_seconds is None else NamespaceQueryBudget(namespace_query_seconds)
+        )
 
     # -- the EvidenceSource protocol -------------------------------------------------------------
 
@@ -201,9 +212,12 @@ class PrometheusEvidenceSource:
             need.revision: (rollouts[need.rollout][1].namespace, rollouts[need.rollout][1].inference_service)
             for need in needs
         }
-        outcomes, parsed = self._run(grouped, [single for single in singles if single in granted], owners)
+        # The counter and peak samples first: they carry the safety checks (error rate, OOM kills,
+        # GPU memory), and no custom query may delay them.
         counted = self.counts.serve(rollouts, needs)
         peaked = self.peaks.serve(rollouts, needs)
+        asked = [single for single in singles if single in granted]
+        outcomes, parsed, deferred = self._run(grouped, asked, owners, _tenants(rollouts, needs))
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
         stable: list[dict[str, Measurement]] = [{} for _ in rollouts]
         used_asks: list[set[GroupedAsk | SingleAsk]] = [set() for _ in rollouts]
@@ -211,8 +225,8 @@ class PrometheusEvidenceSource:
             if isinstance(need.ask, CountsAsk | PeaksAsk):
                 measurement = (counted if isinstance(need.ask, CountsAsk) else peaked).measurements[id(need)]
             else:
-                measurement = self._measured(need, granted, outcomes, parsed)
-                if isinstance(need.ask, GroupedAsk) or need.ask in granted:
+                measurement = self._measured(need, granted, outcomes, parsed, deferred)
+                if isinstance(need.ask, GroupedAsk) or need.ask in outcomes:
                     used_asks[need.rollout].add(need.ask)
             (canary if need.side is Side.CANARY else stable)[need.rollout][need.key] = measurement
         evidence = []
@@ -271,12 +285,15 @@ class PrometheusEvidenceSource:
         granted: set[SingleAsk],
         outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome],
         parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None],
+        deferred: dict[SingleAsk, str],
     ) -> Measurement:
         """The measurement of a need answered by a query of its own or a grouped one (or settled)."""
         ask = need.ask
         if isinstance(ask, SingleAsk) and ask not in granted:
-            deferred = deferred_detail(self.max_single_queries_per_tick)
-            return Measurement.error(ErrorClass.DEFERRED, deferred, need.unit, query=ask.promql)
+            detail = deferred_detail(self.max_single_queries_per_tick)
+            return Measurement.error(ErrorClass.DEFERRED, detail, need.unit, query=ask.promql)
+        if isinstance(ask, SingleAsk) and ask in deferred:
+            return Measurement.error(ErrorClass.DEFERRED, deferred[ask], need.unit, query=ask.promql)
         answered = outcomes.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
         result = parsed.get(ask) if isinstance(ask, GroupedAsk | SingleAsk) else None
         measurement = measurement_for(need, answered, result, min_requests=self.min_requests)
@@ -446,12 +463,18 @@ class PrometheusEvidenceSource:
         grouped: dict[GroupedAsk, set[RevisionKey]],
         singles: list[SingleAsk],
         owners: Mapping[RevisionKey, Hashable],
-    ) -> tuple[dict[GroupedAsk | SingleAsk, QueryOutcome], dict[GroupedAsk | SingleAsk, Parsed]]:
+        tenants: Mapping[SingleAsk, str],
+    ) -> tuple[
+        dict[GroupedAsk | SingleAsk, QueryOutcome], dict[GroupedAsk | SingleAsk, Parsed], dict[SingleAsk, str]
+    ]:
         """Every ask's outcome and its parsed answer; a grouped ask that fails is split
-        (:mod:`canary.metrics.split`): its answer then says which revisions' part failed, and why."""
+        (:mod:`canary.metrics.split`): its answer then says which revisions' part failed, and why. The
+        custom queries of one namespace run one after another within its budget of Prometheus time;
+        those it had no time left for are deferred (returned, with why)."""
         jobs: list[tuple[GroupedAsk | SingleAsk, Callable[[], tuple[QueryOutcome, Parsed]]]] = []
         outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome] = {}
         parsed: dict[GroupedAsk | SingleAsk, Parsed] = {}
+        deferred: dict[SingleAsk, str] = {}
         for grouped_ask, revisions in grouped.items():
             try:
                 render_builtin(grouped_ask.query, revisions)
@@ -462,17 +485,50 @@ class PrometheusEvidenceSource:
                 continue
             ordered = sorted(revisions)
             jobs.append((grouped_ask, functools.partial(self._grouped, grouped_ask, ordered, owners)))
+        by_namespace: dict[str, list[SingleAsk]] = {}
         for single in singles:
-            jobs.append((single, functools.partial(self._single, single)))
-        if len(jobs) <= 1 or self._max_parallel == 1:
+            if self._namespace_budget is None:
+                jobs.append((single, functools.partial(self._single, single)))
+            else:
+                by_namespace.setdefault(tenants.get(single, ""), []).append(single)
+        budgeted = [
+            functools.partial(self._within_budget, namespace, asks, deferred)
+            for namespace, asks in by_namespace.items()
+        ]
+        if len(jobs) + len(budgeted) <= 1 or self._max_parallel == 1:
             answered = [(ask, job()) for ask, job in jobs]
+            answered += [pair for job in budgeted for pair in job()]
         else:
             pool = self._executor()
             futures = [(ask, pool.submit(job)) for ask, job in jobs]
+            spent = [pool.submit(job) for job in budgeted]
             answered = [(ask, future.result()) for ask, future in futures]
+            answered += [pair for future in spent for pair in future.result()]
         for ask, (outcome, answer) in answered:
             outcomes[ask], parsed[ask] = outcome, answer
-        return outcomes, parsed
+        return outcomes, parsed, deferred
+
+    def _within_budget(
+        self, namespace: str, asks: list[SingleAsk], deferred: dict[SingleAsk, str]
+    ) -> list[tuple[GroupedAsk | SingleAsk, tuple[QueryOutcome, Parsed]]]:
+        """``namespace``'s custom queries, one after another, each within what is left of its budget."""
+        budget = self._namespace_budget
+        assert budget is not None
+        why = namespace_deferred_detail(namespace, budget.seconds)
+        answered: list[tuple[GroupedAsk | SingleAsk, tuple[QueryOutcome, Parsed]]] = []
+        for ask in asks:
+            left = budget.remaining(namespace, ask.at)
+            if left <= 0:
+                deferred[ask] = why
+                continue
+            cut = left < self.config.timeout
+            outcome = self._ask(ask.promql, ask.at, within=left if cut else None)
+            budget.charge(namespace, ask.at, outcome.duration)
+            if cut and outcome.failure is not None and outcome.failure.error_class is ErrorClass.TIMEOUT:
+                deferred[ask] = why  # cut at the budget: not the query's fault, not Prometheus' either
+                continue
+            answered.append((ask, (outcome, parse_single(outcome))))
+        return answered
 
     def _single(self, single: SingleAsk) -> tuple[QueryOutcome, Parsed]:
         outcome = self._ask(single.promql, single.at)
@@ -506,9 +562,15 @@ class PrometheusEvidenceSource:
             return QueryOutcome(promql, None, failure, 1, 0.0)
 
     def _ask(
-        self, promql: str, at: datetime, typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
+        self,
+        promql: str,
+        at: datetime,
+        typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
+        within: float | None = None,
     ) -> QueryOutcome:
         try:
+            if within is not None:
+                return self.client.instant(promql, at, typed=typed, within=within)
             return self.client.instant(promql, at, typed=typed)
         except Exception as error:  # the last line of defence: a query never crashes an evaluation
             _log.exception("unexpected error while querying Prometheus", query=promql)
@@ -549,6 +611,17 @@ class PrometheusEvidenceSource:
                         query=measurement.query,
                         previousRepeated=repeated or None,
                     )
+
+
+def _tenants(
+    rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
+) -> dict[SingleAsk, str]:
+    """The namespace each custom query is charged to: the first rollout's that asks it."""
+    owners: dict[SingleAsk, str] = {}
+    for need in needs:
+        if isinstance(need.ask, SingleAsk) and need.ask not in owners:
+            owners[need.ask] = rollouts[need.rollout][1].namespace
+    return owners
 
 
 def _resolution_from(detection: Detection) -> Resolution:

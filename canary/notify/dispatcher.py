@@ -4,11 +4,16 @@
 with an outbox, writes it there first: one apiserver write) and returns; the receivers are called on
 worker threads. The shape, and why:
 
-* **one lane per destination** — a bounded FIFO queue with its own worker thread. A Slack that
-  hangs for its whole timeout, or answers 429 for a minute, holds up only Slack messages; the
-  webhook and the Kubernetes Events keep flowing. Within a lane, order is kept (``started`` is
-  posted before ``advanced``). Destinations are few (a handful of channels and hooks, plus Events),
-  so a thread each is simpler and more isolating than a shared pool; ``max_lanes`` bounds them.
+* **one lane per namespace and destination** — a bounded FIFO queue with its own worker thread,
+  keyed by the notification's namespace and the destination's key. A Slack that hangs for its
+  whole timeout, or answers 429 for a minute, holds up only that namespace's Slack messages; the
+  webhook, the Kubernetes Events and every other namespace keep flowing — even when two teams name
+  the same reference (``env SLACK_WEBHOOK_URL``): each reads its own value, and each has its own
+  lane. Within a lane, order is kept (``started`` is posted before ``advanced``). Destinations are
+  few per namespace, so a thread each is simpler and more isolating than a shared pool:
+  ``max_lanes_per_namespace`` bounds one namespace's (a namespace over it loses only its own
+  notifications), ``max_lanes`` all of them, and a lane idle for ``lane_idle`` seconds ends its
+  thread (it is made again when needed).
 * **bounded queues that never block** — when a lane is full, the oldest *info* notification is
   dropped (counted, logged) to make room; if the lane holds only warnings, an arriving info is
   dropped instead, and an arriving warning replaces the oldest warning. A rollback is never
@@ -73,7 +78,8 @@ Sleep = Callable[[float], None]
 @dataclass(frozen=True, slots=True)
 class Destination:
     """Where notifications go. ``key`` names it without revealing it (``slack env SLACK_WEBHOOK_URL``):
-    it is the lane, the de-duplication scope and what logs show."""
+    it is the de-duplication scope and what logs show, and with the notification's namespace the
+    lane."""
 
     key: str
     kind: TargetKind
@@ -130,10 +136,16 @@ class _Item:
     entry: OutboxEntry | None = None  # kept in the outbox until delivered or given up
 
 
+_LaneKey = tuple[str, str]  # (namespace, destination key)
+
+
+def _lane_key(notification: Notification, destination: Destination) -> _LaneKey:
+    return (notification.namespace, destination.key)
+
+
 @dataclass(eq=False)
 class _Lane:
-    key: str
-    kind: TargetKind
+    key: _LaneKey
     capacity: int
     items: deque[_Item] = field(default_factory=deque)
     condition: threading.Condition = field(default_factory=threading.Condition)
@@ -174,7 +186,9 @@ class NotificationDispatcher:
         retry: RetryPolicy | None = None,
         queue_capacity: int = 256,
         dedup_capacity: int = 10_000,
-        max_lanes: int = 64,
+        max_lanes: int = 512,
+        max_lanes_per_namespace: int = 16,
+        lane_idle: float = 60.0,
         recorder: DeliveryRecorder | None = None,
         redactor: Redactor | None = None,
         sleep: Sleep | None = None,
@@ -193,6 +207,8 @@ class NotificationDispatcher:
         self._queue_capacity = queue_capacity
         self._dedup_capacity = dedup_capacity
         self._max_lanes = max_lanes
+        self._max_namespace_lanes = max_lanes_per_namespace
+        self._lane_idle = lane_idle
         self._recorder = recorder if recorder is not None else default_recorder()
         self._redactor = redactor if redactor is not None else DEFAULT_REDACTOR
         self._abandon = threading.Event()
@@ -201,7 +217,7 @@ class NotificationDispatcher:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._log = logger if logger is not None else structlog.get_logger("canary.notify")
         self._lock = threading.Lock()
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: dict[_LaneKey, _Lane] = {}
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._closed = False
         self._horizon = horizon
@@ -238,7 +254,7 @@ class NotificationDispatcher:
                     duplicates.append(destination.key)
                     self._recorder.outcome(destination.kind, Outcome.DUPLICATE)
                     continue
-                if closed or self._lane_for(destination) is None:
+                if closed or self._lane_for(_lane_key(notification, destination)) is None:
                     dropped.append(destination.key)
                     self._recorder.outcome(destination.kind, Outcome.DROPPED)
                     continue
@@ -271,7 +287,7 @@ class NotificationDispatcher:
         """Queue ``item`` in its lane; False if it was refused (closed, or its lane was full)."""
         seen_key = (item.notification.id, item.destination.key)
         with self._lock:
-            lane = None if self._closed else self._lane_for(item.destination)
+            lane = None if self._closed else self._lane_for(_lane_key(item.notification, item.destination))
             if lane is None:
                 self._seen.pop(seen_key, None)
                 victim: _Item | None = item
@@ -380,25 +396,28 @@ class NotificationDispatcher:
         while len(self._seen) > self._dedup_capacity:
             self._seen.popitem(last=False)
 
-    def _lane_for(self, destination: Destination) -> _Lane | None:
-        lane = self._lanes.get(destination.key)
+    def _lane_for(self, key: _LaneKey) -> _Lane | None:
+        """The lane of ``key`` (namespace, destination), made if there is room (under ``_lock``)."""
+        lane = self._lanes.get(key)
         if lane is not None:
             return lane
-        if len(self._lanes) >= self._max_lanes:
+        namespace = key[0]
+        used = sum(1 for other in self._lanes if other[0] == namespace)
+        if used >= self._max_namespace_lanes or len(self._lanes) >= self._max_lanes:
             self._log.error(
                 "notification destination refused: too many destinations",
-                destination=destination.key,
+                namespace=namespace,
+                destination=key[1],
+                namespace_lanes=used,
+                max_lanes_per_namespace=self._max_namespace_lanes,
                 max_lanes=self._max_lanes,
             )
             return None
-        lane = _Lane(destination.key, destination.kind, self._queue_capacity)
+        lane = _Lane(key, self._queue_capacity)
         lane.thread = threading.Thread(
-            target=self._run_lane,
-            args=(lane,),
-            name=f"notify-{destination.kind}-{len(self._lanes)}",
-            daemon=True,
+            target=self._run_lane, args=(lane,), name=f"notify-{namespace}-{len(self._lanes)}", daemon=True
         )
-        self._lanes[destination.key] = lane
+        self._lanes[key] = lane
         lane.thread.start()
         return lane
 
@@ -407,12 +426,29 @@ class NotificationDispatcher:
     def _run_lane(self, lane: _Lane) -> None:
         while True:
             with lane.condition:
-                while not lane.items and not lane.closing:
-                    lane.condition.wait()
+                if not lane.items and not lane.closing:
+                    lane.condition.wait(self._lane_idle)
+                if not lane.items and (lane.closing or self._retire(lane)):
+                    return  # closing and drained, or idle: its thread ends
                 if not lane.items:
-                    return  # closing and drained
+                    continue
                 item = lane.items.popleft()
             self._deliver(item)
+
+    def _retire(self, lane: _Lane) -> bool:
+        """An idle lane leaves the dispatcher (its thread ends); True if it did. Called holding
+        ``lane.condition``: the dispatcher lock is only tried, never waited for (``_offer`` takes
+        them in the other order), so a busy dispatcher keeps the lane for another idle period."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if lane.items or self._lanes.get(lane.key) is not lane:
+                return False
+            del self._lanes[lane.key]
+            lane.closing = True
+            return True
+        finally:
+            self._lock.release()
 
     def _deliver(self, item: _Item) -> None:
         kind = item.destination.kind

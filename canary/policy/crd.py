@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from canary.policy.model import API_VERSION, KIND, Duration, PolicySpec
+from canary.policy.model import API_VERSION, KIND, MAX_CUSTOM_QUERIES, Duration, PolicySpec
 from canary.policy.status import PromotionPolicyStatus
 
 __all__ = [
@@ -241,6 +241,13 @@ CEL_RULES: tuple[CelRule, ...] = (
     CelRule("spec.notify[].webhook.secretFrom", *_ONE_SECRET),
     CelRule("spec.gates[].webhook.urlFrom", *_ONE_SECRET),
     CelRule("spec.gates[].webhook.secretFrom", *_ONE_SECRET),
+    CelRule(
+        "spec",
+        "(has(self.checks) ? self.checks.filter(c, has(c.promql)).size() : 0) + (has(self.metrics) && "
+        f"has(self.metrics.queries) ? size(self.metrics.queries) : 0) <= {MAX_CUSTOM_QUERIES}",
+        f"at most {MAX_CUSTOM_QUERIES} custom queries (checks with 'promql' and 'metrics.queries' overrides) "
+        "per policy",
+    ),
 )
 
 # Lists whose items are identified by a key: the API server refuses duplicate keys (the models'

@@ -60,7 +60,10 @@ from canary.policy.units import (
 __all__ = [
     "API_VERSION",
     "KIND",
+    "MAX_CUSTOM_QUERIES",
+    "MAX_GATES",
     "MAX_GATE_TIMEOUT",
+    "MAX_NOTIFY_ENTRIES",
     "TEMPLATE_VARIABLES",
     "Check",
     "DiscordTarget",
@@ -215,6 +218,14 @@ class MetricLabels(_Model):
 # A query template can be overridden per builtin metric, and for the request count that gates
 # every step (minRequests) and tells "no requests" apart from "no errors".
 OVERRIDABLE_QUERIES = frozenset({*(kind.value for kind in MetricKind), "request-count"})
+
+
+# Per-policy quotas (docs/security.md, "Fairness between namespaces"). Each notify entry is a
+# delivery lane, each gate a call per call point, each custom query one query per revision every
+# evaluation: what one policy may ask of the controller's shared lanes, workers and Prometheus time.
+MAX_NOTIFY_ENTRIES = 8
+MAX_GATES = 8
+MAX_CUSTOM_QUERIES = 8
 
 
 def _refuse_peer_mistake(value: object, unit: Unit | None, *, relative: bool = False) -> None:
@@ -640,12 +651,42 @@ class PolicySpec(_Model):
     )
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     checks: list[Check] = Field(min_length=1, description="At least one check.")
-    notify: list[NotifyTarget] = Field(default_factory=list)
+    notify: list[NotifyTarget] = Field(
+        default_factory=list,
+        description=f"Where decisions are told; at most {MAX_NOTIFY_ENTRIES} entries.",
+        json_schema_extra={"maxItems": MAX_NOTIFY_ENTRIES},
+    )
     gates: list[Gate] = Field(
         default_factory=list,
         description="Webhooks the rollout waits for before its first step, at each step, or before "
-        "the promotion.",
+        f"the promotion; at most {MAX_GATES}.",
+        json_schema_extra={"maxItems": MAX_GATES},
     )
+
+    @field_validator("notify")
+    @classmethod
+    def _notify_quota(cls, notify: list[NotifyTarget]) -> list[NotifyTarget]:
+        if len(notify) > MAX_NOTIFY_ENTRIES:
+            raise ValueError(
+                f"{len(notify)} notify entries; at most {MAX_NOTIFY_ENTRIES} per policy (each is a delivery "
+                "lane of the namespace's share): send to one webhook that fans out, or drop entries"
+            )
+        return notify
+
+    @field_validator("gates")
+    @classmethod
+    def _gates_quota(cls, gates: list[Gate]) -> list[Gate]:
+        if len(gates) > MAX_GATES:
+            raise ValueError(
+                f"{len(gates)} gates; at most {MAX_GATES} per policy (each call holds one of the namespace's "
+                "gate workers): let one gate webhook run several checks, or drop gates"
+            )
+        return gates
+
+    @property
+    def custom_queries(self) -> int:
+        """The policy's own PromQL: custom ``promql`` checks and ``metrics.queries`` overrides."""
+        return sum(1 for check in self.checks if check.promql is not None) + len(self.metrics.queries)
 
     @field_validator("confidence", mode="before")
     @classmethod
@@ -699,6 +740,13 @@ class PolicySpec(_Model):
                     f"least the step's window ({format_duration(self.step_window(step))}): a step is "
                     "decided on its estimate only after it was held"
                 )
+        if self.custom_queries > MAX_CUSTOM_QUERIES:
+            raise ValueError(
+                f"{self.custom_queries} custom queries (checks with 'promql' and 'metrics.queries' "
+                f"overrides); at most {MAX_CUSTOM_QUERIES} per policy (each is asked per revision every "
+                "evaluation, within the namespace's Prometheus time per tick): combine queries, or use "
+                "builtin metrics"
+            )
         seen: set[str] = set()
         for check in self.checks:
             if check.name in seen:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from canary.evidence import Evidence, EvidenceRequest
+from canary.evidence import ErrorClass, Evidence, EvidenceRequest
 from canary.policy.model import Check, HorizonAction, NoDataAction
 from canary.policy.units import format_duration
 from canary.rollout import bookkeeping
@@ -163,6 +163,10 @@ def record_evaluation(tick: Tick, draft: Draft, point: EvaluationPoint, evidence
     final = compare and step is not None and step.index == len(tick.steps) - 1
     # A step's window is time covered by evidence: up to the canary's newest sample, not the clock.
     until = evidence_until((evidence.counts or {}).get("canary"), at)
+    deferred = _deferred(evidence)
+    if compare and step is not None and step.started_at is not None and deferred:
+        since = max(step.started_at, state.evaluation.at or step.started_at)
+        step = replace(step, deferred=step.deferred + max(0.0, (at - since).total_seconds()))
     context = CountContext(
         step_start=point.window_start,
         budget=tick.plan.budget,
@@ -203,17 +207,31 @@ def record_evaluation(tick: Tick, draft: Draft, point: EvaluationPoint, evidence
         step = replace(step, passed_at=at if passed else None, counted=counted if passed else None)
     draft = draft.evaluated(evaluation, at, replace(state, evaluation=record, step=step))
     draft = draft.noting(*_evaluation_reasons(point, step, evaluation, at))
+    if compare and step is not None and deferred:
+        draft = draft.noting(
+            f"Deferred this evaluation ({', '.join(deferred)}: its namespace's budget of Prometheus time "
+            f"was spent): the step's horizon clock is paused while a check is deferred "
+            f"({duration(timedelta(seconds=step.deferred))} so far this step)."
+        )
     if compare and share[1]:
         draft = draft.noting(share[1])
     return _verdict_consequences(tick, draft, point, evaluation, record.failure_streak, conclusive)
 
 
+def _deferred(evidence: Evidence) -> list[str]:
+    """The checks whose queries were deferred in ``evidence`` (its namespace's budget was spent)."""
+    sides = (evidence.canary, evidence.stable)
+    return sorted({key for side in sides for key, m in side.items() if m.error_class is ErrorClass.DEFERRED})
+
+
 def _horizon(tick: Tick, step: StepProgress | None, evidence: Evidence, until: datetime) -> Horizon | None:
-    """Where the step stands against its horizon: the evidence time its canary tallies cover, and
-    whether the evidence (up to ``until``) covers its window."""
+    """Where the step stands against its horizon: the evidence time its canary tallies cover, less
+    the time a check was deferred (the horizon clock stands still then), and whether the evidence
+    (up to ``until``) covers its window."""
     if step is None or step.started_at is None:
         return None
     covered = evidence_time((evidence.counts or {}).get("canary"), step.started_at)
+    covered = max(timedelta(0), covered - timedelta(seconds=step.deferred))
     ended = until - step.started_at >= tick.plan.windows[step.index]
     at = evidence.request.at
     return Horizon(tick.plan.horizons[step.index], covered, at, tick.spec.at_horizon, ended, until)

@@ -38,6 +38,8 @@ def pending(tick: Tick, draft: Draft) -> Final | Judging:
     if not tick.observed.canary_ready:
         if tick.observed.knative_failed:
             return failed_by_knative(tick, draft)
+        if tick.now - state.started_at >= tick.plan.progress_deadline and not tick.alarm:
+            return _pending_evaluated(tick, draft)  # the deadline needs no evidence: never held behind it
         return evaluating(tick, draft, EvaluationMode.PENDING, state.started_at, None, _pending_evaluated)
     draft = draft.noting(
         f"{state.revision} became Ready {duration(tick.now - state.started_at)} after its rollout started."
@@ -136,7 +138,9 @@ def _start_step_clock(tick: Tick, draft: Draft, *, awaiting_approval: bool) -> F
         )
     # Nothing can be due at the very moment the step starts: its window is empty.
     state = replace(
-        state, step=replace(step, started_at=tick.now), evidence_since=state.evidence_since or tick.now
+        state,
+        step=replace(step, started_at=tick.now, deferred=0.0),
+        evidence_since=state.evidence_since or tick.now,
     )
     window = tick.plan.window_texts[step.index]
     return wait(
@@ -236,8 +240,9 @@ def _hold_unready(tick: Tick, draft: Draft) -> Final | Judging:
     draft = draft.with_state(state)
     step = state.step
     assert step is not None
-    if step.started_at is None:
-        return _unready_hold(tick, draft)
+    past_deadline = tick.now - (state.unready_since or tick.now) >= tick.plan.progress_deadline
+    if step.started_at is None or (past_deadline and not tick.alarm):
+        return _unready_hold(tick, draft)  # past the deadline no evidence is waited for
     return evaluating(
         tick, draft, EvaluationMode.STEP, step.started_at, state.stable_revision, _unready_evaluated
     )

@@ -131,6 +131,9 @@ class StepProgress:
     # The canary requests the step had counted when it first passed (not while a gate or an approval
     # held it after): what the highest step's fair share is measured against.
     counted: float | None = None
+    # Seconds of the step's evaluations in which a check was deferred (its namespace's budget of
+    # Prometheus time was spent): the step's horizon clock stood still for them.
+    deferred: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

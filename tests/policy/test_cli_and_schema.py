@@ -141,3 +141,32 @@ def test_validate_reads_the_scope_from_the_controller_s_environment_variables() 
     bad = CliRunner().invoke(app, ["validate", "--secret-env-allow", "ML_*", *ROOTS])
     assert bad.exit_code == 2
     assert "expected NAMESPACE=GLOB" in bad.output
+
+
+def test_validate_refuses_a_policy_over_its_quotas_saying_the_limit_and_the_fix(tmp_path: Path) -> None:
+    """One policy with 64 notify entries took every delivery lane of the controller; quotas bound
+    what one policy may ask: notify entries, gates and custom queries (docs/security.md)."""
+    document = yaml.safe_load(valid_policy())
+    spec = document["spec"]
+    spec["notify"] = [{"webhook": {"urlFrom": {"env": "HOOK"}}} for _ in range(64)]
+    spec["gates"] = [
+        {"at": "pre-rollout", "name": f"g{i}", "webhook": {"urlFrom": {"env": "G"}}} for i in range(9)
+    ]
+    (tmp_path / "ml").mkdir()
+    (tmp_path / "ml" / "hostile.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    custom = yaml.safe_load(valid_policy())
+    custom["spec"]["checks"] += [
+        {"name": f"q{i}", "promql": "up{pod='{{ revision }}'}", "unit": "count", "max": 1} for i in range(9)
+    ]
+    (tmp_path / "ml" / "custom.yaml").write_text(yaml.safe_dump(custom, sort_keys=False))
+    result = CliRunner().invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 1
+    output = " ".join(result.output.split())
+    assert "spec.notify: 64 notify entries; at most 8 per policy" in output
+    assert "send to one webhook that fans out, or drop entries" in output
+    assert "spec.gates: 9 gates; at most 8 per policy" in output
+    assert (
+        "9 custom queries (checks with 'promql' and 'metrics.queries' overrides); at most 8 per policy"
+        in output
+    )
+    assert "combine queries, or use builtin metrics" in output

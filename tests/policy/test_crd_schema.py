@@ -414,6 +414,9 @@ CEL_CASES = [
     ("env and file", {"notify": [{"slack": {"webhookUrlFrom": {"env": "A", "file": "a"}}}]}, "exactly one of 'env'"),
     ("no secret source", {"notify": [{"webhook": {"urlFrom": {"env": "B"}, "secretFrom": {}}}]}, "exactly one of 'env'"),
     ("a check name twice", {"checks": [_check(metric="latency", max="1s"), _check(metric="error-rate", max="1%")]}, "Duplicate value"),
+    ("nine custom queries", {"checks": [_check(name=f"q{i}", promql="up{pod='{{ revision }}'}", unit="count", max=1) for i in range(8)], "metrics": {"queries": {"latency": "x"}}}, "at most 8 custom queries"),
+    ("nine notify entries", {"notify": [{"webhook": {"urlFrom": {"env": f"H{i}"}}} for i in range(9)]}, "is too long"),
+    ("nine gates", {"gates": [{"at": "pre-rollout", "name": f"g{i}", "webhook": {"urlFrom": {"env": "G"}}} for i in range(9)]}, "is too long"),
 ]  # fmt: skip
 
 

@@ -7,10 +7,13 @@ promoted, a last step outweighing requests no step counted, and no time by which
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
+from canary.evidence import ErrorClass, Evidence, EvidenceRequest, Measurement
 from canary.policy.model import PromotionPolicy
+from canary.policy.units import Unit
 from canary.rollout import Action, PauseKind, Phase, apply_command
 from canary.rollout.horizon import Horizon, HorizonOutcome
 from canary.rollout.vocabulary import CheckVerdict
@@ -187,3 +190,45 @@ def test_the_last_steps_share_ignores_requests_between_a_steps_pass_and_the_next
     promoted = harness.run(lambda d: d.action in (Action.PROMOTE, Action.ROLLBACK), every=5, evidence=world)
     assert promoted.action is Action.PROMOTE, harness.timeline.render()
     assert harness.now - step.started_at <= timedelta(seconds=15 + 2 * 15), harness.timeline.render()
+
+
+def test_a_deferred_check_pauses_the_steps_horizon_clock_and_says_so() -> None:
+    """A custom check deferred by its namespace's budget of Prometheus time is not judged, and the
+    step's horizon clock stands still while it is: a p99 just over its limit, which the last step's
+    horizon rolls back on the estimate (seed 2: about 4 minutes into that step), is not decided *at
+    the horizon* during 10 minutes of deferral (an estimate resolved at the policy's confidence still
+    rolls back: that needs no horizon), and every evaluation meanwhile says the clock is paused."""
+    queue = {"name": "queue", "promql": "vector(1)", "unit": "count", "max": 5}
+    harness = progressing(llm_policy(LIMIT, ERRORS, queue))
+    canary = Revision(rate=20.0, error_share=0.002, p50=1.0, p99=3.75)
+    world = CountingWorld(harness.sim, canary, STABLE, seed=2, edges=LLM_EDGES)
+    last: list[datetime] = []  # when the last step (50 %) was first seen
+
+    def evidence(request: EvidenceRequest) -> Evidence:
+        answered = world(request)
+        if not last and harness.sim.observe().weight_of(request.canary_revision) == 50:
+            last.append(request.at)
+        deferred = bool(last) and request.at < last[0] + timedelta(minutes=10)
+        value = (
+            Measurement.error(ErrorClass.DEFERRED, "deferred: its namespace's budget was spent", Unit.COUNT)
+            if deferred
+            else Measurement.ok(1.0, Unit.COUNT)
+        )
+        return replace(
+            answered, canary={**answered.canary, "queue": value}, stable={**answered.stable, "queue": value}
+        )
+
+    decision = harness.run(
+        lambda d: d.action in (Action.ROLLBACK, Action.PROMOTE, Action.PAUSE),
+        every=15,
+        evidence=evidence,
+        limit=720,
+    )
+    assert decision.action is Action.ROLLBACK, harness.timeline.render()
+    assert last and "on the estimate" in decision.summary
+    if harness.now < last[0] + timedelta(minutes=10):  # only a resolved estimate decides meanwhile
+        assert "at the horizon" not in decision.summary, harness.timeline.render()
+    paused = [d for d in harness.decisions if any("horizon clock is paused" in r for r in d.reasons)]
+    assert paused and all(d.new_state.step and d.new_state.step.weight == 50 for d in paused)
+    step = harness.state.step
+    assert step is not None and step.deferred >= 5 * 60, step  # the paused time, in the state

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from canary.kserve.status_model import KServeSim
-from canary.rollout import Action, EvaluationVerdict, EventReason, Phase, Severity, decide
+from canary.rollout import Action, EvaluationVerdict, EventReason, Phase, Severity, decide, evidence_request
 
 from .helpers import HEALTHY_EVIDENCE, Harness, make_policy, progressing
 
@@ -185,3 +185,28 @@ def test_unready_mid_rollout_rolls_back_after_the_progress_deadline() -> None:
     assert "has not been Ready for 15m" in decision.summary
     assert "beyond progressDeadline 15m" in decision.summary
     assert "CrashLoopBackOff" in decision.summary
+
+
+def test_past_the_progress_deadline_no_evidence_is_waited_for() -> None:
+    """A readiness deadline needs no Prometheus: past it, the core asks for no evidence and rolls
+    back without it, so a slow or hanging Prometheus never holds it (the canary that stays Pending,
+    and the one that turned un-Ready mid-rollout)."""
+    pending = started()
+    pending.tick(60)
+    pending.now += timedelta(minutes=15)
+    observed = pending.sim.observe()
+    assert evidence_request(pending.policy, observed, pending.state, pending.now) is None
+    decision = pending.tick(0, evidence=None)
+    assert decision.action is Action.ROLLBACK
+    assert "did not become Ready within progressDeadline 15m" in decision.summary
+
+    unready = progressing()
+    unready.tick(60)
+    unready.sim.crash()
+    unready.sim.reconcile()
+    unready.tick(60)
+    unready.now += timedelta(minutes=15)
+    assert evidence_request(unready.policy, unready.sim.observe(), unready.state, unready.now) is None
+    decision = unready.tick(0, evidence=None)
+    assert decision.action is Action.ROLLBACK
+    assert "beyond progressDeadline 15m" in decision.summary

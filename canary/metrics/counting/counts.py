@@ -10,6 +10,7 @@ kube-state-metrics' restart counters (:data:`~canary.metrics.catalog.RESTARTS_CO
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -84,8 +85,30 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
             idle=idle,
             min_requests=min_requests,
         )
+        # The alarms and the watches asked for have a lock of their own: the tick takes and asks them
+        # without waiting for a sample in flight (which holds the pipeline's lock while Prometheus
+        # answers); a watch is entered in the book by the next sample.
+        self._side = threading.Lock()
         self._alarms: set[RevisionKey] = set()
+        self._watches: list[tuple[RevisionKey, Hashable, datetime, datetime, CounterQuery]] = []
         self._reaches: dict[CounterQuery, tuple[datetime, datetime]] = {}  # the last (at, reach)
+
+    def serve(
+        self, rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
+    ) -> Served:
+        self._enter_watches()
+        return super().serve(rollouts, needs)
+
+    def _enter_watches(self) -> None:
+        with self._side:
+            watches, self._watches = self._watches, []
+        if not watches:
+            return
+        with self._lock:
+            for revision, who, born, at, counter in watches:
+                book = self.book(counter)
+                if not book.is_tracked(revision):
+                    book.asked(revision, who, born, at, born=True)
 
     def explain(self) -> dict[str, Any]:
         with self._lock:
@@ -121,11 +144,13 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
     def _sampled(self, book: CounterBook, refresh: Refresh) -> None:
         # Every tracked revision was sampled: one whose containers were OOM-killed since the last
         # sample is an alarm (take_alarms), whoever is due now.
-        self._alarms.update(
+        killed = {
             revision
             for revision in refresh.revisions
             if revision not in refresh.failures and book.new_oom_kills(revision) > 0
-        )
+        }
+        with self._side:
+            self._alarms.update(killed)
 
     # -- answering ------------------------------------------------------------------------------
 
@@ -200,6 +225,7 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
     def sample_restarts(self, at: datetime) -> None:
         """Sample every revision the restart book tracks at ``at`` unless a sample within the
         tolerance exists (see :meth:`watch`)."""
+        self._enter_watches()
         with self._lock:  # one restart book per kube-state-metrics label style in use
             books = [(counter, book) for counter, book in self.books.items() if counter.profile is None]
         for counter, book in books:
@@ -217,15 +243,14 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         """Sample ``revision``'s restart counters in every tick from now on, counted from birth (a
         canary warming up, not evaluated yet): an OOM kill then raises an alarm within a tick
         instead of waiting for the first evaluation. Once the revision is tracked (asked for, or
-        watched before), nothing changes."""
-        with self._lock:
-            book = self.book(counter)
-            if not book.is_tracked(revision):
-                book.asked(revision, who, born, at, born=True)
+        watched before), nothing changes. Never waits for a sample in flight."""
+        with self._side:
+            self._watches.append((revision, who, born, at, counter))
 
     def take_alarms(self) -> set[RevisionKey]:
-        """The revisions OOM-killed in a sample since the last call (each reported once)."""
-        with self._lock:
+        """The revisions OOM-killed in a sample since the last call (each reported once). Never
+        waits for a sample in flight."""
+        with self._side:
             alarms, self._alarms = self._alarms, set()
         return alarms
 

@@ -7,9 +7,12 @@ The emulator evaluates a rule only when every part of it is in this subset:
 - literals: integers, doubles, strings (single or double quotes), ``true``, ``false``, ``null``, lists;
 - ``!``, unary ``-``, ``* / %``, ``+ -`` (numbers, string and list concatenation), ``== != < <= > >=``,
   ``in`` (lists and map keys), ``&&``, ``||`` (with CEL's commutative error absorption), ``? :``;
-- ``size(x)``/``x.size()``, ``x.startsWith(s)``, ``x.endsWith(s)``, ``x.contains(s)``.
+- ``size(x)``/``x.size()``, ``x.startsWith(s)``, ``x.endsWith(s)``, ``x.contains(s)``;
+- the ``filter`` macro on lists, ``x.filter(v, predicate)``: the items for which the predicate is true,
+  in order (cel-go ``parser/macro.go`` ``MakeFilter``: a comprehension whose step appends the item when
+  the predicate holds; a predicate that is not a boolean is an error).
 
-Anything else (macros such as ``all``/``exists``/``map``, ``matches``, ``messageExpression``, the
+Anything else (the other macros ``all``/``exists``/``map``, ``matches``, ``messageExpression``, the
 Kubernetes libraries: quantities, URLs, regex, ``optional``) is *not* evaluated: :func:`compile_rule`
 raises :class:`Unsupported`, the CRD write answers with a ``Warning`` header and a log line naming the
 rule, and objects are accepted without it. The emulator never pretends to have checked a rule it did not
@@ -71,7 +74,7 @@ _METHODS = {"size", "startsWith", "endsWith", "contains"}
 _FUNCTIONS = {"size", "has"}
 # Identifiers the emulator knows it does not support: named to make the warning precise.
 _KNOWN_UNSUPPORTED = {
-    "all", "exists", "exists_one", "map", "filter", "matches", "quantity", "isQuantity", "url", "isURL",
+    "all", "exists", "exists_one", "map", "matches", "quantity", "isQuantity", "url", "isURL",
     "optional", "hasValue", "orValue", "int", "uint", "double", "string", "bytes", "type", "dyn",
     "duration", "timestamp", "lowerAscii", "upperAscii", "split", "join", "replace", "find", "findAll",
     "indexOf", "lastIndexOf", "trim", "substring", "isSorted", "sum", "min", "max", "ip", "cidr", "format",
@@ -106,6 +109,7 @@ class _Parser:
         self.tokens = _tokens(text)
         self.position = 0
         self.uses_old_self = False
+        self.bound: set[str] = set()  # the variables of the macros being parsed
 
     def peek(self, offset: int = 0) -> tuple[str, str] | None:
         index = self.position + offset
@@ -208,7 +212,9 @@ class _Parser:
                     raise Unsupported("expected a field name")
                 self.position += 1
                 name = token[1]
-                if self.accept("("):
+                if name == "filter" and self.accept("("):
+                    node = self.filter(node)
+                elif self.accept("("):
                     if name not in _METHODS:
                         raise Unsupported(f"the method {name}()")
                     arguments = self.arguments()
@@ -221,6 +227,29 @@ class _Parser:
                 node = _index(node, index)
             else:
                 return node
+
+    def filter(self, target: Node) -> Node:
+        """``target.filter(v, predicate)`` (after its ``(``)."""
+        token = self.peek()
+        if token is None or token[0] != "ident" or token[1] in ("self", "oldSelf"):
+            raise Unsupported("filter() needs a variable name")
+        self.position += 1
+        variable = token[1]
+        self.expect(",")
+        outer = variable in self.bound
+        self.bound.add(variable)
+        predicate = self.conditional()
+        if not outer:
+            self.bound.discard(variable)
+        self.expect(")")
+
+        def evaluate(env: dict[str, Any]) -> list[Any]:
+            items = target(env)
+            if not isinstance(items, list):
+                raise CelError("no matching overload for filter()")
+            return [item for item in items if _boolean(predicate({**env, variable: item}))]
+
+        return evaluate
 
     def arguments(self) -> list[Node]:
         arguments: list[Node] = []
@@ -253,6 +282,8 @@ class _Parser:
                 return lambda env: truth
             if text == "null":
                 return lambda env: None
+            if text in self.bound:
+                return lambda env: env[text]
             if text in ("self", "oldSelf"):
                 if text == "oldSelf":
                     self.uses_old_self = True

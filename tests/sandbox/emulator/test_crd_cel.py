@@ -40,6 +40,10 @@ def cel_schema() -> dict[str, Any]:
                     {"rule": "self.window == oldSelf.window", "message": "window is immutable"},
                     {"rule": "self.mode in ['Fast', 'Slow'] && size(self.tags) <= 2 || self.mode == 'Any'"},
                     {"rule": "self.limit > 0"},
+                    {
+                        "rule": "!has(self.steps) || self.steps.filter(s, s.weight > 50).size() <= 1",
+                        "message": "at most one step above 50",
+                    },
                     {"rule": UNSUPPORTED_RULE},
                 ],
                 "properties": {
@@ -137,6 +141,17 @@ def test_in_list_size_and_boolean_operators(cel_widgets: Widgets) -> None:
     assert [c["field"] for c in causes] == ["spec"]
     assert "failed rule: self.mode in ['Fast', 'Slow']" in causes[0]["message"]
     assert cel_widgets.create(good("wide", mode="Any", tags=["a", "b", "c"]))["spec"]["mode"] == "Any"
+
+
+def test_the_filter_macro_keeps_the_items_whose_predicate_holds(cel_widgets: Widgets) -> None:
+    """``x.filter(v, p)`` as cel-go expands it (kubernetes/kubernetes
+    vendor/github.com/google/cel-go/parser/macro.go, ``MakeFilter`` at 00e63227: a comprehension
+    over the range whose step is ``p ? accu + [v] : accu``): the items for which ``p`` holds, in order."""
+    causes = _causes(lambda: cel_widgets.create(good("wsteep", steps=[{"weight": 60}, {"weight": 70}])))
+    assert [c["field"] for c in causes] == ["spec"]
+    assert "at most one step above 50" in causes[0]["message"]
+    kept = cel_widgets.create(good("wgentle", steps=[{"weight": 10}, {"weight": 60}]))
+    assert kept["spec"]["steps"] == [{"weight": 10}, {"weight": 60}]
 
 
 def test_a_missing_field_is_a_runtime_error_of_the_rule(cel_widgets: Widgets) -> None:
