@@ -361,15 +361,41 @@ ContextOption = Annotated[
     str | None, typer.Option("--context", metavar="NAME", help="The kubeconfig context to use.")
 ]
 TargetArgument = Annotated[
-    str, typer.Argument(metavar="NAMESPACE/NAME", help="The InferenceService.", show_default=False)
+    str,
+    typer.Argument(
+        metavar="NAME",
+        help="The InferenceService: NAME (in -n's namespace, else the context's) or NAMESPACE/NAME.",
+        show_default=False,
+    ),
+]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace", "-n", metavar="NAMESPACE", help="Default: the kubeconfig context's, else default."
+    ),
 ]
 
 
 @app.command()
 def status(
-    namespace: Annotated[
-        str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Only this namespace.")
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[NAME]",
+            help="One rollout (NAME or NAMESPACE/NAME); with --watch, follow it to its end.",
+            show_default=False,
+        ),
     ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            metavar="NAMESPACE",
+            help="Only this namespace. Default: all of them (-A).",
+        ),
+    ] = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,
     output: Annotated[
         StatusOutput,
         typer.Option(
@@ -383,15 +409,27 @@ def status(
     ] = StatusOutput.TEXT,
     watch: Annotated[
         bool,
-        typer.Option("--watch", "-w", help="Print the table again whenever a rollout changes (Ctrl-C ends)."),
+        typer.Option(
+            "--watch",
+            "-w",
+            help="Print the table again whenever a rollout changes (Ctrl-C ends). With NAME: follow it "
+            "until it ends; exit 0 promoted, 4 rolled back, 5 paused, 6 still under way at --timeout.",
+        ),
     ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(min=0, metavar="SECONDS", help="With NAME and --watch: give up after this; 0: never."),
+    ] = 0.0,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """The rollouts, read from the controller's state ConfigMaps (all namespaces, or -n)."""
-    from canary.cli.rollouts import print_status  # noqa: PLC0415 - lazy: start-up time
+    """The rollouts, read from the controller's state ConfigMaps."""
+    from canary.cli.rollouts import StatusScope, print_status  # noqa: PLC0415 - lazy: start-up time
 
-    print_status(kubeconfig, context, namespace, output.value, watch)
+    if all_namespaces and (namespace is not None or (name is not None and "/" in name)):
+        raise typer.BadParameter("-A lists every namespace: leave out -n and NAMESPACE/", param_hint="-A")
+    scope = StatusScope(name, namespace, all_namespaces, timeout)
+    print_status(kubeconfig, context, scope, output.value, watch)
 
 
 @app.command()
@@ -408,13 +446,14 @@ def explain(
             help="Prometheus as your browser reaches it: each check's query gets a graph link.",
         ),
     ] = None,
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
     """The latest evaluation of a rollout: each check's value, limit, stable value and canary PromQL."""
     from canary.cli.rollouts import print_explain  # noqa: PLC0415 - lazy: start-up time
 
-    print_explain(target, kubeconfig, context, output.value, prometheus_external_url)
+    print_explain(target, namespace, kubeconfig, context, output.value, prometheus_external_url)
 
 
 @app.command()
@@ -448,6 +487,7 @@ def report(
             help="The policy's file or directory (default: the PromotionPolicy object in the cluster).",
         ),
     ] = [],  # noqa: B006 - typer reads the default, never mutates it
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
@@ -461,6 +501,7 @@ def report(
         prometheus_url=prometheus_url,
         no_charts=no_charts,
         policy_paths=policy,
+        namespace=namespace,
         kubeconfig=kubeconfig,
         context=context,
     )
@@ -494,6 +535,7 @@ DEFAULT_WAIT = 90.0  # more than the default evaluation interval (60 s)
 def _command(
     kind: str,
     target: str,
+    namespace: str | None,
     kubeconfig: str | None,
     context: str | None,
     reason: str | None,
@@ -504,7 +546,7 @@ def _command(
     from canary.cli.rollouts import CommandOptions, issue_command  # noqa: PLC0415 - lazy: start-up time
     from canary.rollout.state import CommandKind  # noqa: PLC0415
 
-    options = CommandOptions(kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
+    options = CommandOptions(namespace, kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
     issue_command(CommandKind(kind), target, options)
 
 
@@ -515,6 +557,7 @@ def pause(
     wait: WaitOption = DEFAULT_WAIT,
     no_wait: NoWaitOption = False,
     revision: RevisionOption = None,
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
@@ -524,7 +567,7 @@ def pause(
     (at once when the CLI can tell: no rollout in progress, already paused, ...); 3: the controller
     did not answer within --wait (the command stays queued), or the cluster is unreachable.
     """
-    _command("pause", target, kubeconfig, context, reason, wait, no_wait, revision)
+    _command("pause", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
 
 
 @app.command()
@@ -534,11 +577,12 @@ def resume(
     wait: WaitOption = DEFAULT_WAIT,
     no_wait: NoWaitOption = False,
     revision: RevisionOption = None,
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
     """Continue a paused rollout (exit codes as for pause)."""
-    _command("resume", target, kubeconfig, context, reason, wait, no_wait, revision)
+    _command("resume", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
 
 
 @app.command()
@@ -548,11 +592,12 @@ def approve(
     wait: WaitOption = DEFAULT_WAIT,
     no_wait: NoWaitOption = False,
     revision: RevisionOption = None,
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
     """Let a step with `approval: manual` proceed, now or when it passes (exit codes as for pause)."""
-    _command("approve", target, kubeconfig, context, reason, wait, no_wait, revision)
+    _command("approve", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
 
 
 @app.command()
@@ -562,11 +607,12 @@ def abort(
     wait: WaitOption = DEFAULT_WAIT,
     no_wait: NoWaitOption = False,
     revision: RevisionOption = None,
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
     """Roll back now (canaryTrafficPercent: 0) (exit codes as for pause)."""
-    _command("abort", target, kubeconfig, context, reason, wait, no_wait, revision)
+    _command("abort", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
 
 
 @app.command()
@@ -576,11 +622,12 @@ def promote(
     wait: WaitOption = DEFAULT_WAIT,
     no_wait: NoWaitOption = False,
     revision: RevisionOption = None,
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
     """Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."""
-    _command("promote", target, kubeconfig, context, reason, wait, no_wait, revision)
+    _command("promote", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
 
 
 # ---------------------------------------------------------------------------------------------

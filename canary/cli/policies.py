@@ -14,6 +14,7 @@ from canary.cli.help import EXIT_USAGE, fail
 from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
 from canary.policy import PromotionPolicy, load_paths
+from canary.policy.loader import format_loc, secret_refs
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
 from canary.rollout.sampled import horizon_requests
@@ -43,10 +44,13 @@ def validate_paths(
             f"error: {', '.join(str(path) for path in missing)}: no such file or directory",
             EXIT_USAGE,
         )
+    # Which secrets a namespace may read is the controller's setting: without it on the command line,
+    # validate checks the policy and says what it left to the controller instead of refusing it.
+    checked = secret_file_root is not None or bool(secret_env_allow)
     result = load_paths(
         paths,
         namespaces=NamespaceSource(policy_namespaces),
-        secrets=secret_scope(secret_file_root, secret_env_allow),
+        secrets=secret_scope(secret_file_root, secret_env_allow) if checked else None,
     )
     errors = sorted(result.errors, key=lambda error: error.sort_key)
     if output == "json":
@@ -63,6 +67,7 @@ def validate_paths(
                     "atHorizon": loaded.policy.spec.at_horizon.value,
                     "horizonRequests": horizon_requests(loaded.policy),
                     "warnings": resolution_warnings(loaded.policy),
+                    "notChecked": [] if checked else unchecked_secrets(loaded.policy),
                 }
                 for loaded in result.policies
             ],
@@ -74,12 +79,27 @@ def validate_paths(
         for loaded in result.policies:
             lines.append(f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}")
             lines += [f"    {line}" for line in judge_advice(loaded.policy)]
+            if not checked:
+                lines += [f"    not checked here: {line}" for line in unchecked_secrets(loaded.policy)]
         summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
         summary += f", {len(errors)} {'error' if len(errors) == 1 else 'errors'}"
         summary += f" in {len(result.files)} {'file' if len(result.files) == 1 else 'files'}"
         lines.append(summary)
         typer.echo(printable("\n".join(lines)))
     raise typer.Exit(0 if result.ok else 1)
+
+
+def unchecked_secrets(policy: PromotionPolicy) -> list[str]:
+    """The secret references whose scope only the controller's flags decide, each with that flag."""
+    lines = []
+    for loc, ref in secret_refs(policy):
+        if ref.env is not None:
+            flag = f"--secret-env-allow {policy.metadata.namespace}=GLOB"
+            lines.append(f"{format_loc((*loc, 'env'))} {ref.env}: the controller's {flag} decides")
+        else:
+            flag = f"--secret-file-root (file {ref.file} under DIR/{policy.metadata.namespace}/)"
+            lines.append(f"{format_loc((*loc, 'file'))}: the controller's {flag} decides")
+    return lines
 
 
 def judge_advice(policy: PromotionPolicy) -> list[str]:

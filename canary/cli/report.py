@@ -27,7 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from canary.cli.cluster import api_client, get_json
 from canary.cli.help import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, fail
 from canary.cli.output import printable
-from canary.cli.rollouts import _load, split_target
+from canary.cli.rollouts import _load, not_seen
+from canary.cli.targets import resolve_target
 from canary.metrics.catalog import (
     FIELD_LABEL,
     KIND_FAMILY,
@@ -62,10 +63,11 @@ def write_report(
     prometheus_url: str | None,
     no_charts: bool,
     policy_paths: Sequence[Path],
+    namespace: str | None,
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    namespace, name = split_target(target)
+    namespace, name = resolve_target(target, namespace, kubeconfig, context)
     if not no_charts and not prometheus_url:
         raise fail(
             "error: the report's charts need Prometheus: pass --prometheus-url URL (or PROMETHEUS_URL)",
@@ -106,7 +108,7 @@ def _reported_rollout(
     be read but is not needed."""
     stored = _load(api, namespace, name)
     if stored.state_json is None and stored.rollouts_json is None:
-        raise fail(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+        raise fail(not_seen(api, namespace, name))
     try:
         state = stored.state() if stored.state_json else None
     except StateFormatError as error:

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from canary.cli.cluster import api_client, get_json
 from canary.cli.help import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, fail
 from canary.cli.output import NONE, columns, human_duration, printable, since, timestamp
+from canary.cli.targets import resolve_target, suggestions
 from canary.kserve.client import ConflictError
 from canary.kserve.identity import who_am_i
 from canary.kserve.store import (
@@ -48,14 +49,26 @@ from canary.rollout.records import (
 )
 from canary.rollout.state import CommandKind, GateProgress, RolloutState, StateFormatError
 
-__all__ = ["CommandOptions", "issue_command", "print_explain", "print_status", "split_target"]
+__all__ = ["CommandOptions", "StatusScope", "issue_command", "not_seen", "print_explain", "print_status"]
 
 
-def split_target(target: str) -> tuple[str, str]:
-    namespace, separator, name = target.partition("/")
-    if not separator or not namespace or not name or "/" in name:
-        raise typer.BadParameter(f"expected NAMESPACE/NAME, got {target!r}", param_hint="NAMESPACE/NAME")
-    return namespace, name
+def not_seen(api: client.ApiClient, namespace: str, name: str) -> str:
+    """Why there is nothing for ``namespace/name``, with the rollouts it may have meant."""
+    message = f"no rollout state for {namespace}/{name}: kserve-canary has not seen it"
+    known: list[tuple[str, str]] = []
+    for scope in (namespace, None):  # the whole cluster only where the person may list it
+        try:
+            items, _version = _list(api, scope)
+        except ApiException:
+            continue
+        known += [_model(item) for item in items if _is_state(item)]
+    close = suggestions(namespace, name, set(known))
+    return message + (f"; did you mean {' or '.join(close)}?" if close else "")
+
+
+def _model(configmap: Mapping[str, Any]) -> tuple[str, str]:
+    meta = configmap.get("metadata") or {}
+    return str(meta.get("namespace")), str((meta.get("labels") or {}).get(LABEL_INFERENCE_SERVICE))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,9 +184,31 @@ def _render(rows: list[StatusRow], output: str, namespace: str | None) -> str:
 
 
 def print_status(
-    kubeconfig: str | None, context: str | None, namespace: str | None, output: str, watch: bool
+    kubeconfig: str | None,
+    context: str | None,
+    scope: StatusScope,
+    output: str,
+    watch: bool,
 ) -> None:
+    """The table of rollouts in ``scope``; for one named rollout with ``watch``, follow it to its end."""
     api = api_client(kubeconfig, context)
+    if scope.name is not None:
+        namespace, name = resolve_target(scope.name, scope.namespace, kubeconfig, context)
+        if watch:
+            from canary.cli.follow import follow  # noqa: PLC0415 - imports this module
+
+            follow(api, namespace, name, scope.timeout)
+        stored = _load(api, namespace, name)
+        if stored.state_json is None:
+            raise fail(printable(not_seen(api, namespace, name)))
+        typer.echo(_render([status_row(stored)], output, namespace))
+        return
+    # Unlike kubectl get, every namespace by default: the rollouts are few, and a person asking for
+    # them wants them all (-A says the same explicitly).
+    _print_table(api, None if scope.all_namespaces else scope.namespace, output, watch)
+
+
+def _print_table(api: client.ApiClient, namespace: str | None, output: str, watch: bool) -> None:
     items, version = _list(api, namespace)
     rows = _rows(items)
     shown = _render(rows, output, namespace)
@@ -189,6 +224,16 @@ def print_status(
         )
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_OK) from None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusScope:
+    """Which rollouts ``status`` shows: one by name, a namespace, or all of them."""
+
+    name: str | None = None  # NAME or NAMESPACE/NAME
+    namespace: str | None = None  # -n
+    all_namespaces: bool = False  # -A
+    timeout: float = 0.0  # with a name and --watch: give up (stalled) after this many seconds; 0: never
 
 
 def _list(api: client.ApiClient, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
@@ -314,12 +359,18 @@ def _gate_row(gate: GateProgress, now: datetime) -> list[str]:
 
 
 def print_explain(
-    target: str, kubeconfig: str | None, context: str | None, output: str, prometheus_external_url: str | None
+    target: str,
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    output: str,
+    prometheus_external_url: str | None,
 ) -> None:
-    namespace, name = split_target(target)
-    stored = _load(api_client(kubeconfig, context), namespace, name)
+    namespace, name = resolve_target(target, namespace, kubeconfig, context)
+    api = api_client(kubeconfig, context)
+    stored = _load(api, namespace, name)
     if stored.state_json is None:
-        raise fail(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+        raise fail(not_seen(api, namespace, name))
     try:
         state = stored.state()
         document = stored.explain()
@@ -411,6 +462,7 @@ EXIT_NO_ANSWER = EXIT_UNREACHABLE  # issued, but the controller did not answer w
 
 @dataclass(frozen=True)
 class CommandOptions:
+    namespace: str | None  # -n; else the context's
     kubeconfig: str | None
     context: str | None
     reason: str | None
@@ -436,13 +488,13 @@ def issue_command(kind: CommandKind, target: str, options: CommandOptions) -> No
     revision and step). ``by`` is the API server's answer to a SelfSubjectReview. Exit 0: accepted
     (or issued with --no-wait); 1: refused; 3: the controller did not answer within --wait.
     """
-    namespace, name = split_target(target)
+    namespace, name = resolve_target(target, options.namespace, options.kubeconfig, options.context)
     api = api_client(options.kubeconfig, options.context)
     store = ConfigMapStateStore(api)
     # Read the state before asking who we are: an unreachable cluster fails here, with its reason.
     first = store.load(namespace, name)
     if first.state_json is None:
-        raise _refused(f"no rollout state for {namespace}/{name}: kserve-canary has not seen it")
+        raise _refused(not_seen(api, namespace, name))
     try:
         identity = who_am_i(api, options.kubeconfig)
     except ApiException as error:

@@ -32,12 +32,15 @@ last resourceVersion it delivered; one that fails, or that the API ends with 410
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from sys import intern
 from typing import Any
 
 import structlog
 
+from canary.kserve.admitted import ConfigMapLimits, why_not_ours
 from canary.kserve.client import InferenceServiceClient, WatchEvent
 from canary.kserve.ledger_store import (
     ConfigMapLedgerStore,
@@ -52,7 +55,16 @@ from canary.kserve.store import (
     stored_from_dict,
 )
 
-__all__ = ["LAST_APPLIED", "CachedReads", "DirectReads", "Reads", "WatchCache", "kept_of"]
+__all__ = [
+    "LAST_APPLIED",
+    "Admit",
+    "CachedReads",
+    "DirectReads",
+    "Reads",
+    "WatchCache",
+    "kept_of",
+    "our_configmaps",
+]
 
 log = structlog.get_logger("kserve_canary.caches")
 
@@ -120,9 +132,12 @@ class WatchCache:
         on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
         on_synced: Callable[[str | None], None] | None = None,
         strip: bool = True,
+        admit: Admit | None = None,
     ):
         """``strip``: keep objects without managedFields and the last-applied annotation
-        (:func:`kept_of`); False for objects written back whole (a PromotionPolicy's status PUT)."""
+        (:func:`kept_of`); False for objects written back whole (a PromotionPolicy's status PUT).
+        ``admit``: which objects an event or a GET may bring into the cache (the lister judges its
+        own); the others are dropped, and told to it."""
         self.kind = kind
         self._lister = lister
         self._watcher = watcher
@@ -132,7 +147,9 @@ class WatchCache:
         self._on_event = on_event
         self._on_synced = on_synced
         self._strip = strip
+        self._admit = admit
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self._counts: Counter[str] = Counter()  # objects cached per namespace
         # resourceVersion of each deletion seen; an object at or below it is a ghost of before it
         self._tombstones: dict[tuple[str, str], int] = {}
         # each scope's last list or resumed watch, by its resourceVersion (tombstones older go)
@@ -179,13 +196,15 @@ class WatchCache:
     def refresh(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Read the object again (after a 409: the cache was behind) and keep what the API has."""
         found = self._getter(namespace, name)
+        if found is not None and self._refused(found, (namespace, name)):
+            found = None
         if found is not None:
             found = kept_of(found, strip=self._strip)
         with self._lock:
             if found is None:
-                self._objects.pop((namespace, name), None)
+                self._drop_locked((namespace, name))
             else:
-                self._objects[(namespace, name)] = found
+                self._keep_locked((namespace, name), found)
         return found
 
     # -- list + watch ------------------------------------------------------------------------------
@@ -223,7 +242,9 @@ class WatchCache:
                         version = None  # e.g. 410 Gone: list again
                         break
                     seen = (event.object.get("metadata") or {}).get("resourceVersion")
-                    if event.type != "BOOKMARK":
+                    if event.type == "DELETED" or (
+                        event.type != "BOOKMARK" and not self._refused(event.object, _key(event.object))
+                    ):
                         self._apply(event.type, kept_of(event.object, strip=self._strip))
                     if seen:
                         version = str(seen)
@@ -255,6 +276,7 @@ class WatchCache:
             for key in fresh:
                 self._tombstones.pop(key, None)
             self._objects.update(fresh)
+            self._counts = Counter(namespace for namespace, _ in self._objects)
             self._synced.add(scope)
 
     def _settle(self, scope: str | None, version: int | None) -> None:
@@ -287,14 +309,59 @@ class WatchCache:
             if buried is not None and new is not None and new <= buried:
                 return  # the object as it was before a deletion already seen
             if kind == "DELETED":
-                self._objects.pop(key, None)
+                self._drop_locked(key)
                 if new is not None:
                     self._tombstones[key] = new
             else:
-                self._objects[key] = obj
+                self._keep_locked(key, obj)
                 self._tombstones.pop(key, None)
         if self._on_event is not None:
             self._on_event(kind, obj)
+
+    def _refused(self, obj: Mapping[str, Any], key: tuple[str, str]) -> bool:
+        """An object ``admit`` refuses: dropped from the cache if it was there, and told."""
+        if self._admit is None:
+            return False
+        with self._lock:
+            full = key not in self._objects and self._counts[key[0]] >= self._admit.per_namespace
+        reason = self._admit.reason(obj, full)
+        if reason is None:
+            return False
+        with self._lock:
+            self._drop_locked(key)
+        self._admit.ignored(key[0], key[1], reason)
+        return True
+
+    def _keep_locked(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        if key not in self._objects:
+            self._counts[key[0]] += 1
+        self._objects[key] = obj
+
+    def _drop_locked(self, key: tuple[str, str]) -> None:
+        if self._objects.pop(key, None) is not None:
+            self._counts[key[0]] -= 1
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Which objects a cache keeps: ``reason(obj, namespace_full)`` is None to keep it, else why not
+    (then ``ignored(namespace, name, reason)`` is told); at most ``per_namespace`` per namespace."""
+
+    reason: Callable[[Mapping[str, Any], bool], str | None]
+    ignored: Callable[[str, str, str], None]
+    per_namespace: int
+
+
+def our_configmaps(limits: ConfigMapLimits, ignored: Callable[[str, str, str], None]) -> Admit:
+    """The ConfigMap cache's rule for watch events and GETs: what :func:`list_our_configmaps` keeps."""
+
+    def reason(obj: Mapping[str, Any], full: bool) -> str | None:
+        found = why_not_ours(obj, limits.max_bytes)
+        if found is None and full:
+            return f"its namespace already has the {limits.per_namespace} ConfigMaps kept per namespace"
+        return found
+
+    return Admit(reason, ignored, limits.per_namespace)
 
 
 class Reads:

@@ -213,7 +213,7 @@ class GateRunner:
             GATE_HEADER: f"{call.name}; at={call.stage.value}",
         }
         if webhook.secret_from is not None:
-            secret = resolver.resolve(webhook.secret_from)
+            secret = resolver.resolve_key(webhook.secret_from)
             timestamp = str(int(self._clock().timestamp()))
             headers[TIMESTAMP_HEADER] = timestamp
             headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)

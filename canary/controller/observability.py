@@ -106,6 +106,13 @@ class ControllerMetrics:
             ("kind",),
             registry=self.registry,
         )
+        self.configmaps_ignored = Counter(
+            "kserve_canary_configmaps_ignored",
+            "ConfigMaps labelled as kserve-canary's that it did not write (name, document, size or count "
+            "per namespace), seen in a list or a watch event and not kept, by namespace.",
+            ("namespace",),
+            registry=self.registry,
+        )
         self.tick_duration = Histogram(
             "kserve_canary_tick_duration_seconds",
             "Duration of one tick: read every due rollout, collect their evidence at once, decide and write.",

@@ -361,7 +361,7 @@ class Reconciler:
 
         answer: CommandOutcome | None = None  # to the command waiting in the ConfigMap, if any
         if stored.command_json is not None and not stale:
-            state, answer = self._apply_command(stored, state, now, bound)
+            state, answer = self._apply_command(stored, state, now, bound, policy.spec.approval_steps)
 
         gate_results = self._gates.results(key) if self._gates is not None else ()
         preparation = prepare(policy, observed, state, now, ledger=ledger, gates=gate_results, alarm=alarm)
@@ -536,7 +536,12 @@ class Reconciler:
         return f"explain-{due}" if due else ""
 
     def _apply_command(
-        self, stored: StoredState, state: RolloutState, now: datetime, bound: FilteringBoundLogger
+        self,
+        stored: StoredState,
+        state: RolloutState,
+        now: datetime,
+        bound: FilteringBoundLogger,
+        approval_steps: frozenset[int],
     ) -> tuple[RolloutState, CommandOutcome | None]:
         """The state after the waiting command, and the answer to write beside it for the issuer."""
         try:
@@ -552,7 +557,7 @@ class Reconciler:
         if by is None:
             result_accepted, message, after = False, f"{command.command} names no issuer: refused", state
         else:
-            result = apply_command(state, command, now, by=by)
+            result = apply_command(state, command, now, by=by, approval_steps=approval_steps)
             result_accepted, message, after = result.accepted, result.message, result.state
         level = bound.info if result_accepted else bound.warning
         level(
@@ -593,14 +598,16 @@ class Reconciler:
 
     # -- edges -----------------------------------------------------------------------------------
 
+    # A dry run starts from what the cluster holds (what the live controller would read), then keeps
+    # what it would have written in memory.
     def _load(self, key: str, namespace: str, name: str) -> StoredState:
-        if self._dry_run:
-            return self._memory.get(key) or StoredState(namespace, name, None, None)
+        if self._dry_run and key in self._memory:
+            return self._memory[key]
         return self._reads.state(namespace, name)
 
     def _load_ledger(self, key: str, namespace: str, name: str) -> StoredLedger:
-        if self._dry_run:
-            return self._memory_ledgers.get(key) or StoredLedger(None, None)
+        if self._dry_run and key in self._memory_ledgers:
+            return self._memory_ledgers[key]
         return self._reads.ledger(namespace, name)
 
     def _save_ledger(

@@ -29,12 +29,13 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 from kubernetes import client, config
 
 from canary import __version__
-from canary.controller.caches import CachedReads, WatchCache
+from canary.controller.caches import CachedReads, WatchCache, our_configmaps
 from canary.controller.crsource import (
     CrdState,
     ParsedObject,
@@ -54,13 +55,13 @@ from canary.controller.settings import ControllerSettings, PolicySource, Prometh
 from canary.controller.shards import ShardedElector
 from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
+from canary.kserve.admitted import list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.store import (
     COMMAND_KEY,
     LABEL_INFERENCE_SERVICE,
     ConfigMapStateStore,
-    list_configmaps,
     read_configmap,
     state_configmap_name,
     watch_configmaps,
@@ -95,6 +96,16 @@ def load_api_client(kubeconfig: str | None) -> client.ApiClient:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without user information, query or fragment: what a log line may carry."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def prometheus_evidence(settings: PrometheusSettings) -> PrometheusEvidenceSource:
@@ -216,9 +227,13 @@ class Controller:
             on_synced=self._cache_synced,
         )
         core = client.CoreV1Api(api_client)
+        limits = cluster.configmaps
         configmaps = WatchCache(
             "ConfigMap",
-            lister=lambda scope: list_configmaps(api_client, scope, timeout=max(timeout, 30.0)),
+            # Only what the controller wrote is kept, read in pages (canary.kserve.admitted).
+            lister=lambda scope: list_our_configmaps(
+                api_client, scope, limits=limits, ignored=self._configmap_ignored, timeout=max(timeout, 30.0)
+            ),
             watcher=lambda scope, version, seconds: watch_configmaps(
                 api_client, scope, version, timeout_seconds=seconds, request_timeout=timeout
             ),
@@ -227,8 +242,16 @@ class Controller:
             watch_timeout=cluster.watch_timeout,
             on_event=self._configmap_changed,
             on_synced=self._cache_synced,
+            admit=our_configmaps(limits, self._configmap_ignored),
         )
         return inference_services, configmaps
+
+    def _configmap_ignored(self, namespace: str, name: str, reason: str) -> None:
+        """A ConfigMap labelled as ours that the controller did not write: never kept, told."""
+        self.metrics.configmaps_ignored.labels(namespace).inc()
+        log.warning(
+            "ConfigMap labelled as kserve-canary's ignored", configmap=f"{namespace}/{name}", reason=reason
+        )
 
     def _policy_objects(
         self, api_client: client.ApiClient
@@ -385,6 +408,9 @@ class Controller:
             policySources=sorted(str(source) for source in policies.sources),
             namespaces=list(settings.cluster.namespaces) or "all",
             dryRun=settings.cluster.dry_run,
+            # Where the evidence comes from (credentials in the URL are not logged); the metric
+            # profile is logged as "metric profile detected" when the first evaluation asks for it.
+            prometheus=_shown_url(settings.prometheus.url),
             leaderElection=self._elector is not None,
             metricsPort=self._health.port if self._health else None,
         )

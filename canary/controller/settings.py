@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from canary.kserve.admitted import ConfigMapLimits
 from canary.notify.outbox import DEFAULT_IMPORTANT_RETRY_FOR, DEFAULT_INFO_RETRY_FOR
 from canary.policy.scope import NamespaceSource, SecretScope
 
@@ -139,6 +140,7 @@ class ClusterSettings:
     request_timeout: float = 10.0
     watch_timeout: int = 300
     dry_run: bool = False  # decide and report; write nothing; take no Lease
+    configmaps: ConfigMapLimits = field(default_factory=ConfigMapLimits)  # what the ConfigMap cache keeps
 
 
 @dataclass(frozen=True, slots=True)

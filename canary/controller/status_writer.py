@@ -92,7 +92,9 @@ class StatusWriter:
 
     def write(self, namespace: str, name: str, status: PromotionPolicyStatus) -> WriteResult:
         # Messages quote policy errors and decision reasons: scrubbed like every log line and Event.
-        body = cast(dict[str, Any], self._redactor.scrub_value(status.to_api()))
+        # With the policy's namespace's secret values only: another team's never mask this one's text.
+        redactor = self._redactor.for_namespace(namespace)
+        body = cast(dict[str, Any], redactor.scrub_value(status.to_api()))
         key = (namespace, name)
         obj = self._cache.get(namespace, name)
         if obj is None:
@@ -177,7 +179,7 @@ class PolicyEvents:
         """Post one Event about ``obj`` unless this generation already got it; True when posted."""
         meta = obj.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        text = self._redactor.scrub(message)
+        text = self._redactor.for_namespace(namespace).scrub(message)
         if len(text) > MESSAGE_LIMIT:
             text = text[: MESSAGE_LIMIT - 1] + "…"
         identity = f"{meta.get('uid')}\0{meta.get('generation')}\0{reason}\0{text}"

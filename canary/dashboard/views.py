@@ -24,8 +24,9 @@ from canary.kserve.store import STATE_KEY, StoredState
 from canary.policy.units import format_value
 from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR, PrometheusRange
 from canary.report.rollout import display_unit, limit_values
+from canary.rollout.commands import apply_command
 from canary.rollout.records import CommandFormatError, ExplainCheck, ExplainDocument
-from canary.rollout.state import HistoryEntry, RolloutState, StateFormatError
+from canary.rollout.state import CommandKind, HistoryEntry, RolloutState, StateFormatError
 
 __all__ = [
     "EvaluationLog",
@@ -325,6 +326,7 @@ def rollout_detail(
     document, explain_problem = _explain(stored)
     log.record(stored.key, document)
     detail["lastCommandResult"] = _command_result(stored)
+    detail["actions"] = _actions(state, moment)
     if state is None:
         return detail
     detail["decisions"] = [_decision(entry) for entry in reversed(state.history)]
@@ -339,6 +341,23 @@ def rollout_detail(
     detail["explain"] = None if document is None else _explain_detail(document)
     detail["charts"] = _charts(stored, state, document, log, prometheus, moment)
     return detail
+
+
+def _actions(state: RolloutState | None, moment: float) -> dict[str, dict[str, Any]]:
+    """Each operator command: whether the state would take it now, and if not, why (the core's own
+    rules; the controller stays the authority and answers what the dashboard cannot know)."""
+    now = datetime.fromtimestamp(moment, UTC)
+    actions: dict[str, dict[str, Any]] = {}
+    for kind in CommandKind:
+        if state is None:
+            actions[str(kind)] = {"allowed": False, "reason": "no rollout state to act on"}
+            continue
+        verdict = apply_command(state, kind, now)
+        actions[str(kind)] = {
+            "allowed": verdict.accepted,
+            "reason": "" if verdict.accepted else verdict.message,
+        }
+    return actions
 
 
 def _command_result(stored: StoredState) -> dict[str, Any] | None:

@@ -295,15 +295,20 @@ class ConfigMapStateStore(ConfigMapDocuments):
         Raises :class:`ConflictError` on 409 and :class:`StateTooLarge` beyond :data:`MAX_STATE_BYTES`.
         Whatever else the ConfigMap held is replaced: a pending command is consumed.
         """
+        files = {
+            STATE_KEY: state.to_json(),
+            **({COMMAND_RESULT_KEY: command_result.to_json()} if command_result else {}),
+            **({ROLLOUTS_KEY: rollouts} if rollouts else {}),
+        }
+        if explain is not None:
+            # The evaluation is the one record that grows with the policy (its checks and their
+            # PromQL): shortened to what is left, it never keeps the state itself from being written.
+            room = MAX_STATE_BYTES - sum(len(text.encode()) for text in files.values())
+            files[EXPLAIN_KEY] = explain.fitted_json(max(room, 0))
         return self.save_files(
             namespace,
             inference_service,
-            {
-                STATE_KEY: state.to_json(),
-                **({EXPLAIN_KEY: explain.to_json()} if explain else {}),
-                **({COMMAND_RESULT_KEY: command_result.to_json()} if command_result else {}),
-                **({ROLLOUTS_KEY: rollouts} if rollouts else {}),
-            },
+            files,
             resource_version=resource_version,
             owner_uid=owner_uid,
         )

@@ -37,6 +37,10 @@ Semantics built into the PromQL
   the exact names Knative and the apiserver give a revision's pods (:mod:`canary.metrics.podnames`,
   which says why not the ``serving.knative.dev/revision`` label), not ``<revision>-deployment-...``,
   which a 31-character InferenceService name already defeats.
+* Which labels name the namespace, pod and revision is a family's :class:`~canary.metrics.labels.JoinLabels`
+  (scraped, OTLP with promoted attributes, a ``target_info`` join, kube-state-metrics' and DCGM's
+  ``exported_*``): the queries select and group on them and normalise them to ``namespace``,
+  ``revision`` (and ``pod``, ``container``) before any aggregation that needs them.
 
 Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
@@ -60,10 +64,11 @@ never get Ready has no warm-up value — the progress deadline judges that.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from canary.evidence import REQUESTS
+from canary.metrics.labels import KSM_LABELS, JoinLabels
 from canary.metrics.podnames import CUT_REVISION, HASHED_KEY, KEPT_REVISION, PodNaming, hashed_key, naming
 from canary.metrics.podnames import pods_pattern as _pods_pattern
 from canary.metrics.promql import regex_alternation, string_literal
@@ -158,6 +163,11 @@ class RequestsMetrics:
     def detection_metric(self) -> str:
         return self.count_metric
 
+    @property
+    def scraped_labels(self) -> JoinLabels:
+        """The labels of the series as a PodMonitor scrapes them (the exporter's own, OpenCensus)."""
+        return JoinLabels(self.namespace_label, self.pod_label, self.revision_label)
+
 
 REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OPENCENSUS: RequestsMetrics(
@@ -207,6 +217,10 @@ class GpuLabels:
     style: GpuLabelStyle
     namespace_label: str
     pod_label: str
+
+    @property
+    def join_labels(self) -> JoinLabels:
+        return JoinLabels(self.namespace_label, self.pod_label)
 
 
 DCGM_LABELS: Mapping[GpuLabelStyle, GpuLabels] = {
@@ -261,6 +275,7 @@ class BuiltinQuery:
     requests_profile: RequestsProfile | None = None  # for the requests family
     revision_label: str | None = None  # OTel profiles: a relabelled revision label instead of pod names
     gpu_labels: GpuLabelStyle | None = None  # for the DCGM family
+    labels: JoinLabels | None = None  # the family's resolved labels; None: its default (scraped) ones
 
     @property
     def family(self) -> Family:
@@ -286,34 +301,49 @@ def _relabel(expression: str, target: str, source: str, pattern: str = "(.*)") -
 
 @dataclass(frozen=True, slots=True)
 class _Selection:
-    """How a family's series are attributed to (namespace, revision)."""
+    """How a family's series are attributed to (namespace, revision): by its :class:`JoinLabels`."""
 
-    namespace_label: str
-    revision_label: str | None  # None: by pod name
-    pod_label: str = "pod"
+    labels: JoinLabels
+
+    def _revision_matchers(self, revisions: Collection[RevisionKey]) -> list[str]:
+        names = [key.revision for key in revisions]
+        parts = [_matcher(self.labels.namespace, [key.namespace for key in revisions])]
+        if self.labels.revision is not None:
+            parts.append(_matcher(self.labels.revision, names))
+        else:
+            parts.append(f'{self.labels.pod}=~"{string_literal(_pods_pattern(names))}"')
+        return parts
 
     def matchers(self, revisions: Collection[RevisionKey], extra: str = "") -> str:
-        namespaces = [key.namespace for key in revisions]
-        names = [key.revision for key in revisions]
-        parts = [_matcher(self.namespace_label, namespaces)]
-        if self.revision_label is not None:
-            parts.append(_matcher(self.revision_label, names))
-        else:
-            parts.append(f'{self.pod_label}=~"{string_literal(_pods_pattern(names))}"')
+        """The series' matchers; with ``target_info`` the revisions are selected by the join
+        (:meth:`by_revision`) and the series only by ``extra``."""
+        parts = [] if self.labels.target_info else self._revision_matchers(revisions)
         if extra:
             parts.append(extra)
         return ", ".join(parts)
 
+    def canonical(self, expression: str) -> str:
+        """``expression`` with the workload's labels also under ``namespace``, ``pod``, ``container``."""
+        for target, source in (
+            ("namespace", self.labels.namespace),
+            ("pod", self.labels.pod),
+            ("container", self.labels.container),
+        ):
+            expression = _relabel(expression, target, source, "(.+)")
+        return expression
+
     def by_revision(self, expression: str, revisions: Collection[RevisionKey]) -> str:
         """``expression`` relabelled so that it carries ``namespace`` and ``revision`` labels.
 
-        By pod name: the selection already picked exactly the revisions' pods, so the revision is read
-        back by one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
+        With ``target_info`` the join adds them first (and keeps only the revisions asked for). By pod
+        name: the selection already picked exactly the revisions' pods, so the revision is read back by
+        one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
         """
-        relabelled = _relabel(expression, "namespace", self.namespace_label)
-        if self.revision_label is not None:
-            return _relabel(relabelled, "revision", self.revision_label)
-        return _revision_from_pod(relabelled, self.pod_label, {key.revision for key in revisions})
+        joined = self.labels.joined(expression, self._revision_matchers(revisions))
+        relabelled = _relabel(joined, "namespace", self.labels.namespace)
+        if self.labels.revision is not None:
+            return _relabel(relabelled, "revision", self.labels.revision)
+        return _revision_from_pod(relabelled, self.labels.pod, {key.revision for key in revisions})
 
 
 _POD_KEY = "canary_pod_key"  # the first 52 characters of a hashed revision's pod, while joining
@@ -350,7 +380,7 @@ def _drop(expression: str, label: str) -> str:
     return f'label_replace({expression}, "{label}", "", "", "")'
 
 
-_POD_SELECTION = _Selection("namespace", None)
+_POD_SELECTION = _Selection(JoinLabels())
 _GROUP = "namespace, revision"
 
 
@@ -379,12 +409,25 @@ def render_builtin(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> s
     return _vllm_query(query, revisions)
 
 
+def _requests_labels(
+    metrics: RequestsMetrics, labels: JoinLabels | None, revision_label: str | None
+) -> JoinLabels:
+    """The resolved labels, or the profile's scraped ones with the policy's ``revisionLabel``."""
+    if labels is not None:
+        return labels
+    scraped = metrics.scraped_labels
+    return (
+        scraped
+        if scraped.revision is not None or not revision_label
+        else replace(scraped, revision=revision_label)
+    )
+
+
 def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
     if query.requests_profile is None or query.requests_profile not in REQUESTS_PROFILES:
         raise ValueError(f"{query.measure} needs a concrete requests profile, got {query.requests_profile}")
     metrics = REQUESTS_PROFILES[query.requests_profile]
-    revision_label = metrics.revision_label or query.revision_label
-    selection = _Selection(metrics.namespace_label, revision_label)
+    selection = _Selection(_requests_labels(metrics, query.labels, query.revision_label))
     window = query.window
 
     def summed(function: str, metric: str, extra: str = "", by: str = _GROUP) -> str:
@@ -410,6 +453,12 @@ def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> 
     raise ValueError(f"{query.measure} is not a request metric")
 
 
+def _per_pod(raw: _Selection, metric: str, revisions: Collection[RevisionKey], window: str) -> str:
+    """A kube-state-metrics gauge's peak over the window per pod, under canonical labels."""
+    series = f"max_over_time({metric}{{{raw.matchers(revisions)}}}[{window}])"
+    return f"max by (namespace, pod, uid) ({raw.canonical(series)})"
+
+
 def _restarts_in_window(metric: str, matchers: str, window: str) -> str:
     # Exact restarts inside the window: the counter's peak minus its value at the window's start;
     # a pod born inside the window has no value at the start and counts from zero.
@@ -419,14 +468,16 @@ def _restarts_in_window(metric: str, matchers: str, window: str) -> str:
 
 
 def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
+    # The series as exported (the workload's labels may be exported_*), read under canonical names.
+    raw = _Selection(query.labels or KSM_LABELS)
     selection = _POD_SELECTION
     window = query.window
-    pods_matchers = selection.matchers(revisions)
+    pods_matchers = raw.matchers(revisions)
     # One series per pod seen in the window (several kube-state-metrics replicas collapse into one).
-    created = f"max by (namespace, pod, uid) (max_over_time({KSM_CREATED}{{{pods_matchers}}}[{window}]))"
+    created = _per_pod(raw, KSM_CREATED, revisions, window)
     pods = f"count by ({_GROUP}) ({selection.by_revision(created, revisions)})"
     if query.measure == MetricKind.WARMUP_TIME.value:
-        ready = f"max by (namespace, pod, uid) (max_over_time({KSM_READY_TIME}{{{pods_matchers}}}[{window}]))"
+        ready = _per_pod(raw, KSM_READY_TIME, revisions, window)
         per_pod = f"{ready} - on (namespace, pod, uid) {created}"
         value = f"max by ({_GROUP}) ({selection.by_revision(per_pod, revisions)})"
         measured = f"count by ({_GROUP}) ({selection.by_revision(ready, revisions)})"
@@ -437,19 +488,18 @@ def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -
             (KSM_RESTARTS, KSM_LAST_TERMINATED, MODEL_CONTAINER),
             (KSM_INIT_RESTARTS, KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
         ):
-            matchers = selection.matchers(revisions, f'container="{container}"')
-            oom_seen = (
-                f"max by (namespace, pod, container) "
-                f'(max_over_time({reasons}{{{matchers}, reason="OOMKilled"}}[{window}]) == 1)'
-            )
+            matchers = raw.matchers(revisions, f'{raw.labels.container}="{container}"')
+            reason = raw.canonical(f'max_over_time({reasons}{{{matchers}, reason="OOMKilled"}}[{window}])')
+            oom_seen = f"max by (namespace, pod, container) ({reason} == 1)"
             parts.append(
-                f"{_restarts_in_window(restarts, matchers, window)} "
+                f"{raw.canonical(_restarts_in_window(restarts, matchers, window))} "
                 f"* on (namespace, pod, container) group_left () {oom_seen}"
             )
         killed = " or ".join(f"({part})" for part in parts)
     elif query.measure == MetricKind.RESTARTS.value:
         killed = " or ".join(
-            _restarts_in_window(metric, pods_matchers, window) for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS)
+            raw.canonical(_restarts_in_window(metric, pods_matchers, window))
+            for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS)
         )
     else:
         raise ValueError(f"{query.measure} is not a kube-state-metrics measure")
@@ -461,8 +511,7 @@ def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -
 def _gpu_memory_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
     if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
         raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
-    labels = DCGM_LABELS[query.gpu_labels]
-    selection = _Selection(labels.namespace_label, None, labels.pod_label)
+    selection = _Selection(query.labels or DCGM_LABELS[query.gpu_labels].join_labels)
     matchers = selection.matchers(revisions)
     window = query.window
 
@@ -529,6 +578,7 @@ class CounterQuery:
 
     profile: RequestsProfile | None
     revision_label: str | None = None  # OTel profiles: a relabelled revision label instead of pod names
+    labels: JoinLabels | None = None  # the family's resolved labels; None: its default (scraped) ones
 
     @property
     def metrics(self) -> RequestsMetrics:
@@ -548,7 +598,7 @@ class CounterQuery:
     @property
     def name(self) -> str:
         if self.profile is None:
-            return "restarts"
+            return "restarts" + ("" if self.labels in (None, KSM_LABELS) else f"/{self.labels.pod}")
         return self.profile.value + (f"/{self.revision_label}" if self.revision_label else "")
 
 
@@ -572,16 +622,17 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     if not revisions:
         raise ValueError("a counter query needs at least one revision")
     if query.profile is None:
-        return _restart_counters(revisions)
+        return _restart_counters(revisions, query.labels or KSM_LABELS)
     if query.profile not in REQUESTS_PROFILES:
         raise ValueError(f"the counters need a concrete requests profile, got {query.profile}")
     metrics = query.metrics
-    selection = _Selection(metrics.namespace_label, metrics.revision_label or query.revision_label)
+    labels = _requests_labels(metrics, query.labels, query.revision_label)
+    selection = _Selection(labels)
 
     def normalised(metric: str) -> str:
         series = f"{metric}{{{selection.matchers(revisions)}}}"
         relabelled = selection.by_revision(series, revisions)
-        relabelled = _relabel(relabelled, "pod", metrics.pod_label, "(.+)")
+        relabelled = _relabel(relabelled, "pod", labels.pod, "(.+)")
         replacement = string_literal(metrics.code_replacement)
         return (
             f'label_replace({relabelled}, "{CODE_CLASS_LABEL}", "{replacement}", '
@@ -601,12 +652,12 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     return _union(*parts)
 
 
-def _restart_counters(revisions: Collection[RevisionKey]) -> str:
+def _restart_counters(revisions: Collection[RevisionKey], labels: JoinLabels) -> str:
     """Restarts per pod and container (the init containers' too), raw: one series per container."""
-    selection = _POD_SELECTION
+    raw, selection = _Selection(labels), _POD_SELECTION
     parts = []
     for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
-        series = selection.by_revision(f"{metric}{{{selection.matchers(revisions)}}}", revisions)
+        series = selection.by_revision(raw.canonical(f"{metric}{{{raw.matchers(revisions)}}}"), revisions)
         # Several kube-state-metrics replicas export the same counter: one value per container.
         parts.append(f"max by ({_GROUP}, pod, container) ({series})")
     restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
@@ -616,8 +667,8 @@ def _restart_counters(revisions: Collection[RevisionKey]) -> str:
         (KSM_LAST_TERMINATED, MODEL_CONTAINER),
         (KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
     ):
-        matchers = selection.matchers(revisions, f'container="{container}", reason="OOMKilled"')
-        series = selection.by_revision(f"{reasons}{{{matchers}}} == 1", revisions)
+        matchers = raw.matchers(revisions, f'{labels.container}="{container}", reason="OOMKilled"')
+        series = selection.by_revision(raw.canonical(f"{reasons}{{{matchers}}} == 1"), revisions)
         markers.append(f"max by ({_GROUP}, pod, container) ({series})")
     oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
     return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
@@ -638,6 +689,7 @@ class PeakQuery:
 
     measure: str  # gpu-memory-peak or kv-cache-usage
     gpu_labels: GpuLabelStyle | None = None  # gpu-memory-peak only
+    labels: JoinLabels | None = None  # gpu-memory-peak, warm-up: the resolved labels; None: the default
 
 
 def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str) -> str:
@@ -660,17 +712,15 @@ def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str
         return _with_field(_POD_SELECTION.by_revision(usage, revisions), PEAK_FIELD)
     if query.measure == MetricKind.WARMUP_TIME.value:
         # Per pod Ready in the span: ready time - creation time (one series per pod, replicas merged).
-        matchers = _POD_SELECTION.matchers(revisions)
-        ready = f"max by (namespace, pod, uid) (max_over_time({KSM_READY_TIME}{{{matchers}}}[{span}]))"
-        created = f"max by (namespace, pod, uid) (max_over_time({KSM_CREATED}{{{matchers}}}[{span}]))"
+        raw = _Selection(query.labels or KSM_LABELS)
+        ready, created = (_per_pod(raw, metric, revisions, span) for metric in (KSM_READY_TIME, KSM_CREATED))
         per_pod = f"{ready} - on (namespace, pod, uid) {created}"
         return _with_field(_POD_SELECTION.by_revision(per_pod, revisions), PEAK_FIELD)
     if query.measure != MetricKind.GPU_MEMORY_PEAK.value:
         raise ValueError(f"{query.measure} has no per-tick peak")
     if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
         raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
-    labels = DCGM_LABELS[query.gpu_labels]
-    selection = _Selection(labels.namespace_label, None, labels.pod_label)
+    selection = _Selection(query.labels or DCGM_LABELS[query.gpu_labels].join_labels)
     matchers = selection.matchers(revisions)
 
     def over(function: str, metric: str) -> str:

@@ -8,7 +8,17 @@ series data is read:
 * requests: ``/api/v1/label/__name__/values`` with one ``match[]`` per candidate count metric;
 * DCGM: ``/api/v1/labels?match[]=DCGM_FI_DEV_FB_USED`` — ``exported_pod`` present means a
   ServiceMonitor without honorLabels renamed the workload's labels; ``pod_name`` means dcgm-exporter
-  runs with ``--use-old-namespace`` (then a ``pod`` label, if any, is the exporter's own pod).
+  runs with ``--use-old-namespace`` (then a ``pod`` label, if any, is the exporter's own pod);
+* kube-state-metrics: ``/api/v1/labels?match[]=kube_pod_container_status_restarts_total`` — the same
+  ``exported_pod`` rule;
+* where the request series carry namespace and pod (:mod:`canary.metrics.labels`):
+  ``/api/v1/labels`` of the profile's count metric — its scraped namespace label, OTLP's promoted
+  ``k8s_namespace_name``, or ``job`` and ``instance`` with a ``target_info`` carrying
+  ``k8s_namespace_name`` and ``kn_revision_name``.
+
+When the metric exists but none of its series carry the labels a family joins on, every query would
+match nothing: detection says so, with the setting to change, and the checks read no data with that
+detail instead of a silent "no series".
 
 Both look at ``[at - lookback, at]`` where ``at`` is the evaluation time (so a backtest detects what
 existed then). Answers are cached: a positive one for ``ttl`` seconds, "nothing found" only for
@@ -18,6 +28,7 @@ cached at all. :meth:`ProfileDetector.report` gives the explain-ready picture.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -27,14 +38,18 @@ from typing import Any
 
 import structlog
 
-from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, REQUESTS_PROFILES
+from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, KSM_RESTARTS, REQUESTS_PROFILES
 from canary.metrics.client import PrometheusClient, QueryFailure, as_utc
-from canary.policy.model import GpuLabelStyle, RequestsProfile
+from canary.metrics.labels import OTLP_NAMESPACE, OTLP_REVISION, TARGET_INFO
+from canary.policy.model import GpuLabelStyle, KubeStateLabelStyle, RequestLabelStyle, RequestsProfile
+from canary.repeats import Repeats
 
 __all__ = [
     "ENABLE_EXPORT_HINT",
     "GPU_FAMILY",
+    "KUBE_STATE_FAMILY",
     "REQUESTS_FAMILY",
+    "REQUEST_LABELS_FAMILY",
     "Detection",
     "DetectionReport",
     "ProfileDetector",
@@ -44,6 +59,8 @@ _log = structlog.get_logger("canary.metrics.detect")
 
 REQUESTS_FAMILY = "requests"
 GPU_FAMILY = "gpuLabels"
+REQUEST_LABELS_FAMILY = "requestLabels"
+KUBE_STATE_FAMILY = "kubeStateLabels"
 
 # When several request families are present (mid-upgrade: new pods carry the new queue-proxy), the
 # newest wins: it is what new revisions — the canaries we judge — export.
@@ -119,8 +136,12 @@ class ProfileDetector:
         self._retry_missing_after = retry_missing_after
         self._clock = clock
         self._lock = threading.Lock()
-        self._family_locks = {REQUESTS_FAMILY: threading.Lock(), GPU_FAMILY: threading.Lock()}
+        self._family_locks = {
+            family: threading.Lock()
+            for family in (REQUESTS_FAMILY, GPU_FAMILY, REQUEST_LABELS_FAMILY, KUBE_STATE_FAMILY)
+        }
         self._cache: dict[str, _Cached] = {}
+        self._repeats = Repeats()  # a failing or fruitless detection is logged once per change
 
     def requests_profile(self, at: datetime) -> tuple[Detection, int]:
         """The request family's detection (cached) and the HTTP round trips spent now (0 if cached)."""
@@ -128,6 +149,15 @@ class ProfileDetector:
 
     def gpu_labels(self, at: datetime) -> tuple[Detection, int]:
         return self._cached(GPU_FAMILY, at, self._detect_gpu_labels)
+
+    def request_labels(self, profile: RequestsProfile, at: datetime) -> tuple[Detection, int]:
+        """Where ``profile``'s request series carry namespace and pod (a :class:`RequestLabelStyle`)."""
+        detect = functools.partial(self._detect_request_labels, profile)
+        return self._cached(REQUEST_LABELS_FAMILY, at, detect, key=f"{REQUEST_LABELS_FAMILY}/{profile.value}")
+
+    def kube_state_labels(self, at: datetime) -> tuple[Detection, int]:
+        """kube-state-metrics' label style; ``found`` is empty when it has no series at all."""
+        return self._cached(KUBE_STATE_FAMILY, at, self._detect_kube_state_labels)
 
     def report(self) -> DetectionReport:
         with self._lock:
@@ -141,13 +171,18 @@ class ProfileDetector:
     # -- internals ------------------------------------------------------------------------------
 
     def _cached(
-        self, family: str, at: datetime, detect: Callable[[datetime], tuple[Detection, int]]
+        self,
+        family: str,
+        at: datetime,
+        detect: Callable[[datetime], tuple[Detection, int]],
+        key: str | None = None,
     ) -> tuple[Detection, int]:
         # One look-up per family at a time: concurrent evaluations wait for it instead of repeating it.
+        key = key or family
         with self._family_locks[family]:
             now = self._clock()
             with self._lock:
-                cached = self._cache.get(family)
+                cached = self._cache.get(key)
             if cached is not None and cached.expires > now:
                 return cached.detection, 0
             detection, http_requests = detect(at)
@@ -155,7 +190,7 @@ class ProfileDetector:
             if detection.failure is None:
                 lifetime = self._ttl if detection.choice is not None else self._retry_missing_after
                 with self._lock:
-                    self._cache[family] = _Cached(detection, now + lifetime)
+                    self._cache[key] = _Cached(detection, now + lifetime)
             self._log(detection, previous, first=cached is None)
             return detection, http_requests
 
@@ -167,13 +202,16 @@ class ProfileDetector:
             "looked_for": list(detection.looked_for),
             "detail": detection.detail,
         }
-        if detection.failure is not None:
-            _log.warning(
-                "metric profile detection failed", error_class=detection.failure.error_class.value, **fields
-            )
-        elif detection.choice is None:
-            _log.warning("no metric profile matched", **fields)
-        elif first or previous != detection.choice:
+        if detection.failure is not None or detection.choice is None:
+            failure = detection.failure
+            what = "metric profile detection failed" if failure is not None else "no metric profile matched"
+            repeated = self._repeats.failed(detection.family, f"{what}: {detection.detail}")
+            if repeated is not None:
+                error_class = {"error_class": failure.error_class.value} if failure is not None else {}
+                _log.warning(what, previousRepeated=repeated or None, **error_class, **fields)
+            return
+        repeated = self._repeats.ended(detection.family)
+        if first or previous != detection.choice or repeated is not None:
             _log.info("metric profile detected", previous=previous, **fields)
 
     def _detect_requests(self, at: datetime) -> tuple[Detection, int]:
@@ -227,6 +265,93 @@ class ProfileDetector:
         )
         return Detection(GPU_FAMILY, None, looked_for, (), detail, end), http_requests
 
+    def _detect_request_labels(self, profile: RequestsProfile, at: datetime) -> tuple[Detection, int]:
+        metric = REQUESTS_PROFILES[profile].count_metric
+        scraped = REQUESTS_PROFILES[profile].scraped_labels.namespace
+        looked_for = (
+            f"{metric}{{{scraped}}}",
+            f"{metric}{{{OTLP_NAMESPACE}}}",
+            f"{TARGET_INFO}{{{OTLP_NAMESPACE}}}",
+        )
+        end = as_utc(at)
+        start = end - self._lookback
+        labels, http_requests = self._client.label_names([metric], start, end)
+        if isinstance(labels, QueryFailure):
+            detail = f"could not list the labels of {metric}: {labels.detail}"
+            return Detection(REQUEST_LABELS_FAMILY, None, looked_for, (), detail, end, labels), http_requests
+        present = set(labels)
+        style: RequestLabelStyle | None = None
+        if scraped in present:
+            style, why = RequestLabelStyle.SCRAPED, f"{metric} has a {scraped!r} label (scraped)"
+        elif OTLP_NAMESPACE in present:
+            style, why = RequestLabelStyle.OTLP, f"{metric} has {OTLP_NAMESPACE!r} (OTLP, promoted)"
+        elif {"job", "instance"} <= present:
+            info, more = self._client.label_names([TARGET_INFO], start, end)
+            http_requests += more
+            if isinstance(info, QueryFailure):
+                detail = f"could not list the labels of {TARGET_INFO}: {info.detail}"
+                return Detection(
+                    REQUEST_LABELS_FAMILY, None, looked_for, (), detail, end, info
+                ), http_requests
+            if {OTLP_NAMESPACE, OTLP_REVISION} <= set(info):
+                style = RequestLabelStyle.OTLP_TARGET_INFO
+                why = (
+                    f"{metric} has job and instance, {TARGET_INFO} has {OTLP_NAMESPACE} (OTLP, not promoted)"
+                )
+        if style is not None:
+            return Detection(
+                REQUEST_LABELS_FAMILY, style.value, looked_for, (metric,), why, end
+            ), http_requests
+        detail = _request_labels_missing(metric, scraped, bool(present), self._lookback)
+        found = (metric,) if present else ()
+        return Detection(REQUEST_LABELS_FAMILY, None, looked_for, found, detail, end), http_requests
+
+    def _detect_kube_state_labels(self, at: datetime) -> tuple[Detection, int]:
+        looked_for = (f"{KSM_RESTARTS}{{exported_pod}}", f"{KSM_RESTARTS}{{pod}}")
+        end = as_utc(at)
+        labels, http_requests = self._client.label_names([KSM_RESTARTS], end - self._lookback, end)
+        if isinstance(labels, QueryFailure):
+            detail = f"could not list kube-state-metrics labels: {labels.detail}"
+            return Detection(KUBE_STATE_FAMILY, None, looked_for, (), detail, end, labels), http_requests
+        present = set(labels)
+        if not present:
+            detail = (
+                f"no {KSM_RESTARTS} series in the last {_minutes(self._lookback)}: is kube-state-metrics "
+                "installed and scraped? Its standard labels are read until it is"
+            )
+            return Detection(KUBE_STATE_FAMILY, None, looked_for, (), detail, end), http_requests
+        for style, why in _KSM_STYLE_WHY.items():
+            if style.value in present:
+                detail = f"{KSM_RESTARTS} has a {style.value!r} label: {why}"
+                found = (KSM_RESTARTS,)
+                return Detection(
+                    KUBE_STATE_FAMILY, style.value, looked_for, found, detail, end
+                ), http_requests
+        detail = (
+            f"{KSM_RESTARTS} series carry neither 'exported_pod' nor 'pod': the oom-kills, restarts and "
+            "warm-up checks match nothing. Set spec.metrics.kubeStateLabels, or name the labels in "
+            "spec.metrics.labels.kubeStateMetrics"
+        )
+        return Detection(KUBE_STATE_FAMILY, None, looked_for, (KSM_RESTARTS,), detail, end), http_requests
+
+
+def _request_labels_missing(metric: str, scraped: str, exists: bool, lookback: timedelta) -> str:
+    if not exists:
+        return f"no {metric} series in the last {_minutes(lookback)}"
+    return (
+        f"{metric} series exist but carry none of the labels the request checks join on: no {scraped!r} "
+        f"(scraped by a PodMonitor), no {OTLP_NAMESPACE!r} (pushed over OTLP with k8s.namespace.name "
+        f"promoted), and no {TARGET_INFO} with {OTLP_NAMESPACE!r} and {OTLP_REVISION!r} to join on job and "
+        "instance: every latency and error-rate query would match nothing. Set spec.metrics.requestLabels "
+        "(scraped, otlp or otlp-target-info), or name the labels in spec.metrics.labels.requests"
+    )
+
+
+# exported_pod first: behind a ServiceMonitor without honorLabels the target's own `pod` is there too.
+_KSM_STYLE_WHY = {
+    KubeStateLabelStyle.EXPORTED_POD: "scraped without honorLabels: the workload labels are exported_*",
+    KubeStateLabelStyle.POD: "the workload's pod and namespace labels are kept",
+}
 
 # The order matters: behind a ServiceMonitor the target's own `pod` label (the exporter's pod) is
 # there too, so the workload's labels are looked for first.

@@ -41,7 +41,6 @@ from collections.abc import Mapping
 
 from canary.evidence import CanaryQuery, EvidenceRequest
 from canary.metrics.catalog import (
-    DCGM_LABELS,
     DCGM_USED,
     KSM_CREATED,
     KSM_READY_TIME,
@@ -52,8 +51,11 @@ from canary.metrics.catalog import (
     VLLM_KV_CACHE,
     VLLM_KV_CACHE_OLD,
     VLLM_TTFT,
+    Family,
 )
-from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY
+from canary.metrics.detect import GPU_FAMILY, KUBE_STATE_FAMILY, REQUEST_LABELS_FAMILY, REQUESTS_FAMILY
+from canary.metrics.labels import KSM_LABELS, JoinLabels
+from canary.metrics.plan import family_labels
 from canary.metrics.podnames import pod_pattern
 from canary.metrics.promql import (
     TemplateError,
@@ -61,7 +63,7 @@ from canary.metrics.promql import (
     render_template,
     string_literal,
 )
-from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.policy.model import Check, MetricKind, PromotionPolicy, RequestsProfile
 
 __all__ = [
     "EXTRAPOLATED_NOTE",
@@ -151,7 +153,9 @@ class _Shapes:
             request.canary_revision,
             request.stable_revision,
             profile.get(REQUESTS_FAMILY),
+            profile.get(REQUEST_LABELS_FAMILY),
             profile.get(GPU_FAMILY),
+            profile.get(KUBE_STATE_FAMILY),
         )
         with self._lock:
             entry = self._entries.get(key)
@@ -251,26 +255,28 @@ def _shape(
     measure = check.metric
     namespace, revision = request.namespace, request.canary_revision
     counted, sampled = _COUNTED, _SAMPLED
+    labels = family_labels(
+        metrics,
+        profile.get(REQUESTS_FAMILY),
+        profile.get(REQUEST_LABELS_FAMILY, "scraped"),
+        profile.get(GPU_FAMILY),
+        profile.get(KUBE_STATE_FAMILY, "pod"),
+    )
     if measure in {MetricKind.ERROR_RATE, MetricKind.LATENCY}:
         choice = profile.get(REQUESTS_FAMILY)
-        if choice is None or choice not in _REQUESTS_CHOICES:
+        if Family.REQUESTS not in labels or choice is None:
             return None
         return _requests(
-            measure, RequestsProfile(choice), metrics.revision_label, namespace, revision, counted, check
+            measure, RequestsProfile(choice), labels[Family.REQUESTS], namespace, revision, counted, check
         )
+    ksm = labels.get(Family.KUBE_STATE, KSM_LABELS)
+    if measure in {MetricKind.RESTARTS, MetricKind.OOM_KILLS, MetricKind.WARMUP_TIME}:
+        return _kube_state(measure, ksm, namespace, revision, sampled)
     pods = ("namespace=" + _quoted(namespace), _pods_of("pod", revision))
     if measure in {MetricKind.TTFT, MetricKind.E2E_LATENCY}:
         histogram = VLLM_TTFT if measure is MetricKind.TTFT else VLLM_E2E
         buckets = f"sum by (le) (increase({_selector(histogram + '_bucket', *pods)}[{counted}]))"
         return CanaryQuery(f"histogram_quantile({check.effective_quantile!r}, {buckets})", QUANTILE_NOTE)
-    if measure is MetricKind.RESTARTS:
-        return CanaryQuery(f"sum({_restarts(pods, _RESTARTED)})")
-    if measure is MetricKind.OOM_KILLS:
-        return CanaryQuery(_oom_kills(pods, _RESTARTED), _OOM_NOTE)
-    if measure is MetricKind.WARMUP_TIME:
-        ready = f"max by (namespace, pod, uid) (max_over_time({_selector(KSM_READY_TIME, *pods)}[{sampled}]))"
-        created = f"max by (namespace, pod, uid) (max_over_time({_selector(KSM_CREATED, *pods)}[{sampled}]))"
-        return CanaryQuery(f"max({ready} - on (namespace, pod, uid) {created})")
     if measure is MetricKind.KV_CACHE_USAGE:
         usage = " or ".join(
             f"max_over_time({_selector(metric, *pods)}[{sampled}])"
@@ -278,66 +284,84 @@ def _shape(
         )
         return CanaryQuery(f"max({usage})")
     if measure is MetricKind.GPU_MEMORY_PEAK:
-        style = profile.get(GPU_FAMILY)
-        if style is None or style not in _GPU_CHOICES:
+        gpu = labels.get(Family.DCGM)
+        if gpu is None:
             return None
-        labels = DCGM_LABELS[GpuLabelStyle(style)]
-        gpus = (f"{labels.namespace_label}={_quoted(namespace)}", _pods_of(labels.pod_label, revision))
+        gpus = (f"{gpu.namespace}={_quoted(namespace)}", _pods_of(gpu.pod, revision))
         return CanaryQuery(f"max(max_over_time({_selector(DCGM_USED, *gpus)}[{sampled}])) * {_MIB}")
     return None
 
 
-_REQUESTS_CHOICES = frozenset(profile.value for profile in REQUESTS_PROFILES)
-_GPU_CHOICES = frozenset(style.value for style in DCGM_LABELS)
+def _kube_state(
+    measure: MetricKind, labels: JoinLabels, namespace: str, revision: str, sampled: str
+) -> CanaryQuery:
+    """Restarts, OOM kills and warm-up, by kube-state-metrics' labels as they are (``exported_*`` too)."""
+    pods = (f"{labels.namespace}={_quoted(namespace)}", _pods_of(labels.pod, revision))
+    if measure is MetricKind.RESTARTS:
+        return CanaryQuery(f"sum({_restarts(pods, _RESTARTED, labels)})")
+    if measure is MetricKind.OOM_KILLS:
+        return CanaryQuery(_oom_kills(pods, _RESTARTED, labels), _OOM_NOTE)
+    per_pod = f"{labels.namespace}, {labels.pod}, uid"
+    ready = f"max by ({per_pod}) (max_over_time({_selector(KSM_READY_TIME, *pods)}[{sampled}]))"
+    created = f"max by ({per_pod}) (max_over_time({_selector(KSM_CREATED, *pods)}[{sampled}]))"
+    return CanaryQuery(f"max({ready} - on ({per_pod}) {created})")
 
 
 def _requests(
     measure: MetricKind,
     profile: RequestsProfile,
-    revision_label: str | None,
+    labels: JoinLabels,
     namespace: str,
     revision: str,
     window: str,
     check: Check,
 ) -> CanaryQuery:
     family = REQUESTS_PROFILES[profile]
-    label = family.revision_label or revision_label
-    canary = [f"{family.namespace_label}={_quoted(namespace)}"]
-    canary.append(f"{label}={_quoted(revision)}" if label is not None else _pods_of("pod", revision))
+    own = [f"{labels.namespace}={_quoted(namespace)}"]
+    own.append(
+        f"{labels.revision}={_quoted(revision)}" if labels.revision else _pods_of(labels.pod, revision)
+    )
+    canary = [] if labels.target_info else own  # target_info: the join selects the canary
+
+    def increase(*matchers: str, metric: str = family.count_metric) -> str:
+        return labels.joined(f"increase({_selector(metric, *canary, *matchers)}[{window}])", own)
+
     if measure is MetricKind.ERROR_RATE:
-        total = f"sum(increase({_selector(family.count_metric, *canary)}[{window}]))"
-        errors = (
-            f"sum(increase({_selector(family.count_metric, *canary, family.server_error_matcher)}[{window}]))"
-        )
+        total = f"sum({increase()})"
+        errors = f"sum({increase(family.server_error_matcher)})"
         # No 5xx series with requests present is 0 %; no request series at all is no answer.
         return CanaryQuery(f"({errors} or vector(0)) / {total}", EXTRAPOLATED_NOTE)
-    buckets = f"sum by (le) (increase({_selector(family.bucket_metric, *canary)}[{window}]))"
+    buckets = f"sum by (le) ({increase(metric=family.bucket_metric)})"
     value = f"histogram_quantile({check.effective_quantile!r}, {buckets})"
     if family.latency_divisor != 1.0:
         value = f"{value} / {family.latency_divisor:g}"  # OpenCensus: milliseconds to seconds
     return CanaryQuery(value, QUANTILE_NOTE)
 
 
-def _restarts(pods: tuple[str, ...], window: str, *extra: str) -> str:
+def _containers(labels: JoinLabels) -> str:
+    return f"{labels.namespace}, {labels.pod}, {labels.container}"
+
+
+def _restarts(pods: tuple[str, ...], window: str, labels: JoinLabels) -> str:
     """Restarts per container (init containers too) in the window, exact: the counter's peak minus its
     value at the window's start (a container born in the window counts from zero); several
     kube-state-metrics replicas count once."""
-    series = _labels(f"__name__=~{_quoted(RESTARTS_METRICS)}", *pods, *extra)
+    series = _labels(f"__name__=~{_quoted(RESTARTS_METRICS)}", *pods)
     peak = f"max_over_time({series}[{window}])"
-    return f"max by (namespace, pod, container) ({peak} - ({series} offset {window} or 0 * {peak}))"
+    return f"max by ({_containers(labels)}) ({peak} - ({series} offset {window} or 0 * {peak}))"
 
 
-def _oom_kills(pods: tuple[str, ...], window: str) -> str:
+def _oom_kills(pods: tuple[str, ...], window: str, labels: JoinLabels) -> str:
     """The restarts of the model container and the storage-initializer whose last termination in the
     window was OOMKilled (the ``on`` match keeps only those containers); 0 when the pods are seen
     without one."""
-    containers = f"container=~{_quoted(f'{MODEL_CONTAINER}|{STORAGE_INITIALIZER}')}"
+    containers = f"{labels.container}=~{_quoted(f'{MODEL_CONTAINER}|{STORAGE_INITIALIZER}')}"
     reasons = _labels(
         f"__name__=~{_quoted(LAST_TERMINATED_METRICS)}", *pods, containers, 'reason="OOMKilled"'
     )
-    killed = f"max by (namespace, pod, container) (max_over_time({reasons}[{window}])) == 1"
+    killed = f"max by ({_containers(labels)}) (max_over_time({reasons}[{window}])) == 1"
     seen = _labels(f"__name__=~{_quoted(RESTARTS_METRICS)}", *pods)
     return (
-        f"sum({_restarts(pods, window)} * on (namespace, pod, container) ({killed})) "
+        f"sum({_restarts(pods, window, labels)} * on ({_containers(labels)}) ({killed})) "
         f"or 0 * count(max_over_time({seen}[{window}]))"
     )

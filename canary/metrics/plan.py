@@ -60,11 +60,12 @@ from canary.evidence import (
 )
 from canary.metrics.answers import VALUE_FIELD, GroupedAnswer, parse_grouped, parse_single, shown
 from canary.metrics.catalog import (
+    DCGM_LABELS,
     FIELD_FRACTION,
     FIELD_SAMPLES,
     KIND_FAMILY,
     PEAK_MEASURES,
-    RESTARTS_COUNTER,
+    REQUESTS_PROFILES,
     BuiltinQuery,
     CounterQuery,
     Family,
@@ -73,13 +74,16 @@ from canary.metrics.catalog import (
     measure_unit,
 )
 from canary.metrics.client import QueryFailure, QueryOutcome
+from canary.metrics.labels import JoinLabels, kube_state_labels, overridden, request_labels
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
 from canary.policy.model import (
     Check,
     GpuLabelStyle,
+    KubeStateLabelStyle,
     MetricKind,
     MetricsSpec,
     PromotionPolicy,
+    RequestLabelStyle,
     RequestsProfile,
 )
 from canary.policy.units import Unit
@@ -99,6 +103,7 @@ __all__ = [
     "SingleAsk",
     "builtin_query",
     "families_needed",
+    "family_labels",
     "fraction_key",
     "measurement_for",
     "merge_asks",
@@ -194,6 +199,33 @@ class Resolution:
 
     choice: str | None = None
     unavailable: Measurement | None = None  # no-data (nothing detected) or error (detection failed)
+    labels: JoinLabels | None = None  # the labels its series are joined on (None: the default ones)
+
+
+def family_labels(
+    spec: MetricsSpec,
+    requests: str | None,
+    request_style: str | None,
+    gpu: str | None,
+    kube_state: str | None,
+) -> dict[Family, JoinLabels]:
+    """The labels each family's series are joined on, from the profile and styles in use (configured or
+    detected; a family whose choice is unknown is left out) and the policy's ``labels``."""
+    labels: dict[Family, JoinLabels] = {}
+    if requests in _REQUESTS_CHOICES and request_style in _REQUEST_STYLES:
+        scraped = REQUESTS_PROFILES[RequestsProfile(requests)].scraped_labels
+        labels[Family.REQUESTS] = request_labels(scraped, RequestLabelStyle(request_style), spec)
+    if gpu in _GPU_CHOICES:
+        labels[Family.DCGM] = overridden(DCGM_LABELS[GpuLabelStyle(gpu)].join_labels, spec.labels.gpu)
+    if kube_state in _KSM_STYLES:
+        labels[Family.KUBE_STATE] = kube_state_labels(KubeStateLabelStyle(kube_state), spec)
+    return labels
+
+
+_REQUESTS_CHOICES = frozenset(profile.value for profile in REQUESTS_PROFILES)
+_REQUEST_STYLES = frozenset(style.value for style in RequestLabelStyle if style is not RequestLabelStyle.AUTO)
+_GPU_CHOICES = frozenset(style.value for style in DCGM_LABELS)
+_KSM_STYLES = frozenset(style.value for style in KubeStateLabelStyle if style is not KubeStateLabelStyle.AUTO)
 
 
 def families_needed(policy: PromotionPolicy) -> set[Family]:
@@ -263,9 +295,15 @@ def _sides(request: EvidenceRequest) -> list[tuple[Side, RevisionKey]]:
 
 
 def builtin_query(
-    measure: str, window: str, quantile: float | None, choice: str | None, revision_label: str | None
+    measure: str,
+    window: str,
+    quantile: float | None,
+    choice: str | None,
+    revision_label: str | None,
+    labels: JoinLabels | None = None,
 ) -> BuiltinQuery:
-    """The catalog's query for ``measure`` with the profile (or DCGM label style) ``choice`` of its family."""
+    """The catalog's query for ``measure`` with the profile (or DCGM label style) ``choice`` of its family,
+    and the family's resolved ``labels`` (None: its default ones)."""
     family = KIND_FAMILY[measure]
     return BuiltinQuery(
         measure=measure,
@@ -274,6 +312,7 @@ def builtin_query(
         requests_profile=RequestsProfile(choice) if family is Family.REQUESTS and choice else None,
         revision_label=revision_label if family is Family.REQUESTS else None,
         gpu_labels=GpuLabelStyle(choice) if family is Family.DCGM and choice else None,
+        labels=labels,
     )
 
 
@@ -331,28 +370,32 @@ class _Planner:
         if resolution.unavailable is not None:
             settled = _relabelled(resolution.unavailable, unit)
             return Need(self.rollout, side, key, revision, unit, measure, field, settled=settled)
-        ask = self._builtin_ask(side, key, measure, quantile, resolution.choice)
+        ask = self._builtin_ask(side, key, measure, quantile, resolution)
         return Need(self.rollout, side, key, revision, unit, measure, field, ask=ask)
 
     def _builtin_ask(
-        self, side: Side, key: str, measure: str, quantile: float | None, choice: str | None
+        self, side: Side, key: str, measure: str, quantile: float | None, resolution: Resolution
     ) -> Ask:
         """The book or the query that answers a builtin measure, given its family's profile."""
         family = KIND_FAMILY[measure]
+        choice, labels = resolution.choice, resolution.labels
         if measure in {MetricKind.RESTARTS.value, MetricKind.OOM_KILLS.value}:
-            return CountsAsk(RESTARTS_COUNTER)
+            return CountsAsk(CounterQuery(None, labels=labels))
         if measure in COUNTED_MEASURES and choice:
-            return CountsAsk(CounterQuery(RequestsProfile(choice), self.metrics.revision_label), quantile)
-        requests_choice = self.resolutions.get(Family.REQUESTS, Resolution()).choice
-        if measure in VLLM_COUNTED and requests_choice:
+            return CountsAsk(
+                CounterQuery(RequestsProfile(choice), self.metrics.revision_label, labels), quantile
+            )
+        requests = self.resolutions.get(Family.REQUESTS, Resolution())
+        if measure in VLLM_COUNTED and requests.choice:
             # vLLM's histograms travel in the requests profile's counter sample (the same tallies).
-            counter = CounterQuery(RequestsProfile(requests_choice), self.metrics.revision_label)
+            counter = CounterQuery(
+                RequestsProfile(requests.choice), self.metrics.revision_label, requests.labels
+            )
             return CountsAsk(counter, quantile)
         if measure in PEAK_MEASURES and (family is not Family.DCGM or choice):
-            return PeaksAsk(
-                PeakQuery(measure, GpuLabelStyle(choice) if family is Family.DCGM and choice else None)
-            )
-        query = builtin_query(measure, self.window, quantile, choice, self.metrics.revision_label)
+            gpu = GpuLabelStyle(choice) if family is Family.DCGM and choice else None
+            return PeaksAsk(PeakQuery(measure, gpu, labels if family is not Family.VLLM else None))
+        query = builtin_query(measure, self.window, quantile, choice, self.metrics.revision_label, labels)
         # A gpu check's value and fraction come from one query, whatever the grouping.
         return GroupedAsk(query, self.request.at, self._scope(side, key.removesuffix(FRACTION_SUFFIX)))
 

@@ -44,7 +44,7 @@ import structlog
 from canary.evidence import CountSeries, ErrorClass, Evidence, EvidenceRequest, EvidenceStatus, Measurement
 from canary.metrics.answers import GroupedAnswer, parse_grouped, parse_single
 from canary.metrics.budget import TickBudget, deferred_detail
-from canary.metrics.catalog import BuiltinQuery, Family, RevisionKey, render_builtin
+from canary.metrics.catalog import BuiltinQuery, CounterQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
@@ -56,8 +56,17 @@ from canary.metrics.client import (
 from canary.metrics.counting.counts import CountsPipeline
 from canary.metrics.counting.decode import COUNTER_VECTOR
 from canary.metrics.counting.peaks import PeaksPipeline
-from canary.metrics.detect import GPU_FAMILY, REQUESTS_FAMILY, Detection, DetectionReport, ProfileDetector
+from canary.metrics.detect import (
+    GPU_FAMILY,
+    KUBE_STATE_FAMILY,
+    REQUEST_LABELS_FAMILY,
+    REQUESTS_FAMILY,
+    Detection,
+    DetectionReport,
+    ProfileDetector,
+)
 from canary.metrics.explain_queries import canary_queries
+from canary.metrics.labels import KSM_LABELS
 from canary.metrics.plan import (
     COUNTED_MEASURES,
     CountsAsk,
@@ -69,17 +78,19 @@ from canary.metrics.plan import (
     Side,
     SingleAsk,
     families_needed,
+    family_labels,
     measurement_for,
     merge_asks,
     plan_rollout,
 )
-from canary.policy.model import GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.policy.model import KubeStateLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.repeats import Repeats
 
 __all__ = ["PrometheusEvidenceSource"]
 
 _log = structlog.get_logger("canary.metrics")
 
-_AUTO_FAMILIES: dict[Family, str] = {Family.REQUESTS: REQUESTS_FAMILY, Family.DCGM: GPU_FAMILY}
+_AUTO = "auto"  # every profile and label style setting's "detect it"
 
 
 class PrometheusEvidenceSource:
@@ -138,6 +149,7 @@ class PrometheusEvidenceSource:
             clock=clock or time.monotonic,
         )
         self._max_parallel = max_parallel_queries
+        self._repeats = Repeats()  # failing queries are logged once per change
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.scrape_interval = scrape_interval
@@ -271,9 +283,17 @@ class PrometheusEvidenceSource:
         ):
             return
         namespace = policy.metadata.namespace
-        self.counts.watch(
-            RevisionKey(namespace, revision), (namespace, policy.spec.target.inference_service), born, at
-        )
+        who = (namespace, policy.spec.target.inference_service)
+        self.counts.watch(RevisionKey(namespace, revision), who, born, at, self._restarts_counter(policy, at))
+
+    def _restarts_counter(self, policy: PromotionPolicy, at: datetime) -> CounterQuery:
+        """The restart counters in ``policy``'s kube-state-metrics label style (configured or detected)."""
+        metrics = policy.spec.metrics
+        style = metrics.kube_state_labels.value
+        if style == _AUTO:
+            style = self.detector.kube_state_labels(at)[0].choice or KubeStateLabelStyle.POD.value
+        labels = family_labels(metrics, None, None, None, style).get(Family.KUBE_STATE)
+        return CounterQuery(None, labels=None if labels == KSM_LABELS else labels)
 
     def sample_warm_up(self, at: datetime) -> None:
         """The tick's sample of the restart counters, if no collect has taken one within half a
@@ -289,8 +309,11 @@ class PrometheusEvidenceSource:
 
     def detect(self, at: datetime) -> DetectionReport:
         """Detect every auto family now (e.g. at startup, which logs the choice) and report."""
-        self.detector.requests_profile(at)
+        profile = self.detector.requests_profile(at)[0].choice
+        if profile is not None:
+            self.detector.request_labels(RequestsProfile(profile), at)
         self.detector.gpu_labels(at)
+        self.detector.kube_state_labels(at)
         return self.detector.report()
 
     def explain(self) -> dict[str, Any]:
@@ -327,31 +350,80 @@ class PrometheusEvidenceSource:
     def _resolve(
         self, policy: PromotionPolicy, request: EvidenceRequest
     ) -> tuple[dict[Family, Resolution], dict[str, str], int]:
-        """Profiles per family for this policy: configured, or detected; and detection round trips."""
-        metrics = policy.spec.metrics
+        """Profiles and label styles per family for this policy: configured, or detected; and the
+        detection round trips."""
         needed = families_needed(policy)
-        resolutions: dict[Family, Resolution] = {}
-        used: dict[str, str] = {}
-        cost = 0
-        configured = {Family.REQUESTS: metrics.requests.value, Family.DCGM: metrics.gpu_labels.value}
-        auto = {Family.REQUESTS: RequestsProfile.AUTO.value, Family.DCGM: GpuLabelStyle.AUTO.value}
-        for family, report_name in _AUTO_FAMILIES.items():
-            if family not in needed:
-                continue
-            choice = configured[family]
-            if choice != auto[family]:
-                resolutions[family] = Resolution(choice)
-                used[report_name] = choice
-                continue
-            detect = self.detector.requests_profile if family is Family.REQUESTS else self.detector.gpu_labels
-            detection, spent = detect(request.at)
-            cost += spent
-            resolutions[family] = _resolution_from(detection)
-            used[report_name] = detection.choice or "none"
+        used, unavailable, cost = self._choose(policy, needed, request.at)
+        labels = family_labels(
+            policy.spec.metrics,
+            used.get(REQUESTS_FAMILY),
+            used.get(REQUEST_LABELS_FAMILY),
+            used.get(GPU_FAMILY),
+            used.get(KUBE_STATE_FAMILY),
+        )
+        ksm = labels.get(Family.KUBE_STATE)
+        resolutions = {
+            Family.REQUESTS: Resolution(used.get(REQUESTS_FAMILY), labels=labels.get(Family.REQUESTS)),
+            Family.DCGM: Resolution(used.get(GPU_FAMILY), labels=labels.get(Family.DCGM)),
+            Family.KUBE_STATE: Resolution(labels=None if ksm == KSM_LABELS else ksm),  # None: the default
+        }
+        resolutions = {
+            family: unavailable.get(family) or resolution
+            for family, resolution in resolutions.items()
+            if family in needed
+        }
         # The other families have one profile each; report them for explain all the same.
-        for family in needed - set(_AUTO_FAMILIES):
+        for family in needed - set(resolutions):
             used[family.value] = "builtin"
         return resolutions, used, cost
+
+    def _choose(
+        self, policy: PromotionPolicy, needed: set[Family], at: datetime
+    ) -> tuple[dict[str, str], dict[Family, Resolution], int]:
+        """Each setting's choice (configured, or detected: ``none`` when nothing fits), the families
+        that cannot be read (and why), and the detection round trips."""
+        metrics = policy.spec.metrics
+        settings = (
+            (Family.REQUESTS, REQUESTS_FAMILY, metrics.requests.value, self._detect_profile),
+            (
+                Family.REQUESTS,
+                REQUEST_LABELS_FAMILY,
+                metrics.request_labels.value,
+                self._detect_request_labels,
+            ),
+            (Family.DCGM, GPU_FAMILY, metrics.gpu_labels.value, self._detect_gpu),
+            (Family.KUBE_STATE, KUBE_STATE_FAMILY, metrics.kube_state_labels.value, self._detect_kube_state),
+        )
+        used: dict[str, str] = {}
+        unavailable: dict[Family, Resolution] = {}
+        cost = 0
+        for family, report_name, configured, detect in settings:
+            if family not in needed or family in unavailable:
+                continue
+            if configured != _AUTO:
+                used[report_name] = configured
+                continue
+            detection, spent = detect(used, at)
+            cost += spent
+            resolution = _resolution_from(detection)
+            if family is Family.KUBE_STATE and detection.failure is None and not detection.found:
+                resolution = Resolution(KubeStateLabelStyle.POD.value)  # not scraped yet: the standard labels
+            if resolution.unavailable is not None:
+                unavailable[family] = resolution
+            used[report_name] = resolution.choice or "none"
+        return used, unavailable, cost
+
+    def _detect_profile(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
+        return self.detector.requests_profile(at)
+
+    def _detect_request_labels(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
+        return self.detector.request_labels(RequestsProfile(used[REQUESTS_FAMILY]), at)
+
+    def _detect_gpu(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
+        return self.detector.gpu_labels(at)
+
+    def _detect_kube_state(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
+        return self.detector.kube_state_labels(at)
 
     def _run(
         self, grouped: dict[GroupedAsk, set[Any]], singles: list[SingleAsk]
@@ -406,9 +478,18 @@ class PrometheusEvidenceSource:
     def _log_failures(
         self, request: EvidenceRequest, canary: dict[str, Measurement], stable: dict[str, Measurement]
     ) -> None:
+        """Each failing query once per change of its failure, with how often it repeated."""
         for side, measurements in (("canary", canary), ("stable", stable)):
             for key, measurement in measurements.items():
-                if measurement.error_class is not None:
+                where = (request.namespace, request.inference_service, side, key)
+                if measurement.error_class is None:
+                    repeated = self._repeats.ended(where)
+                    if repeated is not None:
+                        times = repeated + 1
+                        _log.info("evidence query answers again", side=side, key=key, failedTimes=times)
+                    continue
+                repeated = self._repeats.failed(where, f"{measurement.error_class}: {measurement.detail}")
+                if repeated is not None:
                     _log.warning(
                         "evidence query failed",
                         namespace=request.namespace,
@@ -418,6 +499,7 @@ class PrometheusEvidenceSource:
                         error_class=measurement.error_class.value,
                         detail=measurement.detail,
                         query=measurement.query,
+                        previousRepeated=repeated or None,
                     )
 
 

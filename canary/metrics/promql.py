@@ -29,6 +29,7 @@ __all__ = [
     "RAW_VARIABLES",
     "TemplateError",
     "format_duration_seconds",
+    "label_name",
     "regex_alternation",
     "regex_literal",
     "render_template",
@@ -47,6 +48,7 @@ _TEMPLATE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
 _REGEX_ARGUMENTS = {"label_replace": 4}
 _IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 _END_OF_COMMENT = re.compile(r"[\r\n]")
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class TemplateError(ValueError):
@@ -77,6 +79,14 @@ def string_literal(value: str, quote: str = '"') -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+def label_name(name: str) -> str:
+    """``name`` if it is a Prometheus label name (it stands outside quotes in a matcher, a ``by`` or
+    an ``on`` list, where nothing could escape it); a ValueError otherwise."""
+    if _LABEL_NAME.fullmatch(name) is None:
+        raise ValueError(f"{name!r} is not a Prometheus label name ([A-Za-z_][A-Za-z0-9_]*)")
+    return name
 
 
 @functools.lru_cache(maxsize=65_536)

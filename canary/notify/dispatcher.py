@@ -521,24 +521,26 @@ class NotificationDispatcher:
                 return _Try(abandoned=True, cancelled=True)
             if not self._may_deliver():
                 return _Try(abandoned=True)  # only the leader sends what is in an outbox
+        # What it says goes to the Events of the notification's namespace: scrubbed with its values.
+        scrub = self._redactor.for_namespace(item.notification.namespace).scrub
         try:
             item.destination.sender.send(item.notification)
         except DeliveryError as error:
             return _Try(
-                message=self._redactor.scrub(str(error)),
+                message=scrub(str(error)),
                 retryable=error.retryable,
                 retry_after=error.retry_after,
             )
         except SecretUnavailable as error:
             # A missing or unreadable secret is configuration; the message names the reference.
-            return _Try(message=self._redactor.scrub(str(error)))
+            return _Try(message=scrub(str(error)))
         except Exception as error:  # a bug in a sender must not kill the lane
             self._log.error(
                 "notification sender raised unexpectedly",
                 **self._fields(item),
                 traceback=self._redactor.scrub("".join(traceback.format_exception(error))),
             )
-            return _Try(message=self._redactor.scrub(f"{type(error).__name__}: {error}"))
+            return _Try(message=scrub(f"{type(error).__name__}: {error}"))
         return _Try(delivered=True)
 
     def _report_failure(self, item: _Item, message: str, attempts: int) -> None:

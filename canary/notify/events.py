@@ -131,7 +131,8 @@ def event_message(
     checks. What does not fit is left out at a sentence or clause boundary with an ellipsis, never
     mid-number; the dashboard link, when configured, is always kept at the end.
     """
-    scrub = (redactor or DEFAULT_REDACTOR).scrub
+    # An Event of namespace N is scrubbed with N's secret values only (and the credential patterns).
+    scrub = (redactor or DEFAULT_REDACTOR).for_namespace(notification.namespace).scrub
     summary = notification.summary.rstrip()
     if context.cluster:
         summary = f"[{context.cluster}] {summary}"

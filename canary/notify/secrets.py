@@ -41,7 +41,8 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Mapping, MutableMapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -55,6 +56,10 @@ from canary.policy.scope import MAX_SECRET_FILE_BYTES, ScopeError, SecretScope
 __all__ = [
     "DEFAULT_REDACTOR",
     "MASK",
+    "MAX_KEY_BYTES",
+    "MAX_REFERENCES_PER_NAMESPACE",
+    "MAX_URL_BYTES",
+    "MIN_SECRET_LENGTH",
     "Redactor",
     "SecretReader",
     "SecretResolver",
@@ -66,13 +71,27 @@ __all__ = [
 
 MASK = "***"
 
-# Shorter values are not registered: redacting every "ab" in every log line would make logs
-# unreadable, and a two-character secret protects nothing anyway. Such a secret is refused.
-MIN_SECRET_LENGTH = 4
+# A value shorter than this is refused. A signing key of fewer than 16 characters is weak (HMAC's
+# key should carry at least 128 bits; NIST SP 800-107 §5.3.4), and a short value is likely to be
+# ordinary text ("rolled back") that masking would hide from its own team's messages. Every chat and
+# webhook URL is far longer.
+MIN_SECRET_LENGTH = 16
 
-# Path fragments shorter than this are not treated as secret on their own ("/", "/hook"): they are
-# too common in ordinary log lines. The full URL is always registered.
-_MIN_SECRET_PATH_LENGTH = 8
+# The longest value read as a URL and as a signing key (UTF-8 bytes). Slack, Teams and Discord
+# webhook URLs are under 300 bytes (Teams Workflows URLs the longest, with their ``sig``); browsers
+# and CDNs commonly refuse URLs over 2 KiB. HMAC keys longer than the hash's block (64 bytes for
+# SHA-256) are hashed first, so 256 bytes leaves room for any encoding of a 64-byte key.
+MAX_URL_BYTES = 2048
+MAX_KEY_BYTES = 256
+
+# How many references a namespace's values are kept for (each with its current and previous value):
+# the least recently read is dropped first. Values are registered when they are read, just before
+# they are used, so what is dropped is what no send is using.
+MAX_REFERENCES_PER_NAMESPACE = 32
+
+# Fragments of a URL (its path, path and query, userinfo) shorter than this are not treated as
+# secret on their own ("/", "/hook"): they are too common in ordinary text. The full URL always is.
+_MIN_FRAGMENT_LENGTH = 8
 
 # Credentials that look like credentials, whether or not they were registered.
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -122,34 +141,135 @@ def describe_ref(ref: SecretRef) -> str:
     return f"file {ref.file}"
 
 
-class Redactor:
-    """Knows every secret value resolved so far and scrubs them from any text. Thread-safe."""
+_GRAM = _MIN_FRAGMENT_LENGTH  # every literal is at least this long
+_FEW = 64  # up to this many literals, trying each costs less than indexing the text
+
+
+class _Literals:
+    """Literals to mask, longest first (a URL is masked whole before its path inside it), each found
+    with ``in`` and masked with ``str.replace`` (C-speed scans, nothing compiled). Beyond
+    :data:`_FEW`, only the literals whose first :data:`_GRAM` characters occur in the text are tried,
+    found through an index of those prefixes: the cost of a text then grows with its length, not with
+    the number of literals (the logs are scrubbed with every namespace's)."""
+
+    __slots__ = ("_by_gram", "ordered")
+
+    def __init__(self, literals: set[str]) -> None:
+        self.ordered = tuple(sorted(literals, key=_longest_first))
+        by_gram: dict[str, list[str]] = {}
+        for literal in self.ordered:
+            by_gram.setdefault(literal[:_GRAM], []).append(literal)
+        self._by_gram = {gram: tuple(found) for gram, found in by_gram.items()}
+
+    def scrub(self, text: str) -> str:
+        candidates: Iterable[str] = self.ordered
+        if len(self.ordered) > _FEW:
+            grams = {text[index : index + _GRAM] for index in range(len(text) - _GRAM + 1)}
+            found = [literal for gram in grams & self._by_gram.keys() for literal in self._by_gram[gram]]
+            candidates = sorted(found, key=_longest_first)
+        for literal in candidates:
+            if literal in text:
+                text = text.replace(literal, MASK)
+        return text
+
+
+def _longest_first(literal: str) -> tuple[int, str]:
+    return -len(literal), literal
+
+
+_NONE = _Literals(set())
+
+
+class _Book:
+    """The values of every namespace, shared by a :class:`Redactor` and its namespace views.
+
+    Per namespace: per reference (``where`` it was read), its current value and the one before (an
+    attempt in flight with the old value may still fail after a rotation), at most
+    :data:`MAX_REFERENCES_PER_NAMESPACE` references. From them, the literals to mask (every value
+    and the URL fragments HTTP errors repeat), rebuilt only when that namespace's values change; and
+    the union of all namespaces for text that belongs to no namespace (logs), rebuilt when first
+    needed after a change.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._secrets: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self.lock = threading.Lock()
+        self.references: dict[str, OrderedDict[str, tuple[str, ...]]] = {}
+        self.own: dict[str, set[str]] = {}  # per namespace, the literals of its own values
+        self.literals: dict[str, _Literals] = {}  # what a namespace's text is scrubbed with
+        self._everyone: _Literals | None = _NONE  # None: to be rebuilt
 
-    def add(self, secret: str) -> None:
-        """Register a secret value (and, for URLs, the fragments HTTP errors repeat)."""
-        variants = _variants(secret)
-        with self._lock:
-            before = len(self._secrets)
-            self._secrets.update(variants)
-            if len(self._secrets) != before:
-                # Longest first: a URL must be masked whole before its path is masked inside it.
-                ordered = sorted(self._secrets, key=len, reverse=True)
-                self._pattern = re.compile("|".join(re.escape(value) for value in ordered))
+    def add(self, namespace: str, where: str, value: str) -> None:
+        with self.lock:
+            references = self.references.setdefault(namespace, OrderedDict())
+            known = references.get(where, ())
+            references[where] = known if known[:1] == (value,) else (value, *known[:1])
+            references.move_to_end(where)
+            if known[:1] == (value,):
+                return  # read again unchanged: nothing to rebuild
+            while len(references) > MAX_REFERENCES_PER_NAMESPACE:
+                references.popitem(last=False)
+            self.own[namespace] = {
+                variant for values in references.values() for each in values for variant in _variants(each)
+            }
+            # Values read without a namespace are the operator's (no tenant's): they mask everywhere.
+            for changed in self.own if namespace == "" else (namespace,):
+                self.literals[changed] = _Literals(self.own[changed] | self.own.get("", set()))
+            self._everyone = None
+
+    def everyone(self) -> _Literals:
+        found = self._everyone  # replaced under the lock, never mutated: a read needs no lock
+        if found is None:
+            with self.lock:
+                found = self._everyone
+                if found is None:
+                    found = self._everyone = _Literals(set().union(*self.own.values()))
+        return found
+
+
+class Redactor:
+    """Knows the secret values read so far, per namespace, and scrubs them from any text. Thread-safe.
+
+    A redactor made with ``Redactor()`` sees every namespace: what it scrubs (logs) is masked with
+    every namespace's values. :meth:`for_namespace` gives a view on the same values that registers
+    into, and scrubs with, one namespace's values only: the Events, notifications and statuses of
+    namespace N are never masked with another namespace's values. The credential-looking patterns
+    (URL userinfo, token query parameters, webhook paths, bearer tokens) are masked everywhere.
+
+    The values are matched as literals (:class:`_Literals`): each namespace keeps at most a few
+    hundred (bounded above), ``in``/``str.replace`` find one in C at the speed of a memory scan, with
+    nothing compiled, and a change rebuilds only that namespace's sorted literals (the union for the
+    logs when next needed).
+    """
+
+    def __init__(self, *, _book: _Book | None = None, _namespace: str | None = None) -> None:
+        self._book = _book if _book is not None else _Book()
+        self._namespace = _namespace
+
+    @property
+    def namespace(self) -> str | None:
+        return self._namespace
+
+    def for_namespace(self, namespace: str) -> Redactor:
+        """A view on the same values that registers into and scrubs with ``namespace``'s only."""
+        return Redactor(_book=self._book, _namespace=namespace)
+
+    def add(self, secret: str, *, where: str | None = None) -> None:
+        """Register a secret value (and, for URLs, the fragments HTTP errors repeat) read from
+        ``where`` (its reference); a new value of the same reference replaces all but the last one."""
+        self._book.add(self._namespace or "", where if where is not None else secret, secret)
 
     def __contains__(self, secret: str) -> bool:
-        with self._lock:
-            return secret in self._secrets
+        return secret in self._literals().ordered
+
+    def _literals(self) -> _Literals:
+        book = self._book  # replaced under the lock, never mutated: reads need no lock
+        if self._namespace is None:
+            return book.everyone()
+        return book.literals.get(self._namespace) or book.literals.get("", _NONE)
 
     def scrub(self, text: str) -> str:
         """``text`` with every known secret and every credential-looking fragment masked."""
-        pattern = self._pattern  # an atomic read; replaced (never mutated) under the lock
-        if pattern is not None:
-            text = pattern.sub(MASK, text)
+        text = self._literals().scrub(text)
         for credential, replacement in _PATTERNS:
             text = credential.sub(replacement, text)
         return text
@@ -173,18 +293,15 @@ class Redactor:
 
 
 def _variants(secret: str) -> set[str]:
+    """The value, raw and percent-encoded, and for a URL the fragments HTTP errors repeat."""
     variants = {secret, quote(secret, safe=""), quote(secret, safe="/:")}
     parts = urlsplit(secret)
     if parts.scheme and parts.netloc:
         tail = parts.path + (f"?{parts.query}" if parts.query else "")
         for fragment in (parts.path, tail, parts.query):
-            if len(fragment) >= _MIN_SECRET_PATH_LENGTH:
-                variants.update({fragment, quote(fragment, safe="/?&="), quote(fragment, safe="")})
-        if parts.password:
-            variants.add(parts.password)
-        if parts.username and len(parts.username) >= MIN_SECRET_LENGTH:
-            variants.add(parts.username)
-    return {variant for variant in variants if len(variant) >= MIN_SECRET_LENGTH}
+            variants.update({fragment, quote(fragment, safe="/?&="), quote(fragment, safe="")})
+        variants.update({parts.password or "", parts.username or ""})
+    return {variant for variant in variants if len(variant) >= _MIN_FRAGMENT_LENGTH}
 
 
 DEFAULT_REDACTOR = Redactor()
@@ -207,7 +324,9 @@ class SecretResolver:
         namespace: str | None = None,
         url_guard: UrlGuard | None = None,
     ) -> None:
-        self.redactor = redactor if redactor is not None else DEFAULT_REDACTOR
+        redactor = redactor if redactor is not None else DEFAULT_REDACTOR
+        # A resolver of a namespace registers into, and scrubs with, that namespace's values only.
+        self.redactor = redactor.for_namespace(namespace) if namespace is not None else redactor
         # Read os.environ at resolve time (not a copy taken now) unless a mapping is injected.
         self._environ = environ
         self.scope = scope
@@ -256,7 +375,8 @@ class SecretResolver:
             raise SecretUnavailable(f"{where} is not set")
         return where, raw
 
-    def resolve(self, ref: SecretRef) -> str:
+    def resolve(self, ref: SecretRef, *, max_bytes: int = MAX_URL_BYTES, what: str = "URL") -> str:
+        """The value of ``ref`` (a URL unless said otherwise), registered for redaction."""
         where = describe_ref(ref)
         if self._secret is not None:
             where, raw = self._from_secret(ref, *self._secret)
@@ -272,14 +392,13 @@ class SecretResolver:
             raw = _read_secret_file(self._file_path(ref.file, where), where, strict=self.scope is not None)
         # Mounted Secrets and `echo` into env files end with a newline that is not part of the value.
         value = raw.strip()
-        if not value:
-            raise SecretUnavailable(f"{where} is empty")
-        if len(value) < MIN_SECRET_LENGTH:
-            raise SecretUnavailable(
-                f"{where} is shorter than {MIN_SECRET_LENGTH} characters and cannot be kept out of logs"
-            )
-        self.redactor.add(value)
+        _check_value(value, where, max_bytes, what)
+        self.redactor.add(value, where=where)
         return value
+
+    def resolve_key(self, ref: SecretRef) -> str:
+        """A signing key: at most :data:`MAX_KEY_BYTES`."""
+        return self.resolve(ref, max_bytes=MAX_KEY_BYTES, what="signing key")
 
     def _check_env(self, name: str, where: str) -> None:
         if self.scope is None:
@@ -300,6 +419,23 @@ class SecretResolver:
             return self.scope.file_path(name, self.namespace)
         except ScopeError as error:
             raise SecretUnavailable(f"{where} refused: {error}") from None
+
+
+def _check_value(value: str, where: str, max_bytes: int, what: str) -> None:
+    """Refuse a value that is empty, too short to keep out of text, or larger than its kind's cap."""
+    if not value:
+        raise SecretUnavailable(f"{where} is empty")
+    if len(value) < MIN_SECRET_LENGTH:
+        raise SecretUnavailable(
+            f"{where} is shorter than {MIN_SECRET_LENGTH} characters and cannot be kept out of logs: "
+            f"use a longer random value (e.g. `openssl rand -hex 16`)"
+        )
+    size = len(value.encode())
+    if size > max_bytes:
+        raise SecretUnavailable(
+            f"{where} is {size} bytes, over the {max_bytes} bytes a {what} may have: "
+            f"store only the {what} in it"
+        )
 
 
 def _read_secret_file(path: Path, where: str, *, strict: bool) -> str:

@@ -237,7 +237,7 @@ class WebhookSender(SecretUrlSender):
             IDEMPOTENCY_HEADER: notification.id,
         }
         if self._secret_from is not None:
-            secret = self._resolver.resolve(self._secret_from)
+            secret = self._resolver.resolve_key(self._secret_from)
             timestamp = str(int(self._clock().timestamp()))
             headers[TIMESTAMP_HEADER] = timestamp
             headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)

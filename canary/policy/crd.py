@@ -12,11 +12,13 @@ object). Each such field is listed in :data:`DIVERGENCES`, the one place that sa
 from the file and why; the generator refuses a union it finds that is not listed there, so a new
 field cannot diverge silently (``tests/policy/test_crd_schema.py`` walks both schemas too).
 
-Every object under ``spec`` keeps unknown fields (``x-kubernetes-preserve-unknown-fields: true``):
-the API server would otherwise prune a typo such as ``maxIncrase`` without a word and the check would
-quietly lose its limit. Kept, the typo reaches the controller, whose validation (the same models as
-``kserve-canary validate``) reports it in the ``PolicyValid`` condition. ``status`` is ours and is
-pruned normally.
+No object keeps unknown fields: the API server prunes a field the schema does not name, as it does
+for built-in objects, so a namespace editor cannot store data of its own in a PromotionPolicy for the
+controller to cache. ``kubectl apply`` refuses such a field (server-side field validation
+``Strict``, kubectl's default) and other clients get a ``Warning: unknown field`` answer; the only
+untyped nodes are the unions listed in :data:`DIVERGENCES`, which hold one value each and which the
+controller validates. Objects stored while an older CRD kept unknown fields lose them when read
+(the API server prunes on decoding from etcd too) and are stored without them at their next write.
 
 ``kserve-canary schema --crd`` prints the manifest; ``make schema`` writes it to
 ``deploy/crds/promotionpolicies.yaml`` and ``charts/kserve-canary/crds/promotionpolicies.yaml``.
@@ -365,7 +367,7 @@ def _without_description(node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _spec_schema() -> dict[str, Any]:
-    converter = _Converter(PolicySpec.model_json_schema(by_alias=True, mode="validation"), keep_unknown=True)
+    converter = _Converter(PolicySpec.model_json_schema(by_alias=True, mode="validation"), keep_unknown=False)
     schema = converter.convert(PolicySpec.model_json_schema(by_alias=True, mode="validation"), "spec")
     documented = {d.path: d.kind for d in DIVERGENCES if d.kind is not DivergenceKind.GLOBAL}
     if converter.found != documented:

@@ -65,6 +65,7 @@ __all__ = [
     "PolicyError",
     "load_paths",
     "load_text",
+    "secret_refs",
 ]
 
 # A policy is mounted from a ConfigMap, which holds 1 MiB at most; anything larger is a mistake.
@@ -197,7 +198,8 @@ class _Origin:
     root: str | None = None  # the policy root it was found under, for messages
 
 
-def _secret_refs(policy: PromotionPolicy) -> Iterator[tuple[tuple[str | int, ...], SecretRef]]:
+def secret_refs(policy: PromotionPolicy) -> Iterator[tuple[tuple[str | int, ...], SecretRef]]:
+    """Every secret reference of ``policy``, with where it is written (``("spec", "notify", 0, ...)``)."""
     targets: list[NotifyTarget] = list(policy.spec.notify)
     for index, target in enumerate(targets):
         base: tuple[str | int, ...] = ("spec", "notify", index)
@@ -222,7 +224,7 @@ def _scope_errors(
     policy: PromotionPolicy, scope: SecretScope, path: str, lines: Mapping[_Path, int], start: int
 ) -> list[PolicyError]:
     errors = []
-    for loc, ref in _secret_refs(policy):
+    for loc, ref in secret_refs(policy):
         try:
             scope.check(ref, policy.metadata.namespace)
         except ScopeError as error:

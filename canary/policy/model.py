@@ -8,8 +8,9 @@ are errors everywhere — a typo such as ``maxIncrase`` must never silently disa
 from __future__ import annotations
 
 import itertools
+import re
 from enum import StrEnum
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BeforeValidator,
@@ -46,7 +47,7 @@ from canary.policy.hooks import (
     TeamsTarget,
     WebhookTarget,
 )
-from canary.policy.units import Unit, format_duration, parse_in_unit, parse_ratio
+from canary.policy.units import Unit, format_duration, parse_in_unit, parse_ratio, peer_unit_mistake
 
 __all__ = [
     "API_VERSION",
@@ -142,9 +143,77 @@ class GpuLabelStyle(StrEnum):
     POD_NAME = "pod_name"  # dcgm-exporter --use-old-namespace: pod_name/pod_namespace
 
 
+class RequestLabelStyle(StrEnum):
+    """Where the request series carry the namespace and pod (docs/metric-profiles.md)."""
+
+    AUTO = "auto"
+    SCRAPED = "scraped"  # the queue-proxy scraped by a PodMonitor: the profile's own labels
+    OTLP = "otlp"  # pushed over OTLP, resource attributes promoted: k8s_namespace_name, instance
+    OTLP_TARGET_INFO = "otlp-target-info"  # pushed over OTLP, not promoted: joined with target_info
+
+
+class KubeStateLabelStyle(StrEnum):
+    """How kube-state-metrics series name the pod: as exported, or renamed exported_* by a
+    ServiceMonitor without honorLabels (its target labels win)."""
+
+    AUTO = "auto"
+    POD = "pod"
+    EXPORTED_POD = "exported_pod"
+
+
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
+
+def _label_field(role: str) -> Any:
+    # The pattern is for the JSON Schema and the CRD; the validator below says what to write instead.
+    return Field(
+        default=None, json_schema_extra={"pattern": _LABEL_NAME}, description=f"The label naming the {role}."
+    )
+
+
+class JoinLabelNames(_Model):
+    """Label names that replace a family's built-in ones (each a Prometheus label name)."""
+
+    namespace: str | None = _label_field("workload's namespace")
+    pod: str | None = _label_field("workload's pod")
+
+    @field_validator("*")
+    @classmethod
+    def _label_name(cls, name: str | None) -> str | None:
+        if name is not None and not re.fullmatch(_LABEL_NAME, name):
+            suggestion = re.sub(r"[^a-zA-Z0-9_]", "_", name)
+            raise ValueError(
+                f"{name!r} is not a Prometheus label name (letters, digits and underscores, not starting "
+                f"with a digit); Prometheus stores an OpenTelemetry attribute such as {name!r} as "
+                f"{suggestion!r}"
+            )
+        return name
+
+
+class KubeStateLabelNames(JoinLabelNames):
+    container: str | None = _label_field("container (exported_container behind a ServiceMonitor)")
+
+
+class MetricLabels(_Model):
+    """Per family, label names replacing those of the detected or chosen style."""
+
+    requests: JoinLabelNames = Field(default_factory=JoinLabelNames, description="Knative request metrics.")
+    kube_state_metrics: KubeStateLabelNames = Field(
+        default_factory=KubeStateLabelNames, description="kube-state-metrics."
+    )
+    gpu: JoinLabelNames = Field(default_factory=JoinLabelNames, description="dcgm-exporter.")
+
+
 # A query template can be overridden per builtin metric, and for the request count that gates
 # every step (minRequests) and tells "no requests" apart from "no errors".
 OVERRIDABLE_QUERIES = frozenset({*(kind.value for kind in MetricKind), "request-count"})
+
+
+def _refuse_peer_mistake(value: object, unit: Unit | None, *, relative: bool = False) -> None:
+    """Bare numbers that a Flagger user means in another unit (latency ms, percentages) are errors."""
+    mistake = None if unit is None else peer_unit_mistake(value, unit, relative=relative)
+    if mistake is not None:
+        raise ValueError(mistake)
 
 
 def _check_template(template: str) -> str:
@@ -168,9 +237,26 @@ class MetricsSpec(_Model):
     gpu_labels: GpuLabelStyle = Field(
         default=GpuLabelStyle.AUTO, description="DCGM pod label style; auto detects it."
     )
+    request_labels: RequestLabelStyle = Field(
+        default=RequestLabelStyle.AUTO,
+        description=(
+            "Where request series carry namespace and pod: scraped (the profile's labels), otlp "
+            "(k8s_namespace_name and instance: resource attributes promoted), otlp-target-info "
+            "(joined with target_info on job and instance); auto detects it."
+        ),
+    )
+    kube_state_labels: KubeStateLabelStyle = Field(
+        default=KubeStateLabelStyle.AUTO,
+        description=(
+            "kube-state-metrics pod label style (exported_pod: scraped without honorLabels); auto detects it."
+        ),
+    )
+    labels: MetricLabels = Field(
+        default_factory=MetricLabels, description="Label names replacing a family's built-in ones."
+    )
     revision_label: str | None = Field(
         default=None,
-        pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$",
+        pattern=_LABEL_NAME,
         description=(
             "On the OpenTelemetry profiles (Knative >= 1.19) the revision is not a label: by default it is "
             "selected by pod name. Name a relabelled label carrying the revision name here instead."
@@ -290,15 +376,21 @@ class Check(_Model):
             # unknown, so do not pile a second, misleading error onto the limit.
             return 0.0
         if isinstance(metric, MetricKind):
+            unit = metric.unit if metric.has_quantile or metric.unit is Unit.RATIO else None
+            _refuse_peer_mistake(value, unit)
             return parse_in_unit(value, metric.unit)
         if isinstance(unit, Unit):
+            _refuse_peer_mistake(value, unit if unit is Unit.RATIO else None)
             return parse_in_unit(value, unit)
         return parse_in_unit(value, Unit.NONE)
 
     @field_validator("max_increase", mode="before")
     @classmethod
     def _increase(cls, value: object) -> object:
-        return None if value is None else parse_ratio(value, allow_above_one=True)
+        if value is None:
+            return None
+        _refuse_peer_mistake(value, Unit.RATIO, relative=True)
+        return parse_ratio(value, allow_above_one=True)
 
     @field_validator("max_fraction", mode="before")
     @classmethod
@@ -605,6 +697,11 @@ class PolicySpec(_Model):
     def canary_steps(self) -> list[Step]:
         """The held steps: every step below 100. Passing the last one promotes."""
         return [step for step in self.steps if step.weight < 100]
+
+    @property
+    def approval_steps(self) -> frozenset[int]:
+        """The weights of the steps that wait for ``approve``."""
+        return frozenset(step.weight for step in self.canary_steps if step.approval == "manual")
 
     def step_window(self, step: Step) -> float:
         return step.window if step.window is not None else self.window

@@ -15,9 +15,9 @@ from canary.policy.loader import (
     LoadedPolicy,
     ObjectRef,
     PolicyError,
-    _secret_refs,
     _validation_errors,
     format_loc,
+    secret_refs,
 )
 from canary.policy.model import PromotionPolicy
 
@@ -49,7 +49,7 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 def _object_errors(policy: PromotionPolicy, rules: ObjectRules, path: str) -> list[PolicyError]:
     errors = []
-    for loc, ref in _secret_refs(policy):
+    for loc, ref in secret_refs(policy):
         if ref.file is not None:
             errors.append(
                 PolicyError(

@@ -36,8 +36,7 @@ every status write, so a reader never sees a half-updated set):
 
 ``PolicyValid``
     True (reason ``Valid``) when the spec validates; False (reason ``InvalidSpec``) with the located
-    errors in the message — including unknown fields, which the API server keeps
-    (``x-kubernetes-preserve-unknown-fields``) precisely so that they are reported here.
+    errors in the message (unknown fields never reach it: the API server refuses or prunes them).
 ``Conflict`` (abnormal-true)
     True (reason ``TargetClaimed``) when another policy already governs the same InferenceService;
     this one is ignored until that is resolved. False (reason ``NoConflict``) otherwise.

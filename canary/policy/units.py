@@ -30,6 +30,7 @@ __all__ = [
     "parse_in_unit",
     "parse_ratio",
     "parse_size",
+    "peer_unit_mistake",
 ]
 
 
@@ -234,3 +235,31 @@ def format_value(value: float, unit: Unit | str) -> str:
     if unit is Unit.COUNT:
         return f"{value:.0f}" if value == int(value) else f"{value:.2f}"
     return f"{value:.4g}"
+
+
+# A bare number means a fraction here and a percentage in Flagger (``threshold: 1`` is 1 %), and a
+# latency in seconds here and in milliseconds in Flagger (``request-duration`` ``max: 500`` is
+# 500 ms). Where the two readings differ by the factor a person would not notice, the policy must
+# say its unit: a silent 100x or 1000x turns a check off.
+def peer_unit_mistake(value: object, unit: Unit, *, relative: bool = False) -> str | None:
+    """The mistake a bare ``value`` would be for a limit in ``unit``, with the fix; None if none."""
+    number = _finite_number(value)
+    if number is None or number == 0:
+        return None
+    plain = f"{number:g}"
+    if unit is Unit.SECONDS and not relative:
+        return (
+            f"{value!r} has no unit: a bare latency is seconds here ({format_duration(number)}) but "
+            f'milliseconds in Flagger; write "{plain}ms" or "{plain}s"'
+        )
+    if unit is Unit.RATIO and number >= 1:
+        if relative:
+            return (
+                f"{value!r} would mean +{number * 100:g}% (a bare number is a fraction: 0.2 = +20%); "
+                f'write "{number * 100:g}%" if you mean that, or "{plain}%"'
+            )
+        return (
+            f"{value!r} would mean {number * 100:g}% (a bare number is a fraction: 0.01 = 1%), a limit "
+            f'that never fails; for {plain} percent write "{plain}%"'
+        )
+    return None

@@ -17,6 +17,7 @@ controller's own (a pause when a policy is removed) and is not bound.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -51,12 +52,18 @@ CLOCK_SKEW = timedelta(minutes=5)
 
 
 def apply_command(
-    state: RolloutState, command: CommandRequest | CommandKind | str, now: datetime, *, by: str | None = None
+    state: RolloutState,
+    command: CommandRequest | CommandKind | str,
+    now: datetime,
+    *,
+    by: str | None = None,
+    approval_steps: Collection[int] | None = None,
 ) -> CommandResult:
     """Apply an operator command to ``state``. Raises ValueError for an unknown command name.
 
     For a :class:`CommandRequest`, ``by`` defaults to the record's and :func:`binding_refusal` is
-    checked first.
+    checked first. ``approval_steps``, the weights of the policy's ``approval: manual`` steps, refuses
+    an approve of any other step (None: the caller does not know the policy, only the controller does).
     """
     if isinstance(command, CommandRequest):
         refusal = binding_refusal(state, command, now)
@@ -104,6 +111,13 @@ def apply_command(
         )
         if step is None or not approvable:
             return _refuse(state, f"no step waits for approval (phase {phase})")
+        if approval_steps is not None and step.weight not in approval_steps:
+            manual = ", ".join(f"{weight}%" for weight in sorted(approval_steps)) or "none"
+            return _refuse(
+                state,
+                f"step {step.weight}% does not wait for approval: the policy's steps with approval: manual "
+                f"are {manual}",
+            )
         waiting = phase is Phase.PAUSED and state.pause is not None and state.pause.kind is PauseKind.APPROVAL
         if step.weight in state.approvals and not waiting:
             return _refuse(state, f"step {step.weight}% is already approved")

@@ -265,6 +265,38 @@ class ExplainDocument:
             ),
         )
 
+    def fitted_json(self, max_bytes: int) -> str:
+        """This evaluation as JSON of at most ``max_bytes``, shortened as little as it takes and saying
+        what it left out: first the grouped queries, then every query, then checks, passing ones first.
+        The verdict, the reasons and the failing and critical checks go last."""
+        text = self.to_json()
+        if len(text.encode()) <= max_bytes:
+            return text
+        grouped = tuple(replace(check, query="") for check in self.checks)
+        bare = tuple(replace(check, query="", canary_query=None, canary_query_note="") for check in grouped)
+        for what, checks in (("the grouped queries", grouped), ("every query", bare)):
+            text = self._noted(checks, f"{what} of {len(checks)} checks")
+            if len(text.encode()) <= max_bytes:
+                return text
+        # Keep the most important checks that fit: failing and critical ones first, then in order.
+        important = [check.verdict == "fail" or check.critical for check in bare]
+        ranked = sorted(range(len(bare)), key=lambda i: (not important[i], i))
+        low, high, best = 0, len(ranked), self._noted((), f"every check ({len(bare)})")
+        while low < high:  # the largest number of checks that fits
+            middle = (low + high + 1) // 2
+            keep = sorted(ranked[:middle])
+            left = len(bare) - middle
+            text = self._noted(tuple(bare[i] for i in keep), f"every query and {left} of {len(bare)} checks")
+            if len(text.encode()) <= max_bytes:
+                low, best = middle, text
+            else:
+                high = middle - 1
+        return best
+
+    def _noted(self, checks: tuple[ExplainCheck, ...], left_out: str) -> str:
+        note = f"This record was shortened to fit the state ConfigMap: {left_out} left out."
+        return replace(self, checks=checks, reasons=(*self.reasons, note)).to_json()
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form as Python values (``kserve-canary explain --format json``)."""
         document: dict[str, Any] = _EXPLAIN.dump_python(self, mode="json", by_alias=True)

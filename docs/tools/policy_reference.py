@@ -49,6 +49,14 @@ SECTIONS = [
     ("OnNoData", "spec.onNoData", "What happens when evaluations stay inconclusive (no data)."),
     ("MetricsSpec", "spec.metrics", "Metric profiles (see [metric-profiles.md](metric-profiles.md))."),
     (
+        "MetricLabels",
+        "spec.metrics.labels",
+        "Label names replacing those of a family's label style, each a Prometheus label name "
+        "(see [metric-profiles.md](metric-profiles.md#label-styles-scraped-otlp-exported)).",
+    ),
+    ("JoinLabelNames", "spec.metrics.labels.requests", "Also `spec.metrics.labels.gpu`."),
+    ("KubeStateLabelNames", "spec.metrics.labels.kubeStateMetrics", "kube-state-metrics' labels."),
+    (
         "Check",
         "spec.checks[]",
         "One measured quantity with at least one limit: a builtin `metric` or a custom `promql` template.",
@@ -269,6 +277,11 @@ def render() -> str:
         "* **percentage or fraction** — `20%` or `0.2`;",
         "* **number or quantity** — a limit in the metric's unit: `800ms` (seconds), `1%` (a ratio), "
         "`70Gi` / `512Mi` (bytes), `0` (a count).",
+        "",
+        "Where a peer reads a bare number in another unit, the unit is required: a latency limit "
+        "(`latency`, `ttft`, `e2e-latency`) is `800ms` or `0.8s`, never `800` (Flagger's milliseconds, "
+        "13m20s here), and a ratio limit of 1 or more (`max: 1` is 100 % here, 1 % in Flagger) or a "
+        "bare `maxIncrease` above 1 is refused with the percentage to write.",
         "",
         "Unknown fields are errors everywhere: a typo never silently disables a check.",
         "",

@@ -11,10 +11,17 @@ real exporters do:
   ``revision_name``, ``response_code_class``), OpenTelemetry ``kn_queueproxy_app_duration_seconds``
   (1.19-1.20) or ``kn_serving_invocation_duration_seconds`` (>= 1.21) with
   ``http_response_status_code`` and no revision label. Counters reset when the queue-proxy container
-  restarts; a 5xx series appears only with the first 5xx, as the exporters do.
+  restarts; a 5xx series appears only with the first 5xx, as the exporters do. The OpenTelemetry
+  families are scraped by a PodMonitor (``request_labels="scraped"``: ``namespace``, ``pod``) or
+  pushed over OTLP to Prometheus' OTLP receiver, as its translator stores them (:func:`otlp_labels`):
+  ``job`` and ``instance`` from the queue-proxy's ``service.name`` and ``service.instance.id``, the
+  other resource attributes on ``target_info`` only, and ``k8s_namespace_name`` on every series too
+  when ``promote_resource_attributes`` names ``k8s.namespace.name`` (``request_labels="otlp"``).
 * kube-state-metrics: ``kube_pod_created``, ``kube_pod_status_ready_time`` (only while Ready),
   restart counters of containers and of the ``storage-initializer`` init container, and the
-  ``*_last_terminated_reason`` gauges (only the last reason, as kube-state-metrics does).
+  ``*_last_terminated_reason`` gauges (only the last reason, as kube-state-metrics does); scraped
+  with honorLabels, or without (``ksm_labels="exported_pod"``: a ServiceMonitor's target labels
+  ``namespace``, ``pod``, ``container`` win and the workload's become ``exported_*``).
 * dcgm-exporter: ``DCGM_FI_DEV_FB_USED`` / ``FREE`` / ``RESERVED`` in MiB, one series per GPU, with the
   workload under ``pod``/``namespace`` or, behind a ServiceMonitor without honorLabels,
   ``exported_pod``/``exported_namespace`` (then ``pod`` is the exporter's own pod), or with
@@ -49,6 +56,8 @@ __all__ = [
     "Simulation",
     "bucket_bounds",
     "empirical_quantile",
+    "otlp_labels",
+    "otlp_resource",
 ]
 
 # Knative's OpenCensus latency distribution (milliseconds).
@@ -123,6 +132,12 @@ class Revision:
     latency_sigma: float = 0.6  # of the log-normal
     requests_profile: str | None = "knative-opencensus"  # or knative-otel-queueproxy / -invocation
     revision_label: str | None = None  # OTel profiles: a PodMonitor relabelling that adds the revision
+    # OTel profiles: "scraped" (a PodMonitor), or pushed over OTLP: "otlp" (k8s.namespace.name promoted),
+    # "otlp-target-info" (no resource attribute promoted: namespace and revision only on target_info)
+    request_labels: str = "scraped"
+    ksm_labels: str = (
+        "pod"  # or "exported_pod": kube-state-metrics behind a ServiceMonitor without honorLabels
+    )
     gpu_labels: str = "pod"  # or "exported_pod", or "pod_name" (dcgm-exporter --use-old-namespace)
     gpu_used_mib: float = 40000.0  # plateau of framebuffer use per GPU
     gpu_spike_mib: float = 0.0  # added once, on the first pod's GPU 0, mid-way
@@ -322,17 +337,7 @@ class Simulation:
                 counter_family, counter = "revision_request_count", "revision_request_count"
                 histogram = "revision_request_latencies"
             else:
-                base = {
-                    "namespace": revision.namespace,
-                    "pod": pod.name,
-                    "container": "queue-proxy",
-                    "job": "queue-proxy",
-                    "http_request_method": "POST",
-                    "http_response_status_code": status,
-                    "otel_scope_name": "knative.dev/serving/pkg/queue",
-                }
-                if revision.revision_label:
-                    base[revision.revision_label] = revision.name
+                base = _otel_labels(revision, pod, status)
                 histogram = (
                     "kn_queueproxy_app_duration_seconds"
                     if profile == "knative-otel-queueproxy"
@@ -353,6 +358,10 @@ class Simulation:
             latency_sum = sums[status] * (1000.0 if profile == "knative-opencensus" else 1.0)
             self._series(histogram, "histogram", f"{histogram}_sum", base).samples.append((t, latency_sum))
             self._series(histogram, "histogram", f"{histogram}_count", base).samples.append((t, float(count)))
+        if profile != "knative-opencensus" and revision.request_labels != "scraped":
+            # helper.go addResourceTargetInfo: one target_info sample per push, at the batch's timestamp.
+            info = otlp_resource(revision, pod.name)
+            self._series(TARGET_INFO, "gauge", TARGET_INFO, info).samples.append((t, 1.0))
 
     def _observe_vllm(self, revision: Revision, pod: Pod, record: RequestRecord) -> None:
         key = (revision.name, pod.name)
@@ -397,6 +406,16 @@ class Simulation:
 
     def _play_kube_state(self, revision: Revision, pod: Pod, ticks: list[float]) -> None:
         base = {"namespace": revision.namespace, "pod": pod.name, "uid": pod.uid, "job": "kube-state-metrics"}
+        container_label = "container"
+        if revision.ksm_labels == "exported_pod":
+            # A ServiceMonitor's target labels (kube-state-metrics' own pod) win over the exported ones.
+            base = {
+                "exported_namespace": revision.namespace,
+                "exported_pod": pod.name,
+                "uid": pod.uid,
+                **_KSM_TARGET,
+            }
+            container_label = "exported_container"
         containers = ("kserve-container", "queue-proxy")
         for t in ticks:
             self._series("kube_pod_created", "gauge", "kube_pod_created", base).samples.append(
@@ -413,11 +432,11 @@ class Simulation:
                 prefix = "kube_pod_init_container" if init else "kube_pod_container"
                 if not init or done:
                     name = f"{prefix}_status_restarts_total"
-                    labels = {**base, "container": container}
+                    labels = {**base, container_label: container}
                     self._series(name, "counter", name, labels).samples.append((t, float(len(done))))
                 if done:
                     name = f"{prefix}_status_last_terminated_reason"
-                    labels = {**base, "container": container, "reason": done[-1].reason}
+                    labels = {**base, container_label: container, "reason": done[-1].reason}
                     self._series(name, "gauge", name, labels).samples.append((t, 1.0))
 
     def _play_gpus(
@@ -485,6 +504,67 @@ class Simulation:
             level = min(1.0, max(0.0, revision.kv_cache_level + 0.1 * (rng.random() - 0.5)))
             samples.append((t, level))
             self._series(name, "gauge", name, base).samples.append((t, level))
+
+
+TARGET_INFO = "target_info"
+# The target labels a prometheus-operator ServiceMonitor gives kube-state-metrics' own pod.
+_KSM_TARGET = {
+    "namespace": "monitoring",
+    "pod": "kube-state-metrics-7c9d8b6f5d-x2x4k",
+    "container": "kube-state-metrics",
+    "service": "kube-state-metrics",
+    "endpoint": "http",
+    "instance": "10.0.3.7:8080",
+    "job": "kube-state-metrics",
+}
+
+
+def otlp_resource(revision: Revision, pod: str) -> dict[str, str]:
+    """``target_info`` of a queue-proxy that pushes over OTLP: its resource attributes (knative/serving
+    pkg/queue/sharedmain/otel.go ``res``, keys in pkg/metrics/newkey.go) as Prometheus stores them
+    (prometheusremotewrite/helper.go ``addResourceTargetInfo``: the non-identifying attributes, with
+    ``job``/``instance`` from service.name/service.instance.id; dots become underscores)."""
+    service = f"{revision.inference_service}-predictor"  # the Knative Service KServe creates
+    return {
+        "job": service,  # service.name = SERVING_SERVICE
+        "instance": pod,  # service.instance.id = the pod's name
+        "k8s_namespace_name": revision.namespace,
+        "kn_configuration_name": service,
+        "kn_revision_name": revision.name,
+        "kn_service_name": service,
+        "service_version": "v1.21.0",
+        "telemetry_sdk_language": "go",
+        "telemetry_sdk_name": "opentelemetry",
+        "telemetry_sdk_version": "1.37.0",
+    }
+
+
+def otlp_labels(revision: Revision, pod: str) -> dict[str, str]:
+    """The labels every OTLP-pushed series of the queue-proxy carries besides its data point's
+    attributes (helper.go ``createAttributes``): ``job``, ``instance``, and the promoted resource
+    attributes (``request_labels="otlp"``: ``k8s.namespace.name``)."""
+    resource = otlp_resource(revision, pod)
+    labels = {"job": resource["job"], "instance": resource["instance"]}
+    if revision.request_labels == "otlp":
+        labels["k8s_namespace_name"] = resource["k8s_namespace_name"]
+    return labels
+
+
+def _otel_labels(revision: Revision, pod: Pod, status: str) -> dict[str, str]:
+    point = {"http_request_method": "POST", "http_response_status_code": status}
+    if revision.request_labels != "scraped":
+        return {**otlp_labels(revision, pod.name), **point}
+    base = {
+        "namespace": revision.namespace,
+        "pod": pod.name,
+        "container": "queue-proxy",
+        "job": "queue-proxy",
+        **point,
+        "otel_scope_name": "knative.dev/serving/pkg/queue",
+    }
+    if revision.revision_label:
+        base[revision.revision_label] = revision.name
+    return base
 
 
 def poisson(rng: random.Random, mean: float) -> int:

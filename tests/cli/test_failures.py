@@ -70,7 +70,13 @@ def test_an_unreachable_api_server_is_two_lines_and_exit_3(
 
 
 def test_usage_errors_exit_2(cluster: Cluster) -> None:
-    for arguments in (["status", "-o", "xml"], ["explain", "llama"], ["pause"], ["no-such-command"]):
+    for arguments in (
+        ["status", "-o", "xml"],
+        ["explain", "ml/llama/x"],
+        ["explain", "-n", "web", "ml/llama"],
+        ["pause"],
+        ["no-such-command"],
+    ):
         completed = run(*arguments, home=cluster.home, KUBECONFIG=str(cluster.kubeconfig))
         assert completed.returncode == 2, (arguments, completed.stderr)
         assert "Traceback" not in completed.stderr

@@ -1,4 +1,4 @@
-"""Help as people read it: metavars (NAMESPACE/NAME, FILE), no Python types (<bool>, <list[Path]>,
+"""Help as people read it: metavars (NAME, FILE), no Python types (<bool>, <list[Path]>,
 <str>) and no braces around arguments ({target})."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_help_has_no_type_artefacts(command: str) -> None:
 
 def test_arguments_show_their_metavar() -> None:
     pause = CliRunner().invoke(app, ["pause", "--help"]).output
-    assert "Usage: kserve-canary pause [OPTIONS] NAMESPACE/NAME" in pause
+    assert "Usage: kserve-canary pause [OPTIONS] NAME" in pause
     assert "--kubeconfig FILE" in pause and "--wait, --timeout SECONDS" in pause
     validate = CliRunner().invoke(app, ["validate", "--help"]).output
     assert "Usage: kserve-canary validate [OPTIONS] PATH..." in validate

@@ -22,4 +22,4 @@ def test_kubectl_canary_status(cluster: Cluster) -> None:
     ]
     usage = run("canary", "pause", program="kubectl", home=cluster.home)
     assert usage.returncode == 2
-    assert "Usage: kubectl canary pause [OPTIONS] NAMESPACE/NAME" in usage.stderr
+    assert "Usage: kubectl canary pause [OPTIONS] NAME" in usage.stderr

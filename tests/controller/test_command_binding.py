@@ -288,6 +288,20 @@ def test_the_cli_prints_the_controllers_refusal_and_exits_1(world: World) -> Non
     assert "resume by kubernetes-admin" in err and "is waiting for the controller" in err
 
 
+def test_approve_of_a_step_the_policy_does_not_hold_is_refused_by_the_controller(world: World) -> None:
+    world.push("s3://m/v2")
+    world.rollout_of(A)
+    # The CLI cannot read a file policy; the controller can, and refuses: no step has approval: manual.
+    with Controller(world):
+        code, out, err = cli(world, "approve", "ml/llama", "--wait", "20")
+    assert code == 1, out + err
+    assert (
+        "the controller refused approve of ml/llama: step 10% does not wait for approval: the policy's "
+        "steps with approval: manual are none"
+    ) in err
+    assert world.store.load("ml", "llama").state().approvals == ()
+
+
 def test_by_is_the_kubernetes_identity_not_an_environment_variable(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from canary.dashboard.server import TOKEN_HEADER, Dashboard
@@ -106,11 +107,10 @@ def test_an_action_works_and_a_refusal_shows_its_reason(
     select(browser)
     detail = browser.find_element(By.ID, "detail")
     wait_for(browser, lambda _: detail.get_attribute("data-phase") == "Progressing")
-    # Impossible now: the dashboard refuses at once with the core's reason.
-    assert _act(browser, "resume") == (
-        "refused: resume refused (the dashboard): resume of ml/llama refused: the rollout is not paused "
-        "(phase Progressing)"
-    )
+    # Impossible now: the button is disabled, and says why (the core's own reason).
+    resume = browser.find_element(By.CSS_SELECTOR, '#actions button[data-action="resume"]')
+    wait_for(browser, lambda _: resume.get_attribute("disabled") is not None)
+    assert resume.get_attribute("title") == "the rollout is not paused (phase Progressing)"
     # The controller refuses (its clock is two hours ahead: the command is expired to it).
     world.clock.offset = timedelta(hours=2)
     with Controller(world):
@@ -129,6 +129,39 @@ def test_an_action_works_and_a_refusal_shows_its_reason(
     wait_for(
         browser, lambda d: "pause by kubernetes-admin accepted" in d.find_element(By.ID, "last-command").text
     )
+
+
+def _button(browser: WebDriver, action: str) -> WebElement:
+    return browser.find_element(By.CSS_SELECTOR, f'#actions button[data-action="{action}"]')
+
+
+def test_abort_and_promote_ask_first_and_a_finished_rollout_offers_no_action(
+    world: World, dashboard: Dashboard, browser: WebDriver
+) -> None:
+    world.start_rollout()
+    open_dashboard(browser, dashboard)
+    select(browser)
+    wait_for(browser, lambda _: _button(browser, "abort").get_attribute("disabled") is None)
+    for action in ("abort", "promote"):
+        _button(browser, action).click()
+        question = wait_for(browser, lambda d: d.switch_to.alert)
+        assert CANARY in question.text and "ml/llama" in question.text
+        question.dismiss()  # no: nothing is issued
+    assert world.stored().command_json is None
+    assert browser.find_element(By.ID, "action-result").text == ""
+    # Rolled back: nothing to pause, resume, approve, abort or promote; each button says why.
+    with Controller(world):
+        _button(browser, "abort").click()
+        wait_for(browser, lambda d: d.switch_to.alert).accept()
+        wait_for(browser, lambda _: world.stored().state().phase is Phase.ROLLED_BACK, timeout=20)
+    wait_for(browser, lambda _: cells(browser)[2] == "RolledBack")
+    wait_for(
+        browser,
+        lambda d: all(
+            b.get_attribute("disabled") for b in d.find_elements(By.CSS_SELECTOR, "#actions button")
+        ),
+    )
+    assert _button(browser, "pause").get_attribute("title").startswith("no rollout in progress")
 
 
 class _Elsewhere(BaseHTTPRequestHandler):

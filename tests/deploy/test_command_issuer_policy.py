@@ -185,3 +185,47 @@ def test_helm_names_the_release_service_account_in_the_issuer_policy() -> None:
     assert found["spec"]["matchConditions"][0]["expression"] == f'request.userInfo.username != "{bot}"'
     assert not admit(found, update(edited(state(), **{STATE_KEY: "{}"}), state(), bot)).applies
     assert not admit(found, update(edited(state(), **{STATE_KEY: "{}"}), state(), CONTROLLER)).admitted
+
+
+def test_a_namespace_editor_cannot_fill_the_controllers_configmaps(issuer_policy: Manifest) -> None:
+    """Issue #34, finding 3: the label alone let anyone store ConfigMaps of any size for the controller
+    to list; people may now write only a command, of bounded size, under a state's name."""
+    labelled = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INFERENCE_SERVICE: MODEL}
+
+    def configmap(name: str, **parts: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "models", "labels": labelled},
+            **parts,
+        }
+
+    big = json.dumps({"command": "pause", "by": ALICE, "id": "c1", "reason": "x" * 5000})
+    command = {
+        COMMAND_KEY: json.dumps({"command": "pause", "by": ALICE, "id": "c1"}),
+        COMMAND_ISSUER_KEY: ALICE,
+    }
+    for label, request in {
+        "a command under a name the controller never reads": create(configmap("junk", data=command), ALICE),
+        "a command under the ledger's name": create(
+            configmap(f"kserve-canary-{MODEL}.ledger", data=command), ALICE
+        ),
+        "a 5 KB command": update(
+            edited(state(), **{COMMAND_KEY: big, COMMAND_ISSUER_KEY: ALICE}), state(), ALICE
+        ),
+        "a long issuer": update(with_command(state(), "a" * 600, by=ALICE) | {}, state(), "a" * 600),
+        "binaryData": create(configmap(state_configmap_name(MODEL), binaryData={"b": "eHh4"}), ALICE),
+        "binaryData beside a command": update(
+            with_command(state(), ALICE) | {"binaryData": {"b": "eA=="}}, state(), ALICE
+        ),
+    }.items():
+        assert not verdict(issuer_policy, request).admitted, label
+    # A command of its own under the state's name is still admitted, created or left.
+    assert verdict(
+        issuer_policy, create(configmap(state_configmap_name(MODEL), data=command), ALICE)
+    ).admitted
+    assert verdict(issuer_policy, update(with_command(state(), ALICE), state(), ALICE)).admitted
+    # A waiting command left before the limits stays readable through metadata edits.
+    old = edited(state(), **{COMMAND_KEY: big, COMMAND_ISSUER_KEY: ALICE})
+    annotated = old | {"metadata": {**old["metadata"], "annotations": {"x": "y"}}}
+    assert verdict(issuer_policy, update(annotated, old, MALLORY)).admitted

@@ -10,7 +10,7 @@
   deploy/argocd/health-cases.yaml.
 * The real kubectl against the API emulator (which serves CRDs): the CRD installs with
   ``kubectl apply -k deploy/crds``, every example policy is created as an object, ``kubectl get ppol``
-  shows the printer columns, a typo is stored, a fractional number of seconds is refused, and the
+  shows the printer columns, a typo is refused (or pruned), a fractional number of seconds is refused, and the
   two-step wait of docs/gitops.md does not return on the previous revision's Promoted condition.
 """
 
@@ -226,7 +226,7 @@ def test_the_health_script_maps_status_to_argo_cd_health(case: dict[str, Any]) -
 
 # ---------------------------------------------------------------------------------------------
 # The real kubectl against the API emulator (canary_sandbox.emulator serves CRDs): install, short
-# name, printer columns, kept typos, and the two-step revision-safe wait of docs/gitops.md.
+# name, printer columns, refused typos, and the two-step revision-safe wait of docs/gitops.md.
 
 START = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 KUBECTL_BINARY = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -336,14 +336,21 @@ def test_kubectl_get_ppol_shows_the_printer_columns(cluster: Cluster) -> None:
     ]
 
 
-def test_a_typo_is_stored_for_the_controller_to_report(cluster: Cluster) -> None:
+def test_a_typo_is_refused_by_kubectl_and_pruned_for_other_clients(cluster: Cluster) -> None:
+    """The CRD keeps no unknown field (issue #34): kubectl's server-side field validation (Strict, its
+    default) refuses a typo; a client that asks for none gets it pruned, never stored."""
     document = _example()
     document["spec"]["checks"][0]["maxIncrase"] = document["spec"]["checks"][0].pop("maxIncrease")
-    assert cluster.apply("typo.yaml", document) == f"promotionpolicy.{GROUP}/llama-chat created"
-    kept = cluster.kubectl(
-        "get", "ppol", "llama-chat", "-n", "ml", "-o", "jsonpath={.spec.checks[0].maxIncrase}"
+    path = cluster.home / "typo.yaml"
+    path.write_text(yaml.safe_dump(document))
+    refused = cluster.kubectl("apply", "-f", str(path), check=False)
+    assert refused.returncode != 0
+    assert 'unknown field "spec.checks[0].maxIncrase"' in refused.stderr
+    cluster.custom.create_namespaced_custom_object(GROUP, "v1alpha1", "ml", "promotionpolicies", document)
+    stored = cluster.custom.get_namespaced_custom_object(
+        GROUP, "v1alpha1", "ml", "promotionpolicies", "llama-chat"
     )
-    assert kept.stdout == "20%"
+    assert "maxIncrase" not in stored["spec"]["checks"][0]
 
 
 def test_a_fractional_number_of_seconds_is_refused_as_documented(cluster: Cluster) -> None:

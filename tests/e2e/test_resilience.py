@@ -7,7 +7,9 @@ with two replicas exactly one acts; ``--dry-run`` decides and writes nothing.
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -75,7 +77,14 @@ def test_prometheus_down_mid_rollout_holds_and_resumes_when_it_returns(outage_st
         lambda: (stack.state(NS, "outage") or {}).get("phase") in {"Succeeded", "RolledBack"}, 90
     )
     assert (stack.state(NS, "outage") or {})["phase"] == "Succeeded"
-    assert "PrometheusUnavailable" in controller.log()
+    log = controller.log()
+    assert "PrometheusUnavailable" in log
+    # Said once per change of the failure, not for every query of every tick, and its end said too.
+    failed = [json.loads(line) for line in log.splitlines() if '"evidence query failed"' in line]
+    repeats = Counter((entry["side"], entry["key"]) for entry in failed)
+    assert failed and max(repeats.values()) <= 2, repeats
+    assert '"evidence query answers again"' in log
+    assert f'"prometheus": "{stack.prometheus.url.rstrip("/")}' in log, "the start-up line names it"
 
 
 def test_killed_controllers_resume_the_same_step_and_exactly_one_replica_acts() -> None:

@@ -15,11 +15,17 @@ from kubernetes import client, config
 
 from canary.controller.leader import LeaderElector, NotLeader
 from canary.kserve.client import ConflictError, InferenceServiceClient
-from canary.kserve.store import COMMAND_KEY, ConfigMapStateStore, StateTooLarge, state_configmap_name
+from canary.kserve.store import (
+    COMMAND_KEY,
+    MAX_STATE_BYTES,
+    ConfigMapStateStore,
+    StateTooLarge,
+    state_configmap_name,
+)
 from canary.kserve.view import observe
 from canary.policy import load_text
 from canary.rollout import Action, CommandKind, RolloutState, apply_command, decide
-from canary.rollout.records import CommandRequest
+from canary.rollout.records import CommandRequest, ExplainCheck, ExplainDocument
 from tests.policy.support import valid_policy
 
 
@@ -308,3 +314,46 @@ def test_any_other_patch_is_refused_before_it_is_sent(cluster: tuple[Emulator, c
         with pytest.raises(ValueError, match=r"canaryTrafficPercent|resourceVersion"):
             isvcs.apply_patch("ml", "llama", patch)
     assert emulator.requests.entries(method="PATCH") == []
+
+
+def test_an_evaluation_too_large_to_store_is_shortened_to_fit_and_says_what_it_left_out(
+    cluster: tuple[Emulator, client.ApiClient],
+) -> None:
+    # 400 custom checks with 2 kB of PromQL each: about 1.6 MB of queries, three times the state's
+    # bound. Before, the write was refused and the rollout stuck at its step, logging "reconcile failed".
+    promql = 'sum(rate(x{pod=~"{{ revision }}-.*"}[5m])) + ' * 45
+    checks = tuple(
+        ExplainCheck(
+            name=f"c{index}",
+            verdict="fail" if index == 399 else "pass",
+            value=1.0,
+            limit="≤ 2",
+            query=promql,
+            canary_query=promql,
+            detail="d" * 2000,
+        )
+        for index in range(400)
+    )
+    document = ExplainDocument(
+        at=datetime.now(UTC), decision_id="d1", reasons=("holding step 1",), checks=checks
+    )
+    assert len(document.to_json()) > 2 * MAX_STATE_BYTES
+    _, api = cluster
+    store = ConfigMapStateStore(api)
+    state = RolloutState(revision="llama-predictor-00002")
+    store.save("ml", "llama", state, resource_version=None, owner_uid=None, explain=document)
+    stored = store.load("ml", "llama").explain()
+    assert stored is not None
+    assert stored.reasons[0] == "holding step 1"
+    assert stored.reasons[-1].startswith("This record was shortened to fit the state ConfigMap: every query")
+    assert stored.checks[-1].name == "c399", "the failing check is kept"
+    kept = len(stored.checks)
+    assert 0 < kept < 400
+    assert stored.reasons[-1].endswith(f"and {400 - kept} of 400 checks left out.")
+    # A record that fits is stored whole.
+    small = ExplainDocument(at=datetime.now(UTC), decision_id="d2", checks=checks[:3])
+    stored_files = store.load("ml", "llama")
+    store.save(
+        "ml", "llama", state, resource_version=stored_files.resource_version, owner_uid=None, explain=small
+    )
+    assert store.load("ml", "llama").explain() == small

@@ -79,3 +79,35 @@ def test_one_revision_uses_an_exact_match_and_names_are_escaped() -> None:
     assert 'revision_name="r.1"' in promql  # an exact match needs no regex escaping
     pods = render_builtin(_query("oom-kills", PROFILES[0], GpuLabelStyle.POD), [RevisionKey("ml", "r.1")])
     assert 'pod=~"(?:r\\\\.1)-deployment-[a-z0-9]{1,10}-[a-z0-9]{5}"' in pods
+
+
+def test_label_styles_select_by_their_own_labels() -> None:
+    """OTLP with the namespace promoted: ``k8s_namespace_name`` and the pods on ``instance``;
+    without promotion, a join with target_info; kube-state-metrics' exported_* read as the workload's."""
+    from canary.metrics.labels import KSM_EXPORTED, JoinLabels
+
+    profile = RequestsProfile.KNATIVE_OTEL_INVOCATION
+    promoted = BuiltinQuery(
+        "error-rate", "600s", requests_profile=profile, labels=JoinLabels("k8s_namespace_name", "instance")
+    )
+    promql = render_builtin(promoted, ROLLOUT)
+    assert 'k8s_namespace_name="ml"' in promql and 'instance=~"(?:llama-chat' in promql
+    assert "pod=~" not in promql
+    joined = JoinLabels("k8s_namespace_name", "instance", "kn_revision_name", target_info=True)
+    promql = render_builtin(BuiltinQuery("latency", "600s", 0.99, profile, labels=joined), ROLLOUT)
+    assert "kn_serving_invocation_duration_seconds_bucket{}[600s]" in promql  # selected by the join
+    assert (
+        '* on (job, instance) group_left (k8s_namespace_name, kn_revision_name) target_info{k8s_namespace_name="ml", '
+        'kn_revision_name=~"(llama-chat-predictor-00011|llama-chat-predictor-00012)"}' in promql
+    )
+    oom = render_builtin(BuiltinQuery("oom-kills", "600s", labels=KSM_EXPORTED), ROLLOUT)
+    assert 'exported_container="kserve-container"' in oom and 'exported_namespace="ml"' in oom
+    assert "label_replace(" in oom and '"pod", "$1", "exported_pod", "(.+)"' in oom
+
+
+@pytest.mark.parametrize("name", ["k8s.namespace.name", 'x"}', "a b", "", "1pod"])
+def test_a_label_name_that_is_not_an_identifier_never_reaches_promql(name: str) -> None:
+    from canary.metrics.labels import JoinLabels
+
+    with pytest.raises(ValueError, match="not a Prometheus label name"):
+        JoinLabels(namespace=name)

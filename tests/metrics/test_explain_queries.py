@@ -45,8 +45,8 @@ CHECKS: list[dict[str, Any]] = [
     {"name": "warmup", "metric": "warmup-time", "max": "3m"},
     {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9},
     {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
-    {"name": "ttft", "metric": "ttft", "quantile": 0.9, "max": 2},
-    {"name": "e2e", "metric": "e2e-latency", "max": 60},
+    {"name": "ttft", "metric": "ttft", "quantile": 0.9, "max": "2s"},
+    {"name": "e2e", "metric": "e2e-latency", "max": "60s"},
     {
         "name": "score",
         "promql": 'avg(score{ns="{{ namespace }}", rev="{{ revision }}", isvc="{{ inferenceService }}"}'

@@ -84,8 +84,8 @@ ALL_BUILTINS = [
     {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9, "maxIncrease": "10%"},
     {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
     {"name": "warmup", "metric": "warmup-time", "max": "3m"},
-    {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": 2},
-    {"name": "e2e", "metric": "e2e-latency", "max": 30},
+    {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": "2s"},
+    {"name": "e2e", "metric": "e2e-latency", "max": "30s"},
 ]
 
 

@@ -345,7 +345,7 @@ class SplitPrometheus(FaultyPrometheus):
 def test_a_backfill_that_times_out_is_asked_once_more_in_halves_then_is_error_counts() -> None:
     policy = make_policy(
         [{"name": "errors", "metric": "error-rate", "max": "1%", "maxIncrease": "50%"}],
-        metrics={"requests": "knative-opencensus"},
+        metrics={"requests": "knative-opencensus", "requestLabels": "scraped"},
     )
     request = make_request(policy, "kn118", "llama-predictor-00002", "llama-predictor-00001")
     with SplitPrometheus() as prometheus:

@@ -26,15 +26,15 @@ def test_env_secret_is_resolved_when_asked_and_registered_for_redaction() -> Non
 
 def test_file_secret_is_stripped_and_rotation_is_picked_up(tmp_path: Path) -> None:
     secret_file = tmp_path / "hmac"
-    secret_file.write_text("first-key-value\n")
+    secret_file.write_text("first-signing-key-value\n")
     redactor = Redactor()
     resolver = SecretResolver(redactor, {})
     ref = SecretRef(file=str(secret_file))
-    assert resolver.resolve(ref) == "first-key-value"
-    secret_file.write_text("  second-key-value  \n")
-    assert resolver.resolve(ref) == "second-key-value"
+    assert resolver.resolve(ref) == "first-signing-key-value"
+    secret_file.write_text("  second-signing-key-value  \n")
+    assert resolver.resolve(ref) == "second-signing-key-value"
     # Both values stay redacted: logs about the old key may still be written.
-    assert redactor.scrub("first-key-value second-key-value") == f"{MASK} {MASK}"
+    assert redactor.scrub("first-signing-key-value second-signing-key-value") == f"{MASK} {MASK}"
 
 
 def test_errors_name_the_reference_never_the_value(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_errors_name_the_reference_never_the_value(tmp_path: Path) -> None:
         resolver.resolve(SecretRef(env="MISSING"))
     with pytest.raises(SecretUnavailable, match="^env EMPTY is empty$"):
         resolver.resolve(SecretRef(env="EMPTY"))
-    with pytest.raises(SecretUnavailable, match="env SHORT is shorter than 4") as short:
+    with pytest.raises(SecretUnavailable, match="env SHORT is shorter than 16") as short:
         resolver.resolve(SecretRef(env="SHORT"))
     assert "ab" not in str(short.value).replace("cannot", "")
     missing = tmp_path / "nope"

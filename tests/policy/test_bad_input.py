@@ -414,3 +414,18 @@ def test_a_symlink_out_of_the_namespace_directory_is_not_read(policy_dir: Path, 
     assert sorted(messages) == ["borrowed.yaml", "x.yaml"]
     assert all("a symlink leading out of" in message for message in messages.values())
     assert "the-secret-value" not in json.dumps(errors)
+
+
+def test_a_label_name_with_dots_is_refused_with_the_name_to_write(policy_dir: Path) -> None:
+    """Label names stand outside quotes in PromQL: only identifiers, and an OpenTelemetry attribute
+    name gets the Prometheus name it is stored under."""
+    spec = (
+        SPEC + "metrics:\n  requestLabels: otlp\n  labels:\n    requests: {namespace: k8s.namespace.name}\n"
+    )
+    (policy_dir / "broken.yaml").write_text(policy_with(spec))
+    code, errors, loaded = validate(policy_dir)
+    assert code == 1 and "broken" not in loaded
+    [error] = errors
+    assert error["field"] == "spec.metrics.labels.requests.namespace"
+    assert "is not a Prometheus label name" in error["message"]
+    assert "'k8s_namespace_name'" in error["message"]

@@ -36,15 +36,36 @@ def test_validate_exits_0_on_the_shipped_policies() -> None:
     assert f"{len(EXAMPLES)} valid policies, 0 errors" in result.output
 
 
-def test_validate_rejects_the_shipped_policies_without_the_secret_scope() -> None:
-    """What `run` would refuse: by default no environment variable and no file may be referenced."""
+def test_without_the_secret_scope_the_shipped_policies_validate_and_name_what_the_controller_decides() -> (
+    None
+):
+    """Which secrets a namespace may read is the controller's setting (`run --secret-env-allow`): without
+    it, validate checks everything else and names each reference it left to the controller."""
     result = CliRunner().invoke(app, ["validate", *ROOTS])
+    assert result.exit_code == 0, result.output
+    assert f"{len(EXAMPLES)} valid policies, 0 errors" in result.output
+    assert (
+        "not checked here: spec.notify[0].slack.webhookUrlFrom.env SLACK_WEBHOOK_URL: "
+        "the controller's --secret-env-allow ml=GLOB decides"
+    ) in result.output
+    assert (
+        "not checked here: spec.notify[1].webhook.secretFrom.file: the controller's --secret-file-root"
+        in (result.output)
+    )
+
+
+def test_with_part_of_the_secret_scope_validate_refuses_as_the_controller_would() -> None:
+    """What `run` would refuse: given the scope, no other environment variable and no file."""
+    result = CliRunner().invoke(app, ["validate", "--secret-env-allow", "ml=ML_*", *ROOTS])
     assert result.exit_code == 1
     assert (
         "ml/llm-vllm.yaml:41: spec.notify[1].webhook.secretFrom.file: file references are disabled"
         in result.output
     )
-    assert "environment variable SLACK_WEBHOOK_URL is not allowed for namespace vision" in result.output
+    assert "environment variable SLACK_WEBHOOK_URL is not allowed for namespace ml (allowed: ML_*" in (
+        result.output
+    )
+    assert "not checked here" not in result.output
 
 
 def test_validate_exits_1_and_prints_located_errors(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from canary.policy import MetricKind, PromotionPolicy, load_text
+from canary.policy.loader import PolicyError
 from canary.policy.model import NoDataAction
 from tests.policy.support import valid_policy
 
@@ -162,3 +163,64 @@ def test_configmap_mount_dot_entries_are_skipped(tmp_path: pytest.TempPathFactor
     assert result.ok
     assert [p.policy.metadata.name for p in result.policies] == ["llama"]
     assert result.files == [str(root / "llama.yaml")]
+
+
+# A Flagger user's habits: thresholds in percent, request durations in milliseconds. Here a bare number
+# is a fraction or seconds, so each of these would silently turn a check off; each is refused with the
+# fix.
+@pytest.mark.parametrize(
+    ("check", "field", "fix"),
+    [
+        (
+            "{name: c, metric: error-rate, max: 1}",
+            "max",
+            'would mean 100% (a bare number is a fraction: 0.01 = 1%), a limit that never fails; for 1 percent write "1%"',
+        ),
+        ("{name: c, metric: error-rate, max: 5}", "max", "would mean 500%"),
+        ("{name: c, metric: kv-cache-usage, max: 1.0}", "max", 'for 1 percent write "1%"'),
+        (
+            "{name: c, metric: latency, max: 800}",
+            "max",
+            'seconds here (13m20s) but milliseconds in Flagger; write "800ms" or "800s"',
+        ),
+        ("{name: c, metric: latency, max: 50}", "max", 'write "50ms" or "50s"'),
+        ("{name: c, metric: ttft, max: 2}", "max", 'write "2ms" or "2s"'),
+        ("{name: c, metric: e2e-latency, max: 1s, maxIncrease: 20}", "maxIncrease", "would mean +2000%"),
+        (
+            "{name: c, metric: latency, maxIncrease: 20%, minStable: 100}",
+            "minStable",
+            'write "100ms" or "100s"',
+        ),
+        ("{name: c, promql: 'x', unit: ratio, max: 2}", "max", 'for 2 percent write "2%"'),
+        ("{name: c, promql: 'x', unit: ratio, max: 1}", "max", 'write "1%"'),
+    ],
+)
+def test_a_bare_number_a_peer_reads_in_another_unit_is_refused_with_the_fix(
+    check: str, field: str, fix: str
+) -> None:
+    errors = _errors_of_check(check)
+    assert [error.field for error in errors] == [f"spec.checks[0].{field}"], errors
+    assert fix in errors[0].message
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "{name: c, metric: error-rate, max: 0.01}",
+        "{name: c, metric: error-rate, max: 0}",
+        "{name: c, metric: latency, max: 800ms}",
+        "{name: c, metric: warmup-time, max: 300}",
+        "{name: c, metric: oom-kills, max: 0}",
+        "{name: c, metric: latency, maxIncrease: 0.5}",
+        "{name: c, promql: 'x', unit: seconds, max: 2}",
+    ],
+)
+def test_bare_numbers_that_mean_the_same_to_a_peer_stay_accepted(check: str) -> None:
+    assert _errors_of_check(check) == []
+
+
+def _errors_of_check(check: str) -> list[PolicyError]:
+    text = valid_policy().replace(
+        "{name: p99, metric: latency, quantile: 0.99, max: 800ms, maxIncrease: 20%}", check
+    )
+    return load_text(text).errors

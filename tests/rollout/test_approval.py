@@ -79,3 +79,22 @@ def test_a_step_can_be_approved_before_it_passes() -> None:
     again = apply_command(advanced.new_state, "approve", harness.now)
     assert again.accepted  # the next step is a different one
     assert not apply_command(again.state, "approve", harness.now).accepted  # ... but only once
+
+
+def test_approve_is_refused_for_a_step_the_policy_does_not_hold_for_approval() -> None:
+    harness = progressing(MANUAL)
+    manual = frozenset({10})
+    approved = apply_command(harness.state, "approve", harness.now, approval_steps=manual)
+    assert approved.accepted
+    harness.state = approved.state
+    advanced = harness.run(lambda d: d.action is not Action.WAIT)
+    assert (advanced.action, advanced.weight) == (Action.ADVANCE, 50)
+    refused = apply_command(advanced.new_state, "approve", harness.now, approval_steps=manual)
+    assert not refused.accepted
+    assert refused.message.endswith(
+        "step 50% does not wait for approval: the policy's steps with approval: manual are 10%"
+    ), refused.message
+    assert refused.state == advanced.new_state
+    without_any = apply_command(progressing(make_policy()).state, "approve", harness.now, approval_steps=())
+    assert not without_any.accepted
+    assert "the policy's steps with approval: manual are none" in without_any.message

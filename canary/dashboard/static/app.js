@@ -147,10 +147,29 @@ async function refreshDetail() {
   document.getElementById("last-command").textContent = last
     ? `last command: ${last.command} by ${last.by || "?"} ${last.accepted ? "accepted" : "refused"} at ${when(last.at)}: ${last.message}`
     : "";
+  drawActions(detail.actions || {});
   drawCharts(detail.charts);
   drawChecks(detail);
   drawDecisions(detail.decisions || []);
 }
+
+// A button is enabled only when the rollout's state would take its command now; its tooltip says why
+// not. The controller stays the authority: what it refuses (an approve without approval: manual, a
+// command it reads too late) comes back as its answer.
+function drawActions(actions) {
+  for (const button of document.querySelectorAll("#actions button")) {
+    const action = actions[button.dataset.action];
+    const allowed = Boolean(action && action.allowed);
+    button.disabled = acting || !allowed;
+    button.title = allowed ? "" : (action && action.reason) || "not available";
+  }
+}
+
+// Abort and promote cannot be taken back: say what they do to which revision, and ask.
+const CONFIRM = {
+  abort: (key, detail) => `Abort the rollout of ${detail.revision} (${key})? Its traffic goes back to the stable revision now.`,
+  promote: (key, detail) => `Promote ${detail.revision} (${key}) now, skipping the remaining steps and checks?`,
+};
 
 function drawChecks(detail) {
   const explain = detail.explain;
@@ -306,6 +325,7 @@ function drawCharts(charts) {
 
 async function act(action) {
   if (!selected || !shown || acting) return;
+  if (CONFIRM[action] && !window.confirm(CONFIRM[action](selected, shown))) return;
   const result = document.getElementById("action-result");
   const buttons = document.querySelectorAll("#actions button");
   acting = true;
@@ -337,7 +357,7 @@ async function act(action) {
     result.textContent = `${action}: ${error}`;
   } finally {
     acting = false;
-    buttons.forEach((button) => (button.disabled = false));
+    drawActions(shown.actions || {});
     refreshDetail();
     refreshList();
   }

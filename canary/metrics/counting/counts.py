@@ -57,7 +57,7 @@ def _from_birth(need: Need, request: EvidenceRequest) -> bool:
     """Whether ``need`` reads a canary's restart counters from its birth (Pending, the first step)."""
     assert isinstance(need.ask, CountsAsk)
     canary = need.side is Side.CANARY and request.canary_born is not None
-    return canary and need.ask.counter == RESTARTS_COUNTER
+    return canary and need.ask.counter.profile is None  # the restart counters
 
 
 class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
@@ -199,18 +199,26 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
     def sample_restarts(self, at: datetime) -> None:
         """Sample every revision the restart book tracks at ``at`` unless a sample within the
         tolerance exists (see :meth:`watch`)."""
-        book = self.books.get(RESTARTS_COUNTER)
-        if book is None or not book.tracked():
-            return
-        self._refresh(RESTARTS_COUNTER, {}, [], at)
+        with self._lock:  # one restart book per kube-state-metrics label style in use
+            books = [(counter, book) for counter, book in self.books.items() if counter.profile is None]
+        for counter, book in books:
+            if book.tracked():
+                self._refresh(counter, {}, [], at)
 
-    def watch(self, revision: RevisionKey, who: Hashable, born: datetime, at: datetime) -> None:
+    def watch(
+        self,
+        revision: RevisionKey,
+        who: Hashable,
+        born: datetime,
+        at: datetime,
+        counter: CounterQuery = RESTARTS_COUNTER,
+    ) -> None:
         """Sample ``revision``'s restart counters in every tick from now on, counted from birth (a
         canary warming up, not evaluated yet): an OOM kill then raises an alarm within a tick
         instead of waiting for the first evaluation. Once the revision is tracked (asked for, or
         watched before), nothing changes."""
         with self._lock:
-            book = self.book(RESTARTS_COUNTER)
+            book = self.book(counter)
             if not book.is_tracked(revision):
                 book.asked(revision, who, born, at, born=True)
 

@@ -18,6 +18,7 @@ from canary_sandbox.emulator.clock import Clock, ManualClock, ScaledClock, Syste
 from canary_sandbox.emulator.diagnostics import FaultInjector, RequestLog
 from canary_sandbox.emulator.errors import ApiError
 from canary_sandbox.emulator.kserve import KServeBehaviour, KServeConfig, RevisionBehaviour, RevisionState
+from canary_sandbox.emulator.paging import ListPages
 from canary_sandbox.emulator.scheduler import Scheduler
 from canary_sandbox.emulator.store import ObjectStore
 
@@ -50,6 +51,7 @@ class Emulator:
         self.store = ObjectStore(self.clock, self.lock, self.scheduler, history_size=history_size, seed=seed)
         self.kserve = KServeBehaviour(self.store, self.scheduler, self.clock, config, seed=seed)
         self.requests = RequestLog(request_log_size)
+        self.pages = ListPages()  # the rest of paged lists (limit/continue)
         self.faults = FaultInjector()
         self._ticker: threading.Thread | None = None
         self._stopping = threading.Event()

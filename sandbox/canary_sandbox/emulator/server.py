@@ -454,19 +454,23 @@ class _Handler(BaseHTTPRequestHandler):
         return document
 
     def _list(self, resource: r.ResourceType, namespace: str | None, query: dict[str, str]) -> _Response:
-        with self.emulator.lock:
-            items, version = self.emulator.store.list_objects(
-                resource, namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
-            )
+        items: list[JsonObject] = []
+        version = ""
+        if not query.get("continue"):  # a continued list is served from its first page's snapshot
+            with self.emulator.lock:
+                items, version = self.emulator.store.list_objects(
+                    resource, namespace, query.get("labelSelector", ""), query.get("fieldSelector", "")
+                )
+        selected = bool(query.get("labelSelector") or query.get("fieldSelector"))
+        items, version, paged = self.emulator.pages.page(items, version, query, selected=selected)
         if self._accepts("as=Table"):
             return self._table(resource, items, version, query)
-        # limit/continue are not implemented: the whole list comes back (servers may ignore limit).
         return _Response(
             200,
             {
                 "kind": resource.list_kind,
                 "apiVersion": resource.api_version,
-                "metadata": {"resourceVersion": version},
+                "metadata": {"resourceVersion": version, **paged},
                 "items": items,
             },
         )

@@ -68,6 +68,7 @@ class SimulatedFleet:
         *,
         seed: int = 7,
         gpu_label_style: str = "pod",
+        ksm_label_style: str = "pod",
         on_new_revision: Callable[[str, str, str, RevisionBehaviour], None] | None = None,
     ):
         self._custom = client.CustomObjectsApi(api_client)
@@ -75,6 +76,7 @@ class SimulatedFleet:
         self._models = {(m.namespace, m.inference_service): m for m in models}
         self._seed = seed
         self._gpu_label_style = gpu_label_style
+        self._ksm_label_style = ksm_label_style  # "exported_pod": scraped without honorLabels
         self._on_new_revision = on_new_revision
         self._revisions: dict[tuple[str, str], _RevisionInfo] = {}  # (namespace, revision)
         self._pods: dict[tuple[str, str], PodSimulator] = {}  # (namespace, pod)
@@ -205,7 +207,7 @@ class SimulatedFleet:
 
     def render(self) -> str:
         with self._lock:
-            return _render(self._pods, self._pod_meta, self._gpu_label_style)
+            return _render(self._pods, self._pod_meta, self._gpu_label_style, self._ksm_label_style)
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
         """Serve ``/metrics`` on a background thread; returns the server (``server_address`` has the port)."""
@@ -240,6 +242,7 @@ def _render(
     pods: Mapping[tuple[str, str], PodSimulator],
     meta: Mapping[tuple[str, str], tuple[str, float, float | None]],
     gpu_label_style: str,
+    ksm_label_style: str = "pod",
 ) -> str:
     lines: list[str] = [
         "# TYPE revision_request_count counter",
@@ -281,6 +284,15 @@ def _render(
 
         ksm = {"namespace": pod.namespace, "pod": pod.name, "uid": uid}
         container = {**ksm, "container": "kserve-container"}
+        if ksm_label_style == "exported_pod":
+            # A ServiceMonitor without honorLabels: its target labels (this exporter) take the plain names.
+            target = {
+                "namespace": "monitoring",
+                "pod": "kube-state-metrics-0",
+                "container": "kube-state-metrics",
+            }
+            ksm = {"exported_namespace": pod.namespace, "exported_pod": pod.name, "uid": uid, **target}
+            container = {**ksm, "exported_container": "kserve-container"}
         lines.append(f"kube_pod_container_status_restarts_total{_labels(container)} {pod.restarts}")
         if pod.last_terminated_reason:
             reason = {**container, "reason": pod.last_terminated_reason}

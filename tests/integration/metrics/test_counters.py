@@ -129,8 +129,8 @@ def test_counts_equal_the_raw_requests_on_every_profile(
 
 def test_vllm_histograms_travel_in_the_counts_and_equal_the_raw_requests(production: Scenario) -> None:
     checks = [
-        {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": 2, "maxIncrease": "25%"},
-        {"name": "e2e", "metric": "e2e-latency", "max": 60},
+        {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": "2s", "maxIncrease": "25%"},
+        {"name": "e2e", "metric": "e2e-latency", "max": "60s"},
     ]
     policy = make_policy(checks, metrics={"requests": "knative-opencensus"})
     with production.source() as source:

@@ -75,7 +75,12 @@ def test_auto_finds_the_installed_request_family_and_gpu_labels(
     detected = {
         entry["family"]: entry["choice"] for entry in logs if entry["event"] == "metric profile detected"
     }
-    assert detected == {"requests": profile, "gpuLabels": expected_gpu}
+    assert detected == {
+        "requests": profile,
+        "requestLabels": "scraped",
+        "gpuLabels": expected_gpu,
+        "kubeStateLabels": "pod",
+    }
 
 
 def test_dcgm_exporter_with_old_namespace_labels_is_detected_and_its_gpus_found() -> None:
@@ -104,11 +109,12 @@ def test_detection_is_cached_and_not_repeated_per_evaluation(install: tuple[str,
         after_first = _label_calls(prometheus.url)
         second = source.collect(policy, make_request(policy, "ml", "llama-predictor-00002", None))
         after_second = _label_calls(prometheus.url)
-    assert after_first - before == 2  # one look-up per auto family
+    # one look-up per auto setting: the request family and its labels, DCGM's and kube-state-metrics' labels
+    assert after_first - before == 4
     assert after_second == after_first
     # the detection, the tick's request and restart counter samples with their backfills and the GPU
     # peaks' backfill, which the second call (the same tick) reuses
-    assert first.queries - second.queries == 2 + 2 + 2 + 1
+    assert first.queries - second.queries == 4 + 2 + 2 + 1
 
 
 def test_nothing_found_is_no_data_that_says_what_was_looked_for() -> None:

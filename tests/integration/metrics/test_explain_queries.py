@@ -114,8 +114,8 @@ def test_kube_state_gpu_and_vllm_queries_answer_the_judged_values(production: Sc
         {"name": "warmup", "metric": "warmup-time", "max": "3m"},
         {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9},
         {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
-        {"name": "ttft-p95", "metric": "ttft", "quantile": 0.95, "max": 2},
-        {"name": "e2e-p99", "metric": "e2e-latency", "max": 60},
+        {"name": "ttft-p95", "metric": "ttft", "quantile": 0.95, "max": "2s"},
+        {"name": "e2e-p99", "metric": "e2e-latency", "max": "60s"},
     ]
     canary = "llama-predictor-00002"
     evidence = collect(production, checks, "kn118", "llama", canary, "llama-predictor-00001",
@@ -268,8 +268,8 @@ def test_hostile_names_cannot_leave_their_selectors(
         {"name": "warmup", "metric": "warmup-time", "max": "3m"},
         {"name": "gpu", "metric": "gpu-memory-peak", "max": "80Gi"},
         {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
-        {"name": "ttft", "metric": "ttft", "max": 2},
-        {"name": "e2e", "metric": "e2e-latency", "max": 60},
+        {"name": "ttft", "metric": "ttft", "max": "2s"},
+        {"name": "e2e", "metric": "e2e-latency", "max": "60s"},
         {"name": "custom", "promql": 'sum(up{namespace="{{ namespace }}", pod="{{ revision }}"})', "max": 1},
     ]
     for profile in ("knative-opencensus", "knative-otel-invocation"):

@@ -24,7 +24,12 @@ CHECKS = [
     {"name": "errors", "metric": "error-rate", "max": "1%", "maxIncrease": "50%"},
     {"name": "oom", "metric": "oom-kills", "max": 0},
 ]
-EXPLICIT = {"requests": "knative-opencensus", "gpuLabels": "pod"}
+EXPLICIT = {
+    "requests": "knative-opencensus",
+    "requestLabels": "scraped",
+    "gpuLabels": "pod",
+    "kubeStateLabels": "pod",
+}
 
 
 class Relay:
@@ -117,7 +122,8 @@ def test_prometheus_down_is_unreachable_error_evidence(production: Scenario) -> 
     assert {m.status for m in measurements} == {EvidenceStatus.ERROR}
     assert {m.error_class for m in measurements} == {ErrorClass.UNREACHABLE}
     assert "detection failed" in evidence.canary["errors"].detail  # an error, never a "no data"
-    # one detection call and one OOM query, each tried three times with a short backoff
+    # the request family's and kube-state-metrics' detections, each tried three times with a short
+    # backoff (the OOM check then has no query of its own: its labels are unknown)
     assert evidence.queries == 6
     assert elapsed < 3
 

@@ -23,9 +23,14 @@ CHECKS: list[dict[str, Any]] = [
     {"name": "warmup", "metric": "warmup-time", "max": "3m"},
     {"name": "gpu", "metric": "gpu-memory-peak", "maxFraction": 0.9, "maxIncrease": "10%"},
     {"name": "kv", "metric": "kv-cache-usage", "max": "95%"},
-    {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": 2, "maxIncrease": "50%"},
+    {"name": "ttft", "metric": "ttft", "quantile": 0.95, "max": "2s", "maxIncrease": "50%"},
 ]
-EXPLICIT = {"requests": "knative-opencensus", "gpuLabels": "pod"}
+EXPLICIT = {
+    "requests": "knative-opencensus",
+    "requestLabels": "scraped",
+    "gpuLabels": "pod",
+    "kubeStateLabels": "pod",
+}
 COUNTED = {"latency", "error-rate", "restarts", "oom-kills", "ttft"}
 PEAKS = {"gpu-memory-peak", "kv-cache-usage", "warmup-time"}
 OTHERS = [check for check in CHECKS if check["metric"] not in COUNTED | PEAKS]

@@ -166,8 +166,8 @@ def test_storage_initializer_oom_counts_and_pods_born_in_the_window(production: 
 
 def test_vllm_latency_quantiles_match_the_raw_requests(production: Scenario) -> None:
     checks = [
-        {"name": "ttft-p95", "metric": "ttft", "quantile": 0.95, "max": 2, "maxIncrease": "25%"},
-        {"name": "e2e-p99", "metric": "e2e-latency", "max": 60},
+        {"name": "ttft-p95", "metric": "ttft", "quantile": 0.95, "max": "2s", "maxIncrease": "25%"},
+        {"name": "e2e-p99", "metric": "e2e-latency", "max": "60s"},
     ]
     policy = make_policy(checks)
     with production.source() as source:

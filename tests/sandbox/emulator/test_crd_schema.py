@@ -17,6 +17,8 @@ from tests.sandbox.emulator.conftest import (
     WIDGET_VERSION,
     Widgets,
     widget,
+    widget_crd,
+    widget_schema,
 )
 from tests.sandbox.emulator.support import NAMESPACE, raw_request
 
@@ -309,3 +311,28 @@ def test_items_of_a_changed_list_are_not_ratcheted(widgets: Widgets, server: Emu
     assert widgets.patch({"spec": {"owner": "ml"}})["spec"]["owner"] == "ml"  # the list is unchanged
     _, causes = _invalid(lambda: widgets.patch({"spec": {"steps": [{"weight": 90}, {"weight": 10}]}}))
     assert [c["field"] for c in causes] == ["spec.steps[0].weight"]
+
+
+def test_fields_an_older_crd_kept_are_pruned_on_read_once_a_new_one_is_applied(
+    widgets: Widgets, apiextensions: client.ApiextensionsV1Api, custom: client.CustomObjectsApi
+) -> None:
+    """The apiserver prunes custom objects with the schema in force on every read from etcd, not only
+    on writes: apiextensions-apiserver ``pkg/apiserver/customresource_handler.go``,
+    ``crdConversionRESTOptionsGetter.GetRESTOptions`` wraps the storage codec in
+    ``schemaCoercingDecoder{... validator: unstructuredSchemaCoercer{... structuralSchemas: ...,
+    preserveUnknownFields: ...}}``, whose ``apply`` calls ``structuralpruning.Prune`` when unknown
+    fields are not preserved. The object in etcd keeps them until its next write."""
+    widgets.create(widget(extra={"kept": "under preserve-unknown-fields", "blob": "x" * 1000}))
+    assert widgets.get()["spec"]["extra"]["blob"] == "x" * 1000
+    crd = apiextensions.read_custom_resource_definition(WIDGET_CRD_NAME).to_dict()
+    schema = widget_schema()
+    schema["properties"]["spec"]["properties"]["extra"] = {
+        "type": "object",
+        "properties": {"kept": {"type": "string"}},
+    }
+    replaced = widget_crd(schema=schema)
+    replaced["metadata"]["resourceVersion"] = crd["metadata"]["resource_version"]
+    apiextensions.replace_custom_resource_definition(WIDGET_CRD_NAME, replaced)
+    assert widgets.get()["spec"]["extra"] == {"kept": "under preserve-unknown-fields"}
+    listed = custom.list_namespaced_custom_object(WIDGET_GROUP, WIDGET_VERSION, NAMESPACE, WIDGET_PLURAL)
+    assert [item["spec"]["extra"] for item in listed["items"]] == [{"kept": "under preserve-unknown-fields"}]
