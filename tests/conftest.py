@@ -75,9 +75,9 @@ EXPECTED_SECONDS: dict[str, float] = {
     "tests/e2e/test_notification_delivery.py::test_the_outbox_survives_a_controller_restart": 33,
     "tests/e2e/test_resilience.py::test_dry_run_decides_and_logs_but_writes_nothing": 16,
     # on the CPU
-    "tests/fuzz/test_policy_fuzz.py::test_documents_drawn_from_the_schema": 160,
-    "tests/fuzz/test_policy_fuzz.py::test_mutated_yaml_text": 145,
-    "tests/fuzz/test_policy_fuzz.py::test_mutated_policy_files": 70,
+    "tests/fuzz/test_policy_fuzz.py::test_documents_drawn_from_the_schema": 95,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_yaml_text": 105,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_policy_files": 40,
     "tests/deploy/test_rbac.py": 45,
     "tests/backtest/test_backtest.py": 40,
     "tests/integration/metrics/test_counters.py": 35,
