@@ -267,6 +267,9 @@ class CountSeries:
     detail: str = ""
     error_class: ErrorClass | None = None
     query: str = ""  # the PromQL the counters come from (for explain)
+    # When the revision's newest counter sample was taken, as Prometheus holds it: how far the
+    # evidence reaches behind an ingestion lag. None: the source does not say (read as ``at``).
+    newest: datetime | None = None
     # What :meth:`total_since` answers, when the source can add the tallies up without adding them
     # one by one (the counter book: the difference of two cumulative snapshots). None: they are added.
     summed: Callable[[datetime | None], Tally | None] | None = field(default=None, compare=False, repr=False)

@@ -152,7 +152,8 @@ def read_history(
     revision_label = metrics.revision_label or policy.spec.metrics.revision_label
     window = format_duration_seconds(max(resolution, 2 * scrape_interval))
     revisions = regex_literal(name) + "-predictor-.+"
-    rate = f'rate({metrics.count_metric}{{{metrics.namespace_label}="{string_literal(namespace)}", '
+    scoped = f"{metrics.series_matcher}, " if metrics.series_matcher else ""
+    rate = f'rate({metrics.count_metric}{{{scoped}{metrics.namespace_label}="{string_literal(namespace)}", '
     if revision_label is not None:
         series = f'{rate}{revision_label}=~"{string_literal(revisions)}"}}[{window}])'
         attributed = f'label_replace({series}, "revision", "$1", "{revision_label}", "(.+)")'

@@ -13,13 +13,16 @@ import typer
 from canary.cli.help import EXIT_USAGE, fail
 from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
+from canary.metrics.tenancy import Tenancy, parse_allow, parse_labels
+from canary.metrics.windows import window_warnings
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.loader import format_loc, secret_refs
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
+from canary.rollout.knative import policy_deadline_warning
 from canary.rollout.sampled import horizon_requests
 
-__all__ = ["print_schema", "secret_scope", "validate_paths"]
+__all__ = ["print_schema", "promql_tenancy", "secret_scope", "validate_paths"]
 
 
 def secret_scope(file_root: Path | None, env_allow: list[str]) -> SecretScope:
@@ -30,12 +33,27 @@ def secret_scope(file_root: Path | None, env_allow: list[str]) -> SecretScope:
     return SecretScope(file_root=file_root, env_allow=allowed)
 
 
+def promql_tenancy(allow: list[str], labels: list[str]) -> Tenancy:
+    """``--custom-promql-allow-metric`` and ``--custom-promql-tenancy-label``."""
+    try:
+        allowed = parse_allow(allow)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--custom-promql-allow-metric") from None
+    try:
+        named = parse_labels(labels)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--custom-promql-tenancy-label") from None
+    return Tenancy(allow=allowed, labels=named)
+
+
 def validate_paths(
     paths: list[Path],
     output: str,
     policy_namespaces: str,
     secret_file_root: Path | None,
     secret_env_allow: list[str],
+    scrape_interval: float = 30.0,
+    tenancy: Tenancy | None = None,
 ) -> None:
     missing = [path for path in paths if not path.exists()]
     if missing:
@@ -51,6 +69,7 @@ def validate_paths(
         paths,
         namespaces=NamespaceSource(policy_namespaces),
         secrets=secret_scope(secret_file_root, secret_env_allow) if checked else None,
+        promql=(tenancy or Tenancy()).refusals,
     )
     errors = sorted(result.errors, key=lambda error: error.sort_key)
     if output == "json":
@@ -66,7 +85,7 @@ def validate_paths(
                     "horizons": horizons(loaded.policy),
                     "atHorizon": loaded.policy.spec.at_horizon.value,
                     "horizonRequests": horizon_requests(loaded.policy),
-                    "warnings": resolution_warnings(loaded.policy),
+                    "warnings": policy_warnings(loaded.policy, scrape_interval),
                     "notChecked": [] if checked else unchecked_secrets(loaded.policy),
                 }
                 for loaded in result.policies
@@ -78,7 +97,7 @@ def validate_paths(
         lines = [str(error) for error in errors]
         for loaded in result.policies:
             lines.append(f"ok  {loaded.origin}: {loaded.policy.metadata.name} -> {loaded.policy.key}")
-            lines += [f"    {line}" for line in judge_advice(loaded.policy)]
+            lines += [f"    {line}" for line in judge_advice(loaded.policy, scrape_interval)]
             if not checked:
                 lines += [f"    not checked here: {line}" for line in unchecked_secrets(loaded.policy)]
         summary = f"{len(result.policies)} valid {'policy' if len(result.policies) == 1 else 'policies'}"
@@ -87,6 +106,17 @@ def validate_paths(
         lines.append(summary)
         typer.echo(printable("\n".join(lines)))
     raise typer.Exit(0 if result.ok else 1)
+
+
+def policy_warnings(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
+    """What may keep the policy from judging what it means: limits no bucket edge resolves, windows
+    the scrapes cannot cover, a progressDeadline Knative does not wait for."""
+    beyond_knative = policy_deadline_warning(policy.spec.progress_deadline)
+    return (
+        resolution_warnings(policy)
+        + window_warnings(policy, scrape_interval)
+        + ([beyond_knative] if beyond_knative else [])
+    )
 
 
 def unchecked_secrets(policy: PromotionPolicy) -> list[str]:
@@ -102,7 +132,7 @@ def unchecked_secrets(policy: PromotionPolicy) -> list[str]:
     return lines
 
 
-def judge_advice(policy: PromotionPolicy) -> list[str]:
+def judge_advice(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
     """What a policy author should know before the first rollout: when each step is decided at the
     latest, what a horizon estimate rests on, and limits the bucket layouts cannot resolve."""
     spec = policy.spec
@@ -118,7 +148,7 @@ def judge_advice(policy: PromotionPolicy) -> list[str]:
                 f"{name}: a horizon estimate rests on at least {size:,} canary requests of its step "
                 f"(a share half or twice the allowed is judged right at {spec.confidence:.0%})"
             )
-    lines.extend(f"warning: {warning}" for warning in resolution_warnings(policy))
+    lines.extend(f"warning: {warning}" for warning in policy_warnings(policy, scrape_interval))
     return lines
 
 

@@ -47,7 +47,7 @@ from canary.rollout.records import (
     ExplainCheck,
     ExplainDocument,
 )
-from canary.rollout.state import CommandKind, GateProgress, RolloutState, StateFormatError
+from canary.rollout.state import CommandKind, GateProgress, Phase, RolloutState, StateFormatError
 
 __all__ = ["CommandOptions", "StatusScope", "issue_command", "not_seen", "print_explain", "print_status"]
 
@@ -88,6 +88,7 @@ class StatusRow:
     reason: str = ""
     pending: str | None = None  # the command waiting for the controller
     stable: str | None = None
+    evidence_behind: float | None = None  # seconds, at the latest evaluation (when known)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class StatusRow:
             "since": self.since.isoformat() if self.since else None,
             "reason": self.reason,
             "pendingCommand": self.pending,
+            "evidenceBehindSeconds": self.evidence_behind,
         }
 
 
@@ -121,6 +123,10 @@ def status_row(stored: StoredState) -> StatusRow:
     except CommandFormatError:
         pending = "unreadable"
     last = state.history[-1] if state.history else None
+    behind = _evidence_behind(stored) if state.phase is Phase.PROGRESSING else None
+    reason = last.reason if last else ""
+    if behind is not None and behind >= 1.0:
+        reason = f"{reason} (evidence {human_duration(behind)} behind)".lstrip()
     return StatusRow(
         stored.namespace,
         stored.inference_service,
@@ -130,9 +136,20 @@ def status_row(stored: StoredState) -> StatusRow:
         step=None if state.step is None else state.step.index + 1,
         step_weight=None if state.step is None else state.step.weight,
         since=state.step.started_at if state.step else state.started_at,
-        reason=last.reason if last else "",
+        reason=reason,
         pending=pending,
+        evidence_behind=behind,
     )
+
+
+def _evidence_behind(stored: StoredState) -> float | None:
+    """How far behind its latest evaluation a rollout's evidence reached, in seconds."""
+    try:
+        document = stored.explain()
+    except StateFormatError:
+        return None
+    behind = document.evidence_behind if document is not None else None
+    return None if behind is None else behind.total_seconds()
 
 
 def _is_state(configmap: Mapping[str, Any]) -> bool:
@@ -396,6 +413,12 @@ def print_explain(
         lines.append(
             f"window {timestamp(document.window.start)} to {timestamp(document.window.end)} "
             f"({human_duration(span)})"
+        )
+    behind = document.evidence_behind
+    if behind is not None and document.evidence_until is not None:
+        lines.append(
+            f"evidence up to {timestamp(document.evidence_until)} "
+            f"({human_duration(behind.total_seconds())} behind the evaluation)"
         )
     lines += [f"  {reason}" for reason in document.reasons]
     if document.checks or not state.gates:

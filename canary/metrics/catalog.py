@@ -1,14 +1,18 @@
 """The metric catalog: every builtin metric kind, for every metric profile, as grouped PromQL.
 
 Each builtin query answers **many revisions at once**: it selects the series of every revision asked
-for (in every namespace asked for) and aggregates them ``by (namespace, revision)``. One HTTP round
+for (in every namespace asked for) and aggregates them by namespace and revision. One HTTP round
 trip therefore answers the canary and the stable revision of a rollout — and, when the windows
 agree, every rollout evaluated in the same tick.
 
 Output shape (what :mod:`canary.metrics.prometheus` parses)
 ------------------------------------------------------------
-Every series of a builtin query carries the labels ``namespace`` and ``revision`` (normalised with
-``label_replace`` whatever the source labels are called), and an optional ``evidence_field`` label:
+Every series of a builtin query carries the labels ``kserve_canary_namespace`` and
+``kserve_canary_revision`` (written with ``label_replace`` from whatever the source labels are
+called), and an optional ``kserve_canary_field`` label. The routing labels carry a prefix of their
+own (:data:`RESERVED_PREFIX`, below "evidence_field" stands for that field label): were they called
+``revision``, a workload exporting a ``revision`` label of its own would be misattributed, or make
+two series of one labelset and the whole grouped query refused.
 
 ========================= ====================================================================
 ``evidence_field``        meaning
@@ -32,6 +36,10 @@ Semantics built into the PromQL
   in bytes (DCGM's MiB multiplied by 2**20), so the resolved PromQL returns exactly the evidence value.
 * A latency quantile that falls into the ``+Inf`` bucket reads as the highest finite bucket bound
   (``histogram_quantile``'s rule): a lower bound of the truth.
+* Requests are counted where the client's view is recorded: around the queue-proxy's breaker. On
+  Knative >= 1.19 that is otelhttp's ``http_server_request_duration_seconds``, selected by its
+  instrumentation scope (:data:`QUEUE_PROXY_SERVER_SCOPE` says why); the generation's own histogram
+  only tells which Knative runs.
 * Revisions are selected by a revision label (Knative <= 1.18: ``revision_name``; a relabelled label on
   the OpenTelemetry profiles when ``metrics.revisionLabel`` is set) or by pod name everywhere else:
   the exact names Knative and the apiserver give a revision's pods (:mod:`canary.metrics.podnames`,
@@ -46,7 +54,7 @@ Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
 :func:`render_counters` samples *raw cumulative counters* — no ``rate``, no ``increase``, no range
 selector — of every tracked revision at once: the request counter and latency buckets of a requests
-profile ``sum by (namespace, revision, pod, code_class[, le])`` (``code_class`` 2xx..5xx from the
+profile summed by namespace, revision, pod and code class (and ``le``) (the class 2xx..5xx from the
 status code; ``pod`` kept so that a queue-proxy restart is a reset of that pod's series), or
 kube-state-metrics' restart counters per pod and container (:data:`RESTARTS_COUNTER`).
 :func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. The revision is
@@ -71,7 +79,7 @@ from canary.evidence import REQUESTS
 from canary.metrics.labels import KSM_LABELS, JoinLabels
 from canary.metrics.podnames import CUT_REVISION, HASHED_KEY, KEPT_REVISION, PodNaming, hashed_key, naming
 from canary.metrics.podnames import pods_pattern as _pods_pattern
-from canary.metrics.promql import regex_alternation, string_literal
+from canary.metrics.promql import regex_alternation, regex_literal, string_literal
 from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 from canary.policy.units import Unit
 
@@ -85,11 +93,18 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "NAMESPACE_LABEL",
+    "NEWEST_FIELD",
     "OOM_FIELD",
+    "OUTER_HISTOGRAM",
     "PEAK_FIELD",
     "PEAK_MEASURES",
+    "POD_LABEL",
+    "QUEUE_PROXY_SERVER_SCOPE",
     "REQUESTS_PROFILES",
+    "RESERVED_PREFIX",
     "RESTARTS_COUNTER",
+    "REVISION_LABEL",
     "BuiltinQuery",
     "CounterQuery",
     "Family",
@@ -103,8 +118,16 @@ __all__ = [
     "render_peaks",
 ]
 
+# The labels a grouped query routes its answer by. label_replace writes them onto the workloads' own
+# series, so they carry a prefix no exporter uses: a workload that exports a `revision` or
+# `namespace` label of its own must neither be misattributed nor make two series of one labelset
+# (Prometheus refuses such a query with "vector cannot contain metrics with the same labelset").
+RESERVED_PREFIX = "kserve_canary_"
+NAMESPACE_LABEL = RESERVED_PREFIX + "namespace"
+REVISION_LABEL = RESERVED_PREFIX + "revision"
+POD_LABEL = RESERVED_PREFIX + "pod"
 # The label that tells a value series from its companions (see the module docstring).
-FIELD_LABEL = "evidence_field"
+FIELD_LABEL = RESERVED_PREFIX + "field"
 FIELD_SAMPLES = "samples"
 FIELD_FRACTION = "fraction"
 
@@ -153,6 +176,10 @@ class RequestsMetrics:
     revision_label: str | None  # None: the revision is known only from the pod name
     latency_divisor: float  # to seconds
     pod_label: str = "pod"  # the label naming the queue-proxy's pod (a counter reset is per pod)
+    # Selects the queue-proxy's series among others of the same name (see QUEUE_PROXY_SERVER_SCOPE).
+    series_matcher: str = ""
+    # The family's own name, which tells the Knative generation apart (detection looks for it).
+    generation_metric: str = ""
     # Where the response class comes from: a label already holding "5xx" (OpenCensus), or a status
     # code mapped to its class by the pattern ("503" -> "5xx").
     code_label: str = "http_response_status_code"
@@ -161,13 +188,46 @@ class RequestsMetrics:
 
     @property
     def detection_metric(self) -> str:
-        return self.count_metric
+        return self.generation_metric or self.count_metric
+
+    def scope_matcher(self, labels: JoinLabels) -> str:
+        """Selects the queue-proxy's series (see QUEUE_PROXY_SERVER_SCOPE). Pushed over OTLP the scope
+        is a label only when Prometheus promotes it (``otlp.promote_scope_metadata``): there, series
+        with no scope are the queue-proxy's too."""
+        if not self.series_matcher:
+            return ""
+        return _OUTER_SERIES_OR_UNSCOPED if labels.pushed else self.series_matcher
+
+    @property
+    def outer_selector(self) -> str | None:
+        """The histogram the checks read, as a series selector, when it is not the generation's own
+        (Knative >= 1.19: the otelhttp server histogram around the breaker; scraped or pushed);
+        detection asks for it."""
+        if self.generation_metric and self.series_matcher:
+            return f"{self.count_metric}{{{_OUTER_SERIES_OR_UNSCOPED}}}"
+        return None
 
     @property
     def scraped_labels(self) -> JoinLabels:
         """The labels of the series as a PodMonitor scrapes them (the exporter's own, OpenCensus)."""
         return JoinLabels(self.namespace_label, self.pod_label, self.revision_label)
 
+
+# Knative >= 1.19 records its own request histogram (kn.queueproxy.app.duration, renamed
+# kn.serving.invocation.duration in 1.21) *inside* the breaker: requests the breaker answers 503 when
+# its queue is full, and the time admitted requests wait for a slot, never reach it. Only the
+# otelhttp server histogram wrapped around the whole queue-proxy handler chain sees every request as
+# the client does (knative/serving pkg/queue/sharedmain/handlers.go: requestAppMetricsHandler is
+# composed inside queue.ProxyHandler, otelhttp.NewHandler outside everything). Its name is the
+# generic http.server.request.duration, which a model server instrumented with OpenTelemetry in the
+# same pod may export too: the instrumentation scope (Prometheus' otel_scope_name label) tells the
+# queue-proxy's series apart.
+QUEUE_PROXY_SERVER_SCOPE = "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+OUTER_HISTOGRAM = "http_server_request_duration_seconds"
+_OUTER_SERIES = f'otel_scope_name="{QUEUE_PROXY_SERVER_SCOPE}"'
+_OUTER_SERIES_OR_UNSCOPED = (
+    f'otel_scope_name=~"{string_literal(f"({regex_literal(QUEUE_PROXY_SERVER_SCOPE)})?")}"'
+)
 
 REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OPENCENSUS: RequestsMetrics(
@@ -188,24 +248,28 @@ REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
         knative="1.19-1.20",
-        count_metric="kn_queueproxy_app_duration_seconds_count",
-        bucket_metric="kn_queueproxy_app_duration_seconds_bucket",
-        histogram_count_metric="kn_queueproxy_app_duration_seconds_count",
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
         server_error_matcher='http_response_status_code=~"5.."',
         namespace_label="namespace",
         revision_label=None,
         latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric="kn_queueproxy_app_duration_seconds_count",
     ),
     RequestsProfile.KNATIVE_OTEL_INVOCATION: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OTEL_INVOCATION,
         knative=">= 1.21",
-        count_metric="kn_serving_invocation_duration_seconds_count",
-        bucket_metric="kn_serving_invocation_duration_seconds_bucket",
-        histogram_count_metric="kn_serving_invocation_duration_seconds_count",
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
         server_error_matcher='http_response_status_code=~"5.."',
         namespace_label="namespace",
         revision_label=None,
         latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric="kn_serving_invocation_duration_seconds_count",
     ),
 }
 
@@ -340,14 +404,14 @@ class _Selection:
         one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
         """
         joined = self.labels.joined(expression, self._revision_matchers(revisions))
-        relabelled = _relabel(joined, "namespace", self.labels.namespace)
+        relabelled = _relabel(joined, NAMESPACE_LABEL, self.labels.namespace)
         if self.labels.revision is not None:
-            return _relabel(relabelled, "revision", self.labels.revision)
+            return _relabel(relabelled, REVISION_LABEL, self.labels.revision)
         return _revision_from_pod(relabelled, self.labels.pod, {key.revision for key in revisions})
 
 
-_POD_KEY = "canary_pod_key"  # the first 52 characters of a hashed revision's pod, while joining
-_HASHED_REVISION = "canary_hashed_revision"
+_POD_KEY = RESERVED_PREFIX + "pod_key"  # the first 52 characters of a hashed revision's pod, while joining
+_HASHED_REVISION = RESERVED_PREFIX + "hashed_revision"
 
 
 def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[str]) -> str:
@@ -360,9 +424,9 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
     """
     shapes = {naming(revision) for revision in revisions}
     if PodNaming.KEPT in shapes:
-        expression = _relabel(expression, "revision", pod_label, KEPT_REVISION)
+        expression = _relabel(expression, REVISION_LABEL, pod_label, KEPT_REVISION)
     if PodNaming.CUT in shapes:
-        expression = _relabel(expression, "revision", pod_label, CUT_REVISION)
+        expression = _relabel(expression, REVISION_LABEL, pod_label, CUT_REVISION)
     hashed = sorted(revision for revision in revisions if naming(revision) is PodNaming.HASHED)
     if not hashed:
         return expression
@@ -372,7 +436,7 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
         entry = f'label_replace(vector(1), "{_POD_KEY}", "{string_literal(hashed_key(revision))}", "", "")'
         entries.append(f'label_replace({entry}, "{_HASHED_REVISION}", "{string_literal(revision)}", "", "")')
     joined = f"{keyed} * on ({_POD_KEY}) group_left ({_HASHED_REVISION}) ({' or '.join(entries)})"
-    named = _relabel(joined, "revision", _HASHED_REVISION, "(.+)")
+    named = _relabel(joined, REVISION_LABEL, _HASHED_REVISION, "(.+)")
     return _drop(_drop(named, _POD_KEY), _HASHED_REVISION)
 
 
@@ -381,7 +445,7 @@ def _drop(expression: str, label: str) -> str:
 
 
 _POD_SELECTION = _Selection(JoinLabels())
-_GROUP = "namespace, revision"
+_GROUP = f"{NAMESPACE_LABEL}, {REVISION_LABEL}"
 
 
 def _with_field(expression: str, field: str) -> str:
@@ -431,7 +495,9 @@ def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> 
     window = query.window
 
     def summed(function: str, metric: str, extra: str = "", by: str = _GROUP) -> str:
-        series = f"{function}({metric}{{{selection.matchers(revisions, extra)}}}[{window}])"
+        scope = metrics.scope_matcher(selection.labels)
+        matchers = selection.matchers(revisions, ", ".join(filter(None, (scope, extra))))
+        series = f"{function}({metric}{{{matchers}}}[{window}])"
         return f"sum by ({by}) ({selection.by_revision(series, revisions)})"
 
     requests = summed("increase", metrics.count_metric)
@@ -561,11 +627,15 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counting)
 
-CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no readable code
+CODE_CLASS_LABEL = (
+    RESERVED_PREFIX + "code_class"
+)  # 1xx .. 5xx; absent when the exporter gave no readable code
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
 BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
 OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
-_COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
+# evidence_field of a revision's newest request-counter sample time (Unix seconds, Prometheus' own)
+NEWEST_FIELD = "newest"
+_COUNTER_GROUP = f"{_GROUP}, {POD_LABEL}, {CODE_CLASS_LABEL}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -611,12 +681,13 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     """The raw cumulative request counters and latency buckets of every revision in ``revisions``.
 
     No ``rate``, no ``increase``, no range selector: the values as the exporters count them, summed
-    only over labels that do not matter, ``by (namespace, revision, pod, code_class)`` (and ``le``
+    only over labels that do not matter, by the reserved namespace, revision, pod and code class (and ``le``
     for the buckets), so a queue-proxy restart shows as a reset of that pod's series and a status
     code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
     ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
     vLLM's time-to-first-token and end-to-end histograms come along (``bucket:ttft``,
-    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them.
+    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them, and
+    per revision the time of its newest counter sample (``newest``, Unix seconds).
     Valid as an instant query (one sample per series) and as a range query (the same, per step).
     """
     if not revisions:
@@ -630,9 +701,9 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     selection = _Selection(labels)
 
     def normalised(metric: str) -> str:
-        series = f"{metric}{{{selection.matchers(revisions)}}}"
+        series = f"{metric}{{{selection.matchers(revisions, metrics.scope_matcher(labels))}}}"
         relabelled = selection.by_revision(series, revisions)
-        relabelled = _relabel(relabelled, "pod", labels.pod, "(.+)")
+        relabelled = _relabel(relabelled, POD_LABEL, labels.pod, "(.+)")
         replacement = string_literal(metrics.code_replacement)
         return (
             f'label_replace({relabelled}, "{CODE_CLASS_LABEL}", "{replacement}", '
@@ -641,13 +712,26 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
 
     counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
     buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
-    parts = [_with_field(counter, COUNTER_FIELD), _with_field(buckets, BUCKET_FIELD)]
+    # How far each revision's evidence reaches: the time of its newest counter sample as Prometheus
+    # holds it, behind any ingestion lag (remote write, Thanos, Mimir). timestamp() of a plain
+    # selector reads the samples' own times (of any other expression, the evaluation time).
+    # The same series as the counts (the queue-proxy's scope): a model server's own histogram in the
+    # pod must not speak for how far the queue-proxy's evidence reaches.
+    own = selection.matchers(revisions, metrics.scope_matcher(labels))
+    stamped = selection.by_revision(f"timestamp({metrics.count_metric}{{{own}}})", revisions)
+    newest = f"max by ({_GROUP}) ({stamped})"
+    parts = [
+        _with_field(counter, COUNTER_FIELD),
+        _with_field(buckets, BUCKET_FIELD),
+        _with_field(newest, NEWEST_FIELD),
+    ]
     # vLLM's own histograms (in the model server, seconds; absent for other servers: no series).
     vllm_matchers = _POD_SELECTION.matchers(revisions)
     for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):
         series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions)
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
         parts.append(
-            _with_field(f"sum by (namespace, revision, pod, le) ({series})", f"{BUCKET_FIELD}:{measure}")
+            _with_field(f"sum by ({_GROUP}, {POD_LABEL}, le) ({series})", f"{BUCKET_FIELD}:{measure}")
         )
     return _union(*parts)
 
@@ -658,8 +742,9 @@ def _restart_counters(revisions: Collection[RevisionKey], labels: JoinLabels) ->
     parts = []
     for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
         series = selection.by_revision(raw.canonical(f"{metric}{{{raw.matchers(revisions)}}}"), revisions)
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
         # Several kube-state-metrics replicas export the same counter: one value per container.
-        parts.append(f"max by ({_GROUP}, pod, container) ({series})")
+        parts.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
     restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
     # Markers: the model container's (the storage-initializer's) last termination was an OOM kill.
     markers = []
@@ -669,7 +754,8 @@ def _restart_counters(revisions: Collection[RevisionKey], labels: JoinLabels) ->
     ):
         matchers = raw.matchers(revisions, f'{labels.container}="{container}", reason="OOMKilled"')
         series = selection.by_revision(raw.canonical(f"{reasons}{{{matchers}}} == 1"), revisions)
-        markers.append(f"max by ({_GROUP}, pod, container) ({series})")
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
+        markers.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
     oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
     return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
 

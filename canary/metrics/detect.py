@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, KSM_RESTARTS, REQUESTS_PROFILES
+from canary.metrics.catalog import DCGM_LABELS, DCGM_USED, KSM_RESTARTS, REQUESTS_PROFILES, RequestsMetrics
 from canary.metrics.client import PrometheusClient, QueryFailure, as_utc
 from canary.metrics.labels import OTLP_NAMESPACE, OTLP_REVISION, TARGET_INFO
 from canary.policy.model import GpuLabelStyle, KubeStateLabelStyle, RequestLabelStyle, RequestsProfile
@@ -218,7 +218,11 @@ class ProfileDetector:
         candidates = {REQUESTS_PROFILES[profile].detection_metric: profile for profile in _NEWEST_FIRST}
         looked_for = tuple(candidates)
         end = as_utc(at)
-        names, http_requests = self._client.label_values("__name__", looked_for, end - self._lookback, end)
+        # The histogram the >= 1.19 checks read, asked for in the same call (by its scope: see
+        # QUEUE_PROXY_SERVER_SCOPE): a generation found without it would read no requests.
+        outer = sorted({s for s in (m.outer_selector for m in REQUESTS_PROFILES.values()) if s is not None})
+        matches = (*looked_for, *outer)
+        names, http_requests = self._client.label_values("__name__", matches, end - self._lookback, end)
         if isinstance(names, QueryFailure):
             detail = f"could not list metric names: {names.detail}"
             return Detection(REQUESTS_FAMILY, None, looked_for, (), detail, end, names), http_requests
@@ -238,6 +242,7 @@ class ProfileDetector:
         detail = f"{found[0]} found: Knative {REQUESTS_PROFILES[chosen].knative} ({chosen.value})"
         if len(found) > 1:
             detail += f"; also found {', '.join(found[1:])} (older pods?) — using the newest family"
+        detail += _outer_missing(REQUESTS_PROFILES[chosen], set(names))
         return Detection(REQUESTS_FAMILY, chosen.value, looked_for, found, detail, end), http_requests
 
     def _detect_gpu_labels(self, at: datetime) -> tuple[Detection, int]:
@@ -267,6 +272,7 @@ class ProfileDetector:
 
     def _detect_request_labels(self, profile: RequestsProfile, at: datetime) -> tuple[Detection, int]:
         metric = REQUESTS_PROFILES[profile].count_metric
+        selector = REQUESTS_PROFILES[profile].outer_selector or metric  # the queue-proxy's series only
         scraped = REQUESTS_PROFILES[profile].scraped_labels.namespace
         looked_for = (
             f"{metric}{{{scraped}}}",
@@ -275,7 +281,7 @@ class ProfileDetector:
         )
         end = as_utc(at)
         start = end - self._lookback
-        labels, http_requests = self._client.label_names([metric], start, end)
+        labels, http_requests = self._client.label_names([selector], start, end)
         if isinstance(labels, QueryFailure):
             detail = f"could not list the labels of {metric}: {labels.detail}"
             return Detection(REQUEST_LABELS_FAMILY, None, looked_for, (), detail, end, labels), http_requests
@@ -361,6 +367,18 @@ _GPU_STYLE_WHY = {
     GpuLabelStyle.POD_NAME: "dcgm-exporter runs with --use-old-namespace (pod_name/pod_namespace)",
     GpuLabelStyle.POD: "the workload's pod and namespace labels are kept",
 }
+
+
+def _outer_missing(metrics: RequestsMetrics, names: set[str]) -> str:
+    """What to say when a generation is found without the histogram its checks read."""
+    if metrics.outer_selector is None or metrics.count_metric in names:
+        return ""
+    return (
+        f". WARNING: no {metrics.outer_selector} series: the error-rate and latency checks read the "
+        "queue-proxy's server histogram (it alone sees the breaker's 503s and the time queued) and "
+        "find no requests; it comes from the same queue-proxy port, so check that no metric "
+        "relabelling drops it"
+    )
 
 
 def _minutes(span: timedelta) -> str:

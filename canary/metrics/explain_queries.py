@@ -63,7 +63,8 @@ from canary.metrics.promql import (
     render_template,
     string_literal,
 )
-from canary.policy.model import Check, MetricKind, PromotionPolicy, RequestsProfile
+from canary.metrics.tenancy import Tenancy, TenancyError
+from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 
 __all__ = [
     "EXTRAPOLATED_NOTE",
@@ -181,21 +182,58 @@ def canary_queries(
     profile: Mapping[str, str],
     *,
     min_window: float,
+    tenancy: Tenancy | None = None,
 ) -> dict[str, CanaryQuery]:
     """Per check of ``request`` (by name), the query returning the canary's value alone.
 
     ``profile`` is what the evidence source used (:attr:`~canary.evidence.Evidence.profile`: the
     requests profile and DCGM label style chosen or detected); a check whose metrics were not found
-    (profile ``none``) or whose template cannot be rendered has no query.
+    (profile ``none``), whose template cannot be rendered or whose query ``tenancy`` refuses (its
+    measurement says why) has no query; a custom query is shown scoped, as it is asked.
     """
     shapes = _SHAPES.of(policy, request, profile)
     windows = _windows(request, min_window)
     queries: dict[str, CanaryQuery] = {}
     for check in request.checks:
         shape = shapes.get(check.name)
-        if shape is not None:
-            queries[check.name] = _filled(shape, windows)
+        filled = (
+            None
+            if shape is None
+            else _scoped(_filled(shape, windows), check, policy, request, profile, tenancy)
+        )
+        if filled is not None:
+            queries[check.name] = filled
     return queries
+
+
+def _scoped(
+    query: CanaryQuery,
+    check: Check,
+    policy: PromotionPolicy,
+    request: EvidenceRequest,
+    profile: Mapping[str, str],
+    tenancy: Tenancy | None,
+) -> CanaryQuery | None:
+    """A custom query as it is asked: scoped to the namespace (None: refused)."""
+    if not _templated(check, policy):
+        return query
+    style = profile.get(GPU_FAMILY)
+    gpu = GpuLabelStyle(style) if style in set(GpuLabelStyle) else policy.spec.metrics.gpu_labels
+    try:
+        scoped = (tenancy or Tenancy()).scope(query.promql, request.namespace, _known(gpu))
+    except TenancyError:
+        return None
+    return CanaryQuery(scoped, query.note)
+
+
+def _templated(check: Check, policy: PromotionPolicy) -> bool:
+    return check.promql is not None or (
+        check.metric is not None and check.metric.value in policy.spec.metrics.queries
+    )
+
+
+def _known(gpu: GpuLabelStyle) -> GpuLabelStyle | None:
+    return None if gpu is GpuLabelStyle.AUTO else gpu
 
 
 def render_canary_query(
@@ -205,10 +243,13 @@ def render_canary_query(
     profile: Mapping[str, str],
     *,
     min_window: float,
+    tenancy: Tenancy | None = None,
 ) -> CanaryQuery | None:
     """The query for one check (see the module docstring); None when there is none to give."""
     shape = _shape(check, policy, request, profile)
-    return None if shape is None else _filled(shape, _windows(request, min_window))
+    if shape is None:
+        return None
+    return _scoped(_filled(shape, _windows(request, min_window)), check, policy, request, profile, tenancy)
 
 
 def _windows(request: EvidenceRequest, min_window: float) -> tuple[str, str, str, str]:
@@ -321,7 +362,9 @@ def _requests(
     own.append(
         f"{labels.revision}={_quoted(revision)}" if labels.revision else _pods_of(labels.pod, revision)
     )
-    canary = [] if labels.target_info else own  # target_info: the join selects the canary
+    canary = [] if labels.target_info else list(own)  # target_info: the join selects the canary
+    if family.series_matcher:
+        canary.append(family.scope_matcher(labels))  # the queue-proxy's own series (Knative >= 1.19)
 
     def increase(*matchers: str, metric: str = family.count_metric) -> str:
         return labels.joined(f"increase({_selector(metric, *canary, *matchers)}[{window}])", own)

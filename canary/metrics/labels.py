@@ -74,6 +74,7 @@ class JoinLabels:
     revision: str | None = None
     container: str = "container"
     target_info: bool = False
+    pushed: bool = False  # over OTLP: an instrumentation scope is a label only when Prometheus promotes it
 
     def __post_init__(self) -> None:
         for name in (self.namespace, self.pod, self.container, self.revision):
@@ -94,8 +95,8 @@ KSM_LABELS = JoinLabels()
 # A ServiceMonitor without honorLabels: the target labels (kube-state-metrics' own pod) win.
 KSM_EXPORTED = JoinLabels("exported_namespace", "exported_pod", container="exported_container")
 _KSM_STYLES = {KubeStateLabelStyle.POD: KSM_LABELS, KubeStateLabelStyle.EXPORTED_POD: KSM_EXPORTED}
-_OTLP = JoinLabels(OTLP_NAMESPACE, OTLP_POD)
-_OTLP_TARGET_INFO = JoinLabels(OTLP_NAMESPACE, OTLP_POD, OTLP_REVISION, target_info=True)
+_OTLP = JoinLabels(OTLP_NAMESPACE, OTLP_POD, pushed=True)
+_OTLP_TARGET_INFO = JoinLabels(OTLP_NAMESPACE, OTLP_POD, OTLP_REVISION, target_info=True, pushed=True)
 
 
 def overridden(labels: JoinLabels, names: JoinLabelNames) -> JoinLabels:

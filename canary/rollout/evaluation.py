@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from canary.evidence import Evidence, EvidenceRequest
@@ -25,7 +25,7 @@ from canary.policy.units import format_duration
 from canary.rollout import bookkeeping
 from canary.rollout.bookkeeping import EvaluationMode, is_conclusive, is_due, no_data_clock_from, step_passed
 from canary.rollout.draft import Draft, Final, Outcome, Tick, duration, seconds
-from canary.rollout.horizon import Horizon, HorizonOutcome, evidence_time
+from canary.rollout.horizon import Horizon, HorizonOutcome, evidence_time, evidence_until
 from canary.rollout.judge import CheckVerdict, CountContext, Evaluation, judge_evidence
 from canary.rollout.outcomes import pause, rollback
 from canary.rollout.state import PauseKind, Phase, RolloutState, StepProgress, describe_time
@@ -161,12 +161,14 @@ def record_evaluation(tick: Tick, draft: Draft, point: EvaluationPoint, evidence
     state = draft.state
     step = state.step
     final = compare and step is not None and step.index == len(tick.steps) - 1
+    # A step's window is time covered by evidence: up to the canary's newest sample, not the clock.
+    until = evidence_until((evidence.counts or {}).get("canary"), at)
     context = CountContext(
         step_start=point.window_start,
         budget=tick.plan.budget,
         confidence=tick.spec.confidence,
         final_step=final,
-        horizon=_horizon(tick, step, evidence, at) if compare else None,
+        horizon=_horizon(tick, step, evidence, until) if compare else None,
     )
     evaluation = judge_evidence(
         point.checks,
@@ -191,7 +193,7 @@ def record_evaluation(tick: Tick, draft: Draft, point: EvaluationPoint, evidence
         passed = step_passed(
             evaluation,
             enough_requests,
-            at - step.started_at,
+            until - step.started_at,
             tick.plan.windows[step.index],
             final_step=final,
         )
@@ -206,13 +208,15 @@ def record_evaluation(tick: Tick, draft: Draft, point: EvaluationPoint, evidence
     return _verdict_consequences(tick, draft, point, evaluation, record.failure_streak, conclusive)
 
 
-def _horizon(tick: Tick, step: StepProgress | None, evidence: Evidence, at: datetime) -> Horizon | None:
-    """Where the step stands against its horizon: the evidence time its canary tallies cover."""
+def _horizon(tick: Tick, step: StepProgress | None, evidence: Evidence, until: datetime) -> Horizon | None:
+    """Where the step stands against its horizon: the evidence time its canary tallies cover, and
+    whether the evidence (up to ``until``) covers its window."""
     if step is None or step.started_at is None:
         return None
     covered = evidence_time((evidence.counts or {}).get("canary"), step.started_at)
-    ended = at - step.started_at >= tick.plan.windows[step.index]
-    return Horizon(tick.plan.horizons[step.index], covered, at, tick.spec.at_horizon, ended)
+    ended = until - step.started_at >= tick.plan.windows[step.index]
+    at = evidence.request.at
+    return Horizon(tick.plan.horizons[step.index], covered, at, tick.spec.at_horizon, ended, until)
 
 
 def _carries_share(tick: Tick, state: RolloutState, evaluation: Evaluation, index: int) -> tuple[bool, str]:
@@ -246,9 +250,10 @@ def _evaluation_reasons(
         what = "while not Ready, absolute limits"
     else:
         what = "bake, absolute limits"
+    behind = evaluation.horizon.behind if evaluation.horizon is not None else ""
     reasons = [
-        f"Evaluation at {describe_time(at)} over {duration(at - point.window_start)} ({what}): "
-        f"{evaluation.summary()}."
+        f"Evaluation at {describe_time(at)} over {duration(at - point.window_start)} ({what}"
+        f"{'; ' + behind if behind else ''}): {evaluation.summary()}."
     ]
     # A counted check's statement says what was shown, met or not; a measured check's value is
     # news only when it is not a pass.
@@ -328,9 +333,18 @@ def _no_data(tick: Tick, draft: Draft) -> Outcome:
     assert step.started_at is not None
     assert at is not None
     clock_from = no_data_clock_from(step.started_at, draft.state.evaluation)
-    silent = at - clock_from
+    # Silence as far as the evidence reaches: an ingestion lag is not the canary's silence.
+    horizon = draft.evaluation.horizon if draft.evaluation is not None else None
+    age = horizon.evidence_age if horizon is not None else timedelta(0)
+    silent = max(at - clock_from - age, timedelta(0))
     after = tick.spec.on_no_data.after
     action = tick.spec.on_no_data.action
+    if age >= seconds(after):
+        # Evidence that stopped arriving is Prometheus' outage, not the canary's silence: say so, hold.
+        draft = draft.warning(
+            f"The canary's newest sample in Prometheus is {duration(age)} old: its ingestion (remote "
+            "write, Thanos, Mimir) may be stalled. The step holds until the evidence covers its window."
+        )
     if silent < seconds(after):
         return draft.noting(
             f"No conclusive evidence for {duration(silent)}; onNoData ({action}) applies after "

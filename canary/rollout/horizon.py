@@ -8,7 +8,8 @@ covered by tallies in which the canary served requests. Time without data, on Pr
 while a gate or an approval holds a passed step does not move it; those follow their own rules
 (``onNoData``, gate deadlines).
 
-Once the step was held for its window, a check the tests left undecided is decided **on its
+Once evidence covers the step's window (it reaches the canary's newest sample as Prometheus holds
+it, :func:`evidence_until`, not the clock), a check the tests left undecided is decided **on its
 estimate** as soon as the estimate is *resolved* — on the wrong side of the limit with a chance of at
 most ``1 - confidence`` (normal approximation; for relative limits the stable revision's own sampling
 error is included) — and at the horizon whatever that chance, as a person reading the dashboard
@@ -38,6 +39,7 @@ from statistics import NormalDist
 
 from canary.evidence import CountSeries, EvidenceStatus, Tally
 from canary.policy.model import HorizonAction
+from canary.policy.units import format_duration
 
 __all__ = [
     "Horizon",
@@ -46,12 +48,14 @@ __all__ = [
     "chance_text",
     "events_needed",
     "evidence_time",
+    "evidence_until",
     "requests_needed",
     "share_variance",
     "wrong_side",
 ]
 
 _NORMAL = NormalDist()
+_NOTED_AGE = timedelta(seconds=1)  # an evidence age below this is not worth a word
 
 
 class HorizonOutcome(StrEnum):
@@ -70,16 +74,38 @@ class Horizon:
     covered: timedelta  # the evidence time the step has had so far
     now: datetime
     action: HorizonAction = HorizonAction.DECIDE
-    window_ended: bool = False  # the step was held for its window: a resolved estimate may decide
+    window_ended: bool = False  # evidence covers the step's window: a resolved estimate may decide
+    evidence_until: datetime | None = None  # how far the canary's evidence reaches (None: ``now``)
 
     @property
     def reached(self) -> bool:
         return self.covered >= self.length
 
     @property
+    def evidence_age(self) -> timedelta:
+        """How far behind the evaluation the canary's evidence reaches."""
+        return self.now - self.evidence_until if self.evidence_until is not None else timedelta(0)
+
+    @property
+    def behind(self) -> str:
+        """``evidence 32s behind`` when the evidence reaches a second or more behind the
+        evaluation (scrape intervals, ingestion lag); ``""`` otherwise."""
+        age = self.evidence_age
+        return f"evidence {format_duration(age.total_seconds())} behind" if age >= _NOTED_AGE else ""
+
+    @property
     def by(self) -> datetime:
         """When it is reached if evidence keeps flowing."""
         return self.now + max(self.length - self.covered, timedelta(0))
+
+
+def evidence_until(series: CountSeries | None, at: datetime) -> datetime:
+    """How far the canary's evidence reaches at ``at``: the time of its newest counter sample as
+    Prometheus holds it (behind scrape intervals and ingestion lag), never after ``at``; ``at`` when
+    the evidence does not say (a source without counts, or counts without that time)."""
+    if series is None or series.status is not EvidenceStatus.OK or series.newest is None:
+        return at
+    return min(series.newest, at)
 
 
 def evidence_time(series: CountSeries | None, since: datetime) -> timedelta:

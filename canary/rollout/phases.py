@@ -9,6 +9,7 @@ progress deadline; while baking, the end of the bake (:func:`canary.rollout.outc
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from canary.policy.model import GateStage
 from canary.policy.units import format_duration
@@ -18,7 +19,7 @@ from canary.rollout.evaluation import Judging, evaluating
 from canary.rollout.gating import gated, gates_hold, gates_passed_headline
 from canary.rollout.judge import CheckVerdict
 from canary.rollout.outcomes import after_bake_evaluation, evaluation_event, leave_step, pause, rollback, wait
-from canary.rollout.starting import end_dark_launch
+from canary.rollout.starting import end_dark_launch, failed_by_knative, knative_deadline_warning
 from canary.rollout.state import PauseKind, Phase, StepProgress, describe_time
 from canary.rollout.vocabulary import EventReason, Severity
 
@@ -35,6 +36,8 @@ def pending(tick: Tick, draft: Draft) -> Final | Judging:
     assert state.started_at is not None
     assert state.step is not None
     if not tick.observed.canary_ready:
+        if tick.observed.knative_failed:
+            return failed_by_knative(tick, draft)
         return evaluating(tick, draft, EvaluationMode.PENDING, state.started_at, None, _pending_evaluated)
     draft = draft.noting(
         f"{state.revision} became Ready {duration(tick.now - state.started_at)} after its rollout started."
@@ -66,6 +69,9 @@ def _pending_evaluated(tick: Tick, draft: Draft) -> Final:
     waited = tick.now - state.started_at
     failure = f" Knative reports: {observed.revision_failure}" if observed.revision_failure else ""
     deadline = tick.spec.progress_deadline
+    beyond_knative = knative_deadline_warning(tick, state.revision or "the canary")
+    if beyond_knative is not None:
+        draft = draft.noting(beyond_knative)
     if waited >= tick.plan.progress_deadline:
         return rollback(
             tick,
@@ -205,6 +211,10 @@ def _step_progress_text(tick: Tick, draft: Draft, step: StepProgress) -> str:
                 f"steps; not yet: {', '.join(undecided)}."
             )
     horizon = evaluation.horizon if evaluation is not None else None
+    held_text = f"held {duration(held)} of {tick.plan.window_texts[step.index]}"
+    if horizon is not None and horizon.behind and horizon.evidence_until is not None:
+        covered = max(horizon.evidence_until - step.started_at, timedelta(0))
+        held_text += f", evidence covering {duration(covered)} of it ({horizon.behind})"
     if horizon is not None and not horizon.reached:
         waiting += (
             f" Decided by {describe_time(horizon.by)} at the latest (the step's horizon: "
@@ -212,7 +222,7 @@ def _step_progress_text(tick: Tick, draft: Draft, step: StepProgress) -> str:
         )
     return (
         f"Holding {draft.state.revision} at {step.weight}% (step {step.index + 1} of "
-        f"{len(tick.steps)}): held {duration(held)} of {tick.plan.window_texts[step.index]}, "
+        f"{len(tick.steps)}): {held_text}, "
         f"{requests} of {tick.plan.min_requests[step.index]} canary requests, latest evaluation "
         f"{verdict}.{waiting}"
     )

@@ -20,6 +20,7 @@ from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationErro
 from canary.evidence import CanaryQuery, Evidence
 from canary.policy.units import Unit
 from canary.rollout.decision import Decision
+from canary.rollout.horizon import evidence_until
 from canary.rollout.judge import Judgement
 from canary.rollout.state import JSON_CONFIG, CommandKind, StateFormatError, read_json_object
 
@@ -210,6 +211,16 @@ class ExplainDocument:
     queries: int = 0
     checks: tuple[ExplainCheck, ...] = ()
     gates: tuple[ExplainGate, ...] = ()
+    # How far the canary's evidence reached (its newest sample as Prometheus held it), when the
+    # evidence said; the window's end minus this is how old the evidence was.
+    evidence_until: _Time | None = None
+
+    @property
+    def evidence_behind(self) -> timedelta | None:
+        """How far behind the evaluation the canary's evidence reached (None: not known)."""
+        if self.evidence_until is None or self.window is None:
+            return None
+        return max(self.window.end - self.evidence_until, timedelta(0))
 
     @classmethod
     def of(cls, decision: Decision, evidence: Evidence | None, now: datetime) -> ExplainDocument:
@@ -230,6 +241,7 @@ class ExplainDocument:
                 else None
             ),
             profiles=dict(evidence.profile) if evidence is not None else {},
+            evidence_until=_reach(evidence),
             queries=evidence.queries if evidence is not None else 0,
             checks=tuple(
                 _check(judgement, canary_queries.get(judgement.name)) for judgement in decision.judgements
@@ -307,6 +319,16 @@ class ExplainDocument:
         """Raises :class:`ExplainFormatError` for anything that is not an evaluation record."""
         what = "the latest evaluation (explain.json)"
         return _validate(_EXPLAIN, read_json_object(text, what, ExplainFormatError), what, ExplainFormatError)
+
+
+def _reach(evidence: Evidence | None) -> datetime | None:
+    """How far the canary's counts reach, when they say (CountSeries.newest)."""
+    if evidence is None:
+        return None
+    series = evidence.counts.get("canary")
+    if series is None or series.newest is None:
+        return None
+    return evidence_until(series, evidence.request.at)
 
 
 def _check(judgement: Judgement, canary: CanaryQuery | None) -> ExplainCheck:

@@ -9,17 +9,23 @@ function can let counters grow, reset, or series appear and disappear over time)
             ...
 
 It also counts the scrapes it served (:attr:`scrapes`), which lets a test wait for fresh data.
+
+:class:`IngestionLag` wraps a render function so that Prometheus holds its samples ``lag`` seconds
+late, as behind remote write, a Thanos sidecar's upload or Mimir's ingesters: each scrape is
+answered with the exposition rendered at least ``lag`` ago, every sample carrying the time it was
+rendered. The newest samples are simply not there yet, and ``timestamp()`` says so.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Self
 
-__all__ = ["FixtureExporter"]
+__all__ = ["FixtureExporter", "IngestionLag"]
 
 _CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -98,3 +104,44 @@ class FixtureExporter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class IngestionLag:
+    """``render`` as Prometheus sees it behind an ingestion lag of ``lag`` seconds.
+
+    Every call renders now and keeps the text with its time; it answers the newest text rendered at
+    least ``lag`` seconds ago, each sample line with that time as its explicit timestamp (the text
+    format's optional third field, in milliseconds; Prometheus stores scraped samples at their own
+    timestamps: ``honor_timestamps`` is true by default). Before ``lag`` has passed it answers
+    nothing. Samples with their own timestamps get no staleness markers (Prometheus 2.42), so a
+    series that disappears stays visible for the 5-minute lookback instead of ending at once.
+    """
+
+    def __init__(self, render: Callable[[], str], lag: float, clock: Callable[[], float] = time.time) -> None:
+        if lag < 0:
+            raise ValueError("the ingestion lag cannot be negative")
+        self._render = render
+        self.lag = lag
+        self._clock = clock
+        self._kept: list[tuple[float, str]] = []  # (rendered at, text), oldest first
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        now = self._clock()
+        text = self._render()
+        with self._lock:
+            self._kept.append((now, text))
+            ripe = [index for index, (at, _) in enumerate(self._kept) if at <= now - self.lag]
+            if not ripe:
+                return ""
+            del self._kept[: ripe[-1]]  # the newest ripe one stays: it is served until a newer ripens
+            at, served = self._kept[0]
+        return _stamped(served, round(at * 1000))
+
+
+def _stamped(text: str, millis: int) -> str:
+    """Every sample line of an exposition with ``millis`` as its timestamp."""
+    lines = [
+        line if not line.strip() or line.startswith("#") else f"{line} {millis}" for line in text.splitlines()
+    ]
+    return "\n".join(lines) + "\n"

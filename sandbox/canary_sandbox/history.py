@@ -7,12 +7,13 @@ error ratio and latency. :meth:`RolloutHistory.openmetrics` renders what the exp
 written, one sample per scrape, with timestamps, for ``promtool tsdb create-blocks-from openmetrics``
 (``PrometheusServer(backfill=...)``):
 
-* the Knative queue-proxy request histogram of one requests profile — ``knative-otel-invocation``
-  (``kn_serving_invocation_duration_seconds``, seconds, ``http_response_status_code``, revision known
-  from the pod name, as the cluster names pods) or ``knative-opencensus``
-  (``revision_request_count`` and ``revision_request_latencies``, milliseconds, ``revision_name``,
-  ``response_code_class``): cumulative counters per pod, the 5xx series appearing only with the
-  first 5xx, as the exporters do;
+* the Knative queue-proxy request histograms of one requests profile — ``knative-otel-invocation``
+  (``kn_serving_invocation_duration_seconds`` inside the breaker and otelhttp's
+  ``http_server_request_duration_seconds`` around it, each with its ``otel_scope_name``; seconds,
+  ``http_response_status_code``, revision known from the pod name, as the cluster names pods) or
+  ``knative-opencensus`` (``revision_request_count`` and ``revision_request_latencies``,
+  milliseconds, ``revision_name``, ``response_code_class``): cumulative counters per pod, the 5xx
+  series appearing only with the first 5xx, as the exporters do;
 * optionally the controller's own ``kserve_canary_rollout_weight`` gauge (the percentage status
   showed; -1 while there is no canary), as a scraped controller would have exported it.
 
@@ -36,8 +37,12 @@ from canary_sandbox.k8s_names import revision_pod_name
 from canary_sandbox.kserve_metrics import (
     OPENCENSUS_BUCKETS_MS,
     OTEL_BUCKETS,
+    OTELHTTP_SCOPE,
+    OUTER_HISTOGRAM,
+    QUEUE_PROXY_SCOPE,
     escape_label,
     format_number,
+    otel_request_labels,
     poisson,
 )
 
@@ -224,41 +229,36 @@ class RolloutHistory:
                         if latency * scale <= bound:
                             per[bucket] += 1
                 for code, count in counts.items():
-                    base = self._labels(revision, code)
-                    histogram = (
-                        "revision_request_latencies"
-                        if opencensus
-                        else "kn_serving_invocation_duration_seconds"
-                    )
-                    if opencensus:
-                        sample(
-                            "revision_request_count",
-                            "counter",
-                            "revision_request_count",
-                            base,
-                            scrape.at,
-                            count,
-                        )
-                    for bucket, bound in enumerate(bounds):
-                        labels = {**base, "le": format_number(bound)}
+                    for histogram, base in self._histograms(revision, code):
+                        if opencensus:
+                            sample(
+                                "revision_request_count",
+                                "counter",
+                                "revision_request_count",
+                                base,
+                                scrape.at,
+                                count,
+                            )
+                        for bucket, bound in enumerate(bounds):
+                            labels = {**base, "le": format_number(bound)}
+                            sample(
+                                histogram,
+                                "histogram",
+                                f"{histogram}_bucket",
+                                labels,
+                                scrape.at,
+                                buckets[code][bucket],
+                            )
                         sample(
                             histogram,
                             "histogram",
                             f"{histogram}_bucket",
-                            labels,
+                            {**base, "le": "+Inf"},
                             scrape.at,
-                            buckets[code][bucket],
+                            count,
                         )
-                    sample(
-                        histogram,
-                        "histogram",
-                        f"{histogram}_bucket",
-                        {**base, "le": "+Inf"},
-                        scrape.at,
-                        count,
-                    )
-                    sample(histogram, "histogram", f"{histogram}_count", base, scrape.at, count)
-                    sample(histogram, "histogram", f"{histogram}_sum", base, scrape.at, sums[code])
+                        sample(histogram, "histogram", f"{histogram}_count", base, scrape.at, count)
+                        sample(histogram, "histogram", f"{histogram}_sum", base, scrape.at, sums[code])
         if self.controller_weight:
             labels = {"namespace": self.namespace, "inference_service": self.inference_service}
             for moment in self.ticks:
@@ -273,6 +273,20 @@ class RolloutHistory:
                     weight,
                 )
         return families
+
+    def _histograms(self, revision: str, code: str) -> list[tuple[str, dict[str, str]]]:
+        """The request histograms a queue-proxy writes, with their labels. On OpenTelemetry (>= 1.19)
+        its own, inside the breaker, and otelhttp's around it: equal here, no load is ever shed."""
+        base = self._labels(revision, code)
+        if self.profile == "knative-opencensus":
+            return [("revision_request_latencies", base)]
+        return [
+            (histogram, {**base, **otel_request_labels(scope, code)})
+            for histogram, scope in (
+                ("kn_serving_invocation_duration_seconds", QUEUE_PROXY_SCOPE),
+                (OUTER_HISTOGRAM, OTELHTTP_SCOPE),
+            )
+        ]
 
     def _labels(self, revision: str, code: str) -> dict[str, str]:
         pod = self.pod(revision)
@@ -295,8 +309,6 @@ class RolloutHistory:
             "pod": pod,
             "container": "queue-proxy",
             "job": "queue-proxy",
-            "http_request_method": "POST",
-            "http_response_status_code": code,
         }
 
 

@@ -147,9 +147,14 @@ class Stack:
     workdir: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     scrape_interval: float = 1.0  # Prometheus' (the scale benchmark scrapes thousands of pods less often)
+    # Seconds before Prometheus holds a sample (remote write, Thanos, Mimir): the fleet's samples
+    # arrive that late, with their own timestamps (canary_sandbox.exporter.IngestionLag).
+    ingestion_lag: float = 0.0
     request_log_size: int = 10_000  # the emulator's request log
     # PromotionPolicy objects instead of files (the controller then runs with --policy-source crd).
     policy_objects: bool = False
+    # The Knative generation the fleet's queue-proxies export (knative-otel-*: both >= 1.19 histograms).
+    requests_profile: str = "knative-opencensus"
 
     def __post_init__(self) -> None:
         self._owned_workdir = self.workdir is None
@@ -187,9 +192,13 @@ class Stack:
             for namespace in sorted({model.namespace for model in self.models} - {"default"}):
                 self.emulator.create_namespace(namespace)
             self.fleet = SimulatedFleet(
-                self.api, self.models, seed=self.seed, on_new_revision=self._on_new_revision
+                self.api,
+                self.models,
+                seed=self.seed,
+                on_new_revision=self._on_new_revision,
+                requests_profile=self.requests_profile,
             )
-            exporter = self.fleet.serve()
+            exporter = self.fleet.serve(ingestion_lag=self.ingestion_lag)
             self._closers.append(exporter.shutdown)
             self._fleet_thread = threading.Thread(target=self._run_fleet, name="fleet", daemon=True)
             self._fleet_thread.start()

@@ -89,6 +89,7 @@ def test_output_json_yaml_and_wide(cluster: Cluster) -> None:
             "since": rows[0]["since"],
             "reason": "holding step 1",
             "pendingCommand": "pause",
+            "evidenceBehindSeconds": None,
         }
     ]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00", rows[0]["since"])

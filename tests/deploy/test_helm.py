@@ -105,8 +105,22 @@ def test_shared_files_are_identical_copies() -> None:
 
 def test_watch_namespaces_become_roles_and_flags() -> None:
     manifests = render_chart(CHART_VARIANTS["namespaced"])
-    roles = [r for r in of_kind(manifests, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+    roles = [
+        r
+        for r in of_kind(manifests, "Role")
+        if not r["metadata"]["name"].endswith(("-leader-election", "-knative-config"))
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["models", "vision"]
+    (knative,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"].endswith("-knative-config")]
+    assert knative["metadata"]["namespace"] == "knative-serving"
+    assert knative["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["config-deployment"],
+            "verbs": ["get"],
+        }
+    ]
     bindings = [
         b for b in of_kind(manifests, "RoleBinding") if b["metadata"]["namespace"] in {"models", "vision"}
     ]
@@ -302,8 +316,10 @@ def test_secret_scope_values_become_flags_and_per_namespace_mounts(tmp_path: Any
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout
-    without = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", str(tmp_path)],
+    # With a scope that opens less (only the file root), the same policies are refused, as the
+    # controller would refuse them; without any scope, validate leaves the decision to the controller.
+    narrower = subprocess.run(
+        [sys.executable, "-m", "canary", "validate", "--secret-file-root=/nonexistent", str(tmp_path)],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
-    assert without.returncode == 1, "without the scope the same policies are refused"
+    assert narrower.returncode == 1, "with a narrower scope the same policies are refused"

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
 from canary.evidence import REQUESTS
-from canary.metrics.catalog import KIND_FAMILY, BuiltinQuery, Family, RevisionKey, render_builtin
+from canary.metrics.catalog import (
+    KIND_FAMILY,
+    REQUESTS_PROFILES,
+    BuiltinQuery,
+    CounterQuery,
+    Family,
+    RevisionKey,
+    render_builtin,
+    render_counters,
+)
 from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 
 MEASURES = [REQUESTS, *(kind.value for kind in MetricKind)]
@@ -35,9 +45,10 @@ def test_every_measure_renders_short_and_grouped_by_namespace_and_revision(
     measure: str, profile: RequestsProfile, style: GpuLabelStyle
 ) -> None:
     promql = render_builtin(_query(measure, profile, style), ROLLOUT)
-    # Short enough for a GET behind a proxy for one rollout's canary and stable revision.
-    assert len(promql) < 3000, len(promql)
-    assert "by (namespace, revision" in promql
+    # Short enough for a GET behind a proxy for one rollout's canary and stable revision (the routing
+    # labels carry the reserved kserve_canary_ prefix; the client POSTs anything longer anyway).
+    assert len(promql) < 3200, len(promql)
+    assert "by (kserve_canary_namespace, kserve_canary_revision" in promql
     assert "[600s]" in promql
     assert promql.count("(") == promql.count(")")
 
@@ -81,6 +92,47 @@ def test_one_revision_uses_an_exact_match_and_names_are_escaped() -> None:
     assert 'pod=~"(?:r\\\\.1)-deployment-[a-z0-9]{1,10}-[a-z0-9]{5}"' in pods
 
 
+OTEL_PROFILES = [RequestsProfile.KNATIVE_OTEL_QUEUEPROXY, RequestsProfile.KNATIVE_OTEL_INVOCATION]
+SCOPE = 'otel_scope_name="go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"'
+
+
+def _selects_outer(promql: str, suffix: str) -> bool:
+    """``promql`` selects the otelhttp histogram's ``suffix`` series by the queue-proxy's scope."""
+    # A selector ends at its last value's closing quote and brace (a pod pattern holds braces too).
+    selectors = re.findall(rf'http_server_request_duration_seconds_{suffix}\{{(.*?")\}}', promql)
+    return bool(selectors) and all(SCOPE in selector for selector in selectors)
+
+
+@pytest.mark.parametrize("profile", OTEL_PROFILES)
+@pytest.mark.parametrize("label", [None, "knative_revision"])
+def test_otel_profiles_read_the_queue_proxys_outer_histogram_by_its_scope(
+    profile: RequestsProfile, label: str | None
+) -> None:
+    """Knative >= 1.19 records its own histogram inside the breaker (issue #33, 4): the checks read
+    otelhttp's around it, and only the queue-proxy's (a model server may export the same name)."""
+    inner = REQUESTS_PROFILES[profile].detection_metric.removesuffix("_count")
+    for measure in (REQUESTS, "error-rate", "latency"):
+        promql = render_builtin(_query(measure, profile, GpuLabelStyle.POD, label), ROLLOUT)
+        assert _selects_outer(promql, "bucket" if measure == "latency" else "count")
+        assert inner not in promql
+    counters = render_counters(CounterQuery(profile, label), ROLLOUT)
+    assert _selects_outer(counters, "count") and _selects_outer(counters, "bucket")
+    assert inner not in counters
+    # detection asks for it scraped (the scope a label) or pushed over OTLP (no scope label)
+    assert REQUESTS_PROFILES[profile].outer_selector == (
+        'http_server_request_duration_seconds_count{otel_scope_name=~"(go\\\\.opentelemetry\\\\.io/'
+        'contrib/instrumentation/net/http/otelhttp)?"}'
+    )
+
+
+def test_opencensus_reads_its_own_histogram_which_is_already_outside_the_breaker() -> None:
+    metrics = REQUESTS_PROFILES[RequestsProfile.KNATIVE_OPENCENSUS]
+    assert (metrics.count_metric, metrics.detection_metric) == ("revision_request_count",) * 2
+    assert metrics.outer_selector is None
+    promql = render_counters(CounterQuery(RequestsProfile.KNATIVE_OPENCENSUS), ROLLOUT)
+    assert "otel_scope_name" not in promql and "http_server_request_duration" not in promql
+
+
 def test_label_styles_select_by_their_own_labels() -> None:
     """OTLP with the namespace promoted: ``k8s_namespace_name`` and the pods on ``instance``;
     without promotion, a join with target_info; kube-state-metrics' exported_* read as the workload's."""
@@ -93,9 +145,11 @@ def test_label_styles_select_by_their_own_labels() -> None:
     promql = render_builtin(promoted, ROLLOUT)
     assert 'k8s_namespace_name="ml"' in promql and 'instance=~"(?:llama-chat' in promql
     assert "pod=~" not in promql
-    joined = JoinLabels("k8s_namespace_name", "instance", "kn_revision_name", target_info=True)
+    joined = JoinLabels("k8s_namespace_name", "instance", "kn_revision_name", target_info=True, pushed=True)
     promql = render_builtin(BuiltinQuery("latency", "600s", 0.99, profile, labels=joined), ROLLOUT)
-    assert "kn_serving_invocation_duration_seconds_bucket{}[600s]" in promql  # selected by the join
+    # selected by the join; pushed over OTLP the scope is a label only when Prometheus promotes it
+    scope = 'otel_scope_name=~"(go\\\\.opentelemetry\\\\.io/contrib/instrumentation/net/http/otelhttp)?"'
+    assert f"http_server_request_duration_seconds_bucket{{{scope}}}[600s]" in promql
     assert (
         '* on (job, instance) group_left (k8s_namespace_name, kn_revision_name) target_info{k8s_namespace_name="ml", '
         'kn_revision_name=~"(llama-chat-predictor-00011|llama-chat-predictor-00012)"}' in promql

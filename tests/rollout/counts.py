@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from statistics import NormalDist
 
@@ -165,6 +165,7 @@ class CountingWorld:
         edges: tuple[float, ...] = OTEL_EDGES,
         measured: Callable[[EvidenceRequest], Evidence] | None = None,
         canary_at: Callable[[int], Revision] | None = None,
+        lag: float = 0.0,
     ) -> None:
         self.sim = sim
         self.canary, self.stable = canary, stable
@@ -174,6 +175,10 @@ class CountingWorld:
         self.edges = edges
         self.measured = measured
         self.canary_at = canary_at  # weight -> Revision: a canary that changes with its share
+        # Ingestion lag: a tally is queryable ``lag`` seconds after it ends, and the counts say how
+        # far they reach (CountSeries.newest), as the counter book delivers them.
+        self.lag = timedelta(seconds=lag)
+        self.stalled_at: datetime | None = None  # nothing served after this reaches Prometheus
         self.canary_tallies: list[Tally] = []
         self.stable_tallies: list[Tally] = []
         self.clock: datetime | None = None
@@ -211,10 +216,13 @@ class CountingWorld:
         from canary.evidence import Measurement
 
         self.advance(request.at)
-        start = request.counts_start
-        canary = [t for t in self.canary_tallies if t.start >= start and t.end <= request.at]
-        stable = [t for t in self.stable_tallies if t.start >= start and t.end <= request.at]
+        start, visible = request.counts_start, request.at - self.lag
+        if self.stalled_at is not None:
+            visible = min(visible, self.stalled_at)
+        canary = [t for t in self.canary_tallies if t.start >= start and t.end <= visible]
+        stable = [t for t in self.stable_tallies if t.start >= start and t.end <= visible]
         step = [t for t in canary if t.start >= request.window_start]
+        newest = max((t.end for t in self.canary_tallies if t.end <= visible), default=None)
         base = self.measured(request) if self.measured is not None else None
         measurements = dict(base.canary) if base is not None else {}
         measurements[REQUESTS] = Measurement.ok(float(sum(t.requests for t in step)), Unit.COUNT)
@@ -222,7 +230,10 @@ class CountingWorld:
             request=request,
             canary=measurements,
             stable=dict(base.stable) if base is not None else {},
-            counts={"canary": series(canary), "stable": series(stable)},
+            counts={
+                "canary": replace(series(canary), newest=newest if self.lag else None),
+                "stable": series(stable),
+            },
         )
 
 

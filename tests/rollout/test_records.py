@@ -114,5 +114,5 @@ def test_the_explain_record_of_a_decision_keeps_every_number_and_round_trips() -
     assert document["at"] == harness.now.isoformat()
     assert set(document) == {
         "at", "decisionId", "revision", "stableRevision", "action", "verdict", "requests", "reasons",
-        "window", "profiles", "queries", "checks", "gates",
+        "window", "profiles", "queries", "checks", "gates", "evidenceUntil",
     }  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from canary.evidence import CountSeries, EvidenceStatus, Tally
@@ -84,6 +84,7 @@ class _CounterTrack(Track):
     counter: Counter = field(default_factory=Counter)
     snapshots: SnapshotStore = field(default_factory=ColumnStore)
     born_at: datetime | None = None  # counted from birth: its first sample's time
+    newest: datetime | None = None  # how far its counts reach (its newest sample as Prometheus holds it)
     # Compaction (CounterBook.prune): the evaluation times asked and not yet settled, each asker's
     # range starts and evaluation interval, and the time up to which snapshots are compacted.
     ends: list[datetime] = field(default_factory=list)
@@ -176,6 +177,9 @@ class CounterBook(RevisionBook[_CounterTrack]):
         counter.count(values, oom, previous)
         series, pods = presence(values)
         store.append(at, counter.keys, counter.totals, series, sample.invalid, pods, counter.oom_kills)
+        # How far its counts reach: its newest sample; without series, where the sample stands
+        # (Prometheus holds nothing newer for it up to there).
+        track.newest = datetime.fromtimestamp(sample.newest, UTC) if sample.newest is not None else at
         if len(store) > self.max_snapshots:
             store.drop_before(len(store) - self.max_snapshots)
         return True
@@ -221,7 +225,7 @@ class CounterBook(RevisionBook[_CounterTrack]):
             return CountSeries(EvidenceStatus.INVALID_VALUE, detail=invalid, query=query)
         if not _any_series(store, first, last):
             return CountSeries(EvidenceStatus.NO_DATA, detail=_NO_SERIES, query=query)
-        return replace(store.tallies(first, last), query=query)
+        return replace(store.tallies(first, last), query=query, newest=track.newest)
 
     def tally(
         self, revision: RevisionKey, start: datetime, end: datetime, *, from_birth: bool = False

@@ -10,8 +10,8 @@ kube-state-metrics' restart counters (:data:`~canary.metrics.catalog.RESTARTS_CO
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Mapping
-from datetime import datetime
+from collections.abc import Hashable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from canary.evidence import (
@@ -25,7 +25,7 @@ from canary.evidence import (
     Tally,
 )
 from canary.metrics.catalog import RESTARTS_COUNTER, CounterQuery, RevisionKey, render_counters
-from canary.metrics.client import QueryFailure
+from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.counting.book import CounterBook
 from canary.metrics.counting.decode import parse_counter_matrix, parse_counter_vector
 from canary.metrics.counting.pipeline import (
@@ -85,6 +85,7 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
             min_requests=min_requests,
         )
         self._alarms: set[RevisionKey] = set()
+        self._reaches: dict[CounterQuery, tuple[datetime, datetime]] = {}  # the last (at, reach)
 
     def explain(self) -> dict[str, Any]:
         with self._lock:
@@ -239,22 +240,59 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
     ) -> Refresh:
         revisions = sorted(starts)
         try:
-            promql = render_counters(counter, revisions)
+            render_counters(counter, revisions)
         except ValueError as error:  # a catalog bug must not take the controller down
             failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
             return Refresh(at, set(revisions), dict.fromkeys(revisions, failure), "")
-        outcome = self._instant(promql, at)
-        refresh = Refresh(at, set(revisions), {}, promql, outcome.http_requests, outcome.duration)
-        parsed = parse_counter_vector(outcome, revisions, divisor=counter.divisor, metric=counter.metric_name)
-        if isinstance(parsed, QueryFailure):
-            refresh.failures = dict.fromkeys(revisions, parsed)
-            return refresh
-        backfill = self._to_backfill(book, starts, at)
-        filled = self._backfill(counter, book, backfill, parsed, at, refresh) if backfill else set()
-        for revision in revisions:
+
+        def ask(
+            part: Sequence[RevisionKey],
+        ) -> tuple[QueryOutcome, dict[RevisionKey, RevisionSample] | QueryFailure]:
+            outcome = self._instant(render_counters(counter, part), at)
+            return outcome, parse_counter_vector(
+                outcome, part, divisor=counter.divisor, metric=counter.metric_name
+            )
+
+        # A sample Prometheus refuses for one rollout's series holds that rollout only (split).
+        split = self.splitter.ask(counter, revisions, book.owner, ask)
+        refresh = Refresh(
+            at, set(revisions), split.failures, split.query, split.http_requests, split.duration
+        )
+        parsed = split.answers
+        wanted = {revision: start for revision, start in starts.items() if revision in parsed}
+        backfill = self._to_backfill(book, wanted, at)
+        reach = self._reach(counter, parsed, at)
+        filled = self._backfill(counter, book, backfill, parsed, reach, refresh) if backfill else set()
+        for revision in parsed:
             if revision not in filled:
-                book.record(revision, at, parsed[revision])
+                book.record(revision, reach, parsed[revision])
         return refresh
+
+    def _reach(
+        self, counter: CounterQuery, parsed: Mapping[RevisionKey, RevisionSample], at: datetime
+    ) -> datetime:
+        """The time a request sample taken at ``at`` stands for: how far Prometheus' evidence reaches,
+        the newest counter sample of any revision in it (never after ``at``, never before the last).
+        Behind an ingestion lag the values a query sees at ``at`` are those of ``at - lag``: a tally
+        between two samples then covers what was served between their reaches, so a step's own
+        evidence is what was served after it began. One time for the whole tick, so that the
+        canary's tallies and the stable revision's cover the same intervals. The restart counters
+        stay at ``at``: a kill is counted in the window in which it became visible, never lost
+        to a window already judged."""
+        if counter.profile is None:
+            return at
+        last = self._reaches.get(counter)
+        if last is not None and last[0] == at:
+            return last[1]  # revisions added to the tick's sample: the tick's reach
+        newest = max((sample.newest for sample in parsed.values() if sample.newest is not None), default=None)
+        if newest is not None:
+            reach = min(at, datetime.fromtimestamp(newest, UTC))
+        else:  # nothing has series: as far behind as the last sample was
+            reach = at - (last[0] - last[1]) if last is not None else at
+        if last is not None:
+            reach = max(reach, last[1])
+        self._reaches[counter] = (at, reach)
+        return reach
 
     def _backfill(
         self,
@@ -265,7 +303,9 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
         at: datetime,
         refresh: Refresh,
     ) -> set[RevisionKey]:
-        """Fill the revisions' past from [earliest start, at] with range queries; the ones filled."""
+        """Fill the revisions' past from [earliest start, at] with range queries; the ones filled.
+        ``at`` is how far the live sample reaches (:meth:`_reach`): before it Prometheus holds
+        everything, after it the grid would repeat values that are not there yet."""
         start = min(starts.values())
         estimate = {
             revision: max(_MIN_SERIES_ESTIMATE, 2 * len(live[revision].values)) for revision in starts

@@ -24,7 +24,11 @@ from canary.metrics.catalog import (
     CODE_CLASS_LABEL,
     COUNTER_FIELD,
     FIELD_LABEL,
+    NAMESPACE_LABEL,
+    NEWEST_FIELD,
     OOM_FIELD,
+    POD_LABEL,
+    REVISION_LABEL,
     RevisionKey,
 )
 from canary.metrics.client import QueryFailure, QueryOutcome, vector_decoder
@@ -33,6 +37,7 @@ from canary.metrics.counting.rules import RevisionSample, SeriesId, is_bucket
 __all__ = ["COUNTER_VECTOR", "CounterSeries", "parse_counter_matrix", "parse_counter_vector"]
 
 Identity = tuple[RevisionKey, SeriesId]
+NEWEST = SeriesId(NEWEST_FIELD, "", "")  # a revision's newest counter sample time (the query's own)
 
 # The identities kept, shared by both readings (at most this many: cleared when full).
 _IDENTITIES_MAX = 500_000
@@ -71,13 +76,13 @@ def _kept(identified: Identity) -> Identity:
 
 def _read_series_id(labels: Mapping[str, object], divisor: float) -> Identity | str:
     """A series' identity from its labels, or what is wrong with them."""
-    namespace, revision = labels.get("namespace"), labels.get("revision")
+    namespace, revision = labels.get(NAMESPACE_LABEL), labels.get(REVISION_LABEL)
     if not isinstance(namespace, str) or not isinstance(revision, str):
         return f"a counter series without namespace/revision: {brief(labels)}"
     kind = labels.get(FIELD_LABEL)
-    pod = labels.get("pod", "")
+    pod = labels.get(POD_LABEL, "")
     code = labels.get(CODE_CLASS_LABEL, "")
-    known = kind in (COUNTER_FIELD, OOM_FIELD) or is_bucket(kind)
+    known = kind in (COUNTER_FIELD, OOM_FIELD, NEWEST_FIELD) or is_bucket(kind)
     if not known or not isinstance(pod, str) or not isinstance(code, str):
         return f"an unexpected counter series: {brief(labels)}"
     le = math.inf
@@ -153,7 +158,10 @@ class _Collector:
         return None
 
     def sample(self, key: RevisionKey) -> RevisionSample:
-        return RevisionSample(self.values.get(key, {}), self.invalid.get(key, ""))
+        values = self.values.get(key, {})
+        # The time of the revision's newest sample travels beside its counters, not as one.
+        newest = values.pop(NEWEST, None) if values else None
+        return RevisionSample(values, self.invalid.get(key, ""), newest)
 
 
 def _unexpected(detail: str) -> QueryFailure:

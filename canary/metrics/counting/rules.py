@@ -91,6 +91,7 @@ class RevisionSample:
 
     values: Mapping[SeriesId, float]
     invalid: str = ""
+    newest: float | None = None  # when its newest counter sample was taken (Unix seconds), if known
 
 
 # What a total counts: ("", response class) for the request counters, (measure, le) for a bucket.

@@ -4,8 +4,10 @@
 pods each has and whether they are Ready, and the traffic split KServe published in
 ``status.components.predictor.traffic``. Every tick it routes each model's request rate by that split
 onto the Ready pods of each revision and lets each pod's :class:`PodSimulator` answer. The exporter
-renders exactly the series a production install exposes — Knative queue-proxy (OpenCensus names),
-kube-state-metrics and the DCGM exporter — for a real Prometheus to scrape.
+renders exactly the series a production install exposes — Knative queue-proxy (``requests_profile``:
+OpenCensus names, or on >= 1.19 its own histogram inside the breaker and otelhttp's around it, each
+with its ``otel_scope_name``), kube-state-metrics and the DCGM exporter — for a real Prometheus to
+scrape.
 
 Which behaviour a revision gets is decided by the spec that created it (its ``storageUri``): the
 fleet remembers, for each new ``latestCreatedRevision``, the predictor's storageUri at that moment.
@@ -23,7 +25,16 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from canary_sandbox.exporter import IngestionLag
 from canary_sandbox.fleet.behaviour import KNATIVE_LATENCY_BUCKETS_MS, PodSimulator, RevisionBehaviour
+from canary_sandbox.kserve_metrics import (
+    OTEL_BUCKETS,
+    OTELHTTP_SCOPE,
+    OUTER_HISTOGRAM,
+    QUEUE_PROXY_SCOPE,
+    inner_histogram,
+    otel_request_labels,
+)
 
 __all__ = ["ModelTraffic", "SimulatedFleet", "storage_uri"]
 
@@ -70,12 +81,14 @@ class SimulatedFleet:
         gpu_label_style: str = "pod",
         ksm_label_style: str = "pod",
         on_new_revision: Callable[[str, str, str, RevisionBehaviour], None] | None = None,
+        requests_profile: str = "knative-opencensus",  # or knative-otel-queueproxy / -invocation
     ):
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
         self._models = {(m.namespace, m.inference_service): m for m in models}
         self._seed = seed
         self._gpu_label_style = gpu_label_style
+        self._requests_profile = requests_profile
         self._ksm_label_style = ksm_label_style  # "exported_pod": scraped without honorLabels
         self._on_new_revision = on_new_revision
         self._revisions: dict[tuple[str, str], _RevisionInfo] = {}  # (namespace, revision)
@@ -157,12 +170,16 @@ class SimulatedFleet:
                     # (latestCreatedRevision), which is where its behaviour is learnt: wait for that,
                     # or the pod would serve with the default behaviour for good.
                     continue
+                otel = self._requests_profile != "knative-opencensus"
                 self._pods[key] = PodSimulator(
                     meta.name,
                     revision,
                     namespace,
                     info.behaviour,
                     seed=self._seed ^ zlib.crc32(meta.name.encode()),
+                    bounds_ms=_OTEL_BOUNDS_MS if otel else KNATIVE_LATENCY_BUCKETS_MS,
+                    keeps_inner=otel,
+                    inner_whole_seconds=self._requests_profile == "knative-otel-queueproxy",
                 )
                 self._owner[key] = name
                 self._of_model.setdefault((namespace, name), set()).add(key)
@@ -207,15 +224,25 @@ class SimulatedFleet:
 
     def render(self) -> str:
         with self._lock:
-            return _render(self._pods, self._pod_meta, self._gpu_label_style, self._ksm_label_style)
+            return _render(
+                self._pods,
+                self._pod_meta,
+                self._gpu_label_style,
+                self._ksm_label_style,
+                self._requests_profile,
+            )
 
-    def serve(self, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-        """Serve ``/metrics`` on a background thread; returns the server (``server_address`` has the port)."""
-        fleet = self
+    def serve(
+        self, host: str = "127.0.0.1", port: int = 0, *, ingestion_lag: float = 0.0
+    ) -> ThreadingHTTPServer:
+        """Serve ``/metrics`` on a background thread; returns the server (``server_address`` has the port).
+
+        ``ingestion_lag``: Prometheus holds each sample that many seconds late (:class:`IngestionLag`)."""
+        render = IngestionLag(self.render, ingestion_lag) if ingestion_lag > 0 else self.render
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = fleet.render().encode()
+                body = render().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -238,15 +265,71 @@ def _labels(pairs: Mapping[str, str]) -> str:
     return "{" + ",".join(f'{key}="{escape(value)}"' for key, value in pairs.items()) + "}"
 
 
+_OTEL_BOUNDS_MS = tuple(bound * 1000.0 for bound in OTEL_BUCKETS)
+
+
+def _opencensus_lines(pod: PodSimulator) -> list[str]:
+    """revision_request_count and revision_request_latencies: recorded around the breaker."""
+    service = pod.revision.rsplit("-", 1)[0] if "-" in pod.revision else pod.revision
+    queue = {
+        "namespace_name": pod.namespace,
+        "service_name": service,
+        "configuration_name": service,
+        "revision_name": pod.revision,
+        "pod_name": pod.name,
+        "container_name": "queue-proxy",
+    }
+    lines = []
+    for code_class, count in pod.requests.items():
+        code = "200" if code_class == "2xx" else "503"
+        labels = {**queue, "response_code": code, "response_code_class": code_class}
+        lines.append(f"revision_request_count{_labels(labels)} {count:.0f}")
+    # The histograms are cumulative already, as Prometheus histograms are.
+    for bound, count in zip(pod.bounds_ms, pod.buckets, strict=True):
+        lines.append(f"revision_request_latencies_bucket{_labels({**queue, 'le': f'{bound:g}'})} {count:.0f}")
+    lines.append(
+        f"revision_request_latencies_bucket{_labels({**queue, 'le': '+Inf'})} {pod.latency_count:.0f}"
+    )
+    lines.append(f"revision_request_latencies_sum{_labels(queue)} {pod.latency_sum_ms:.3f}")
+    lines.append(f"revision_request_latencies_count{_labels(queue)} {pod.latency_count:.0f}")
+    return lines
+
+
+def _otel_lines(pod: PodSimulator, profile: str) -> list[str]:
+    """Knative >= 1.19: the queue-proxy's own histogram, inside the breaker, and otelhttp's around
+    the whole handler chain (tests/sandbox/test_queue_proxy_histograms.py cites the sources), in
+    seconds, one series per status code: the success one from the start, a 5xx one from its first."""
+    target = {"namespace": pod.namespace, "pod": pod.name, "container": "queue-proxy", "job": "queue-proxy"}
+    lines = []
+    for name, scope, histogram in (
+        (inner_histogram(profile), QUEUE_PROXY_SCOPE, pod.inner),
+        (OUTER_HISTOGRAM, OTELHTTP_SCOPE, pod.outer),
+    ):
+        for code_class, count in histogram.counts.items():
+            base = {**target, **otel_request_labels(scope, "200" if code_class == "2xx" else "503")}
+            for bound, below in zip(OTEL_BUCKETS, histogram.bucket_counts(code_class), strict=True):
+                lines.append(f"{name}_bucket{_labels({**base, 'le': f'{bound:g}'})} {below:.0f}")
+            lines.append(f"{name}_bucket{_labels({**base, 'le': '+Inf'})} {count:.0f}")
+            lines.append(f"{name}_sum{_labels(base)} {histogram.sums_ms.get(code_class, 0.0) / 1000.0:.6f}")
+            lines.append(f"{name}_count{_labels(base)} {count:.0f}")
+    return lines
+
+
 def _render(
     pods: Mapping[tuple[str, str], PodSimulator],
     meta: Mapping[tuple[str, str], tuple[str, float, float | None]],
     gpu_label_style: str,
     ksm_label_style: str = "pod",
+    requests_profile: str = "knative-opencensus",
 ) -> str:
+    otel = requests_profile != "knative-opencensus"
+    families = (
+        [f"# TYPE {inner_histogram(requests_profile)} histogram", f"# TYPE {OUTER_HISTOGRAM} histogram"]
+        if otel
+        else ["# TYPE revision_request_count counter", "# TYPE revision_request_latencies histogram"]
+    )
     lines: list[str] = [
-        "# TYPE revision_request_count counter",
-        "# TYPE revision_request_latencies histogram",
+        *families,
         "# TYPE kube_pod_container_status_restarts_total counter",
         "# TYPE kube_pod_container_status_last_terminated_reason gauge",
         "# TYPE kube_pod_created gauge",
@@ -258,29 +341,7 @@ def _render(
     for key in sorted(pods):
         pod = pods[key]
         uid, created, ready_time = meta.get(key, ("", 0.0, None))
-        service = pod.revision.rsplit("-", 1)[0] if "-" in pod.revision else pod.revision
-        queue = {
-            "namespace_name": pod.namespace,
-            "service_name": service,
-            "configuration_name": service,
-            "revision_name": pod.revision,
-            "pod_name": pod.name,
-            "container_name": "queue-proxy",
-        }
-        for code_class, count in pod.requests.items():
-            code = "200" if code_class == "2xx" else "503"
-            labels = {**queue, "response_code": code, "response_code_class": code_class}
-            lines.append(f"revision_request_count{_labels(labels)} {count:.0f}")
-        # PodSimulator keeps the buckets cumulative already, as Prometheus histograms are.
-        for bound, count in zip(KNATIVE_LATENCY_BUCKETS_MS, pod.buckets, strict=True):
-            lines.append(
-                f"revision_request_latencies_bucket{_labels({**queue, 'le': f'{bound:g}'})} {count:.0f}"
-            )
-        lines.append(
-            f"revision_request_latencies_bucket{_labels({**queue, 'le': '+Inf'})} {pod.latency_count:.0f}"
-        )
-        lines.append(f"revision_request_latencies_sum{_labels(queue)} {pod.latency_sum_ms:.3f}")
-        lines.append(f"revision_request_latencies_count{_labels(queue)} {pod.latency_count:.0f}")
+        lines.extend(_otel_lines(pod, requests_profile) if otel else _opencensus_lines(pod))
 
         ksm = {"namespace": pod.namespace, "pod": pod.name, "uid": uid}
         container = {**ksm, "container": "kserve-container"}

@@ -56,6 +56,7 @@ HISTORY = 1200.0
 END = float(int(time.time() // STEP * STEP) - 60)
 AT_SECONDS = END + 0.5  # evaluation time T: off the sample grid, so no sample sits on a window edge
 AT = datetime.fromtimestamp(AT_SECONDS, UTC)
+REACH = datetime.fromtimestamp(END, UTC)  # how far the samples reach at AT: the last scrape's time
 WINDOW_START = AT - timedelta(seconds=WINDOW)
 START = END - HISTORY
 

@@ -33,6 +33,7 @@ from tests.integration.metrics.support import (
     AT,
     AT_SECONDS,
     END,
+    REACH,
     STEP,
     WINDOW_START,
     Scenario,
@@ -103,7 +104,7 @@ def test_counts_equal_the_raw_requests_on_every_profile(
         series = evidence.counts[side]
         _assert_exact(series, simulation, revision, profile)
         assert series.tallies[0].start == WINDOW_START  # the backfill's grid starts at the window
-        assert series.tallies[-1].end == AT
+        assert series.tallies[-1].end == REACH  # as far as the samples reach: the last scrape
         raw = counted_requests(simulation, revision, WINDOW_START.timestamp(), AT_SECONDS)
         assert len(raw) > 500, "the scenario must give a meaningful sample"
         total = CountSeries.total(series.tallies)
@@ -208,15 +209,19 @@ def test_the_live_book_across_queue_proxy_restarts_equals_the_truth_and_the_back
         again = fresh.collect(policy, request)
         assert range_queries(production.url) - ranges_before == 1
     # The same counts; the past the restarted one filled is kept one tally per evaluation interval
-    # (30 s) before the window's start, at the backfill's 5 s step after it.
+    # (30 s) before the window's start, at the backfill's 5 s step after it (the last 4.5 s).
     for side in ("canary", "stable"):
         live_total, filled_total = (
             CountSeries.total(evidence.counts[side].tallies),
             CountSeries.total(again.counts[side].tallies),
         )
-        assert live_total is not None and live_total == filled_total
+        assert live_total is not None and filled_total is not None
+        # The same counts. The live book's first snapshot stands where its sample reaches (the
+        # scrape before its tick), the backfill's at its grid point.
+        assert replace(live_total, start=filled_total.start) == filled_total
         spans = [round((t.end - t.start).total_seconds()) for t in again.counts[side].tallies]
-        assert spans == [30] * 8 + [5] * 12
+        # The last ends where the live sample reaches: the scrape half a second before AT.
+        assert spans == [30] * 8 + [5] * 11 + [4]
     for key in evidence.canary:
         for before, after in (
             (evidence.canary[key], again.canary[key]),
@@ -578,11 +583,15 @@ def test_queries_per_tick_are_the_same_for_2_and_50_rollouts(
     assert first[1] >= 5  # one per pipeline, more when a backfill is split by the sample budget
     assert second == (5, 0)
     assert third == (5, 0)
+    # The shared sample stands for every `at`, where it reaches: the newest scrape before the tick.
+    reach = results[0].counts["canary"].tallies[-1].end
+    assert ticks[2] - timedelta(seconds=STEP) < reach <= ticks[2]
     for (_, request), evidence in zip(jittered, results, strict=True):
         canary = request.canary_revision
         series = evidence.counts["canary"]
         assert series.status is EvidenceStatus.OK
-        assert series.tallies[-1].end == ticks[2]  # the shared sample stands for every `at`
+        assert series.tallies[-1].end == reach
+        assert series.newest is not None and series.newest <= reach  # its own newest sample
         picked = series.since(request.counts_start - timedelta(seconds=STEP / 2))
         total = CountSeries.total(picked)
         raw = counted_requests(simulation, canary, picked[0].start.timestamp(), ticks[2].timestamp())

@@ -194,3 +194,39 @@ def _wait_for_series(url: str, metric: str, timeout: float = 20.0) -> None:
     ]:
         assert time.monotonic() < deadline, f"Prometheus did not scrape {metric}"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("profile", ["knative-otel-queueproxy", "knative-otel-invocation"])
+def test_a_generation_found_without_the_queue_proxys_outer_histogram_is_warned_about(profile: str) -> None:
+    """Knative >= 1.19's checks read otelhttp's histogram around the breaker (issue #33, 4): an install
+    whose scrape drops it (a metric relabelling; the model server's series of that name remain, with
+    their own scope) has the generation detected, and the detail says which series is missing."""
+    revision = Revision(
+        "ml", "llama", "llama-predictor-00002",
+        (Pod(revision_pod_name("llama-predictor-00002"), AT_SECONDS - 3600, AT_SECONDS - 3500, gpus=1),),
+        requests_profile=profile, error_ratio=0.05, model_server_otel=True,
+    )  # fmt: skip
+    text = Simulation([revision], start=END - 600, end=END, step=5).openmetrics()
+    dropped = "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if not (line.startswith("http_server_request_duration_seconds") and 'container="queue-proxy"' in line)
+    )
+    with (
+        PrometheusServer(backfill=dropped) as prometheus,
+        PrometheusEvidenceSource(PrometheusConfig(url=prometheus.url), scrape_interval=5) as source,
+    ):
+        policy = make_policy(CHECKS[:1], namespace="ml")
+        evidence = source.collect(policy, make_request(policy, "ml", "llama-predictor-00002", None))
+        detection = source.detect(AT).detections["requests"]
+    assert detection.choice == profile
+    assert "WARNING: no http_server_request_duration_seconds_count{otel_scope_name=~" in detection.detail
+    assert 'contrib/instrumentation/net/http/otelhttp)?"} series' in detection.detail
+    assert evidence.canary["errors"].status is EvidenceStatus.NO_DATA  # never the model server's
+
+
+def test_the_outer_histogram_present_raises_no_warning(install: tuple[str, PrometheusServer]) -> None:
+    _, prometheus = install
+    with PrometheusEvidenceSource(PrometheusConfig(url=prometheus.url), scrape_interval=5) as source:
+        detection = source.detect(AT).detections["requests"]
+    assert "WARNING" not in detection.detail

@@ -174,7 +174,7 @@ def test_request_series_without_the_join_labels_are_no_data_that_names_the_setti
             evidence = _collect(scenario)
     errors = evidence.canary["errors"]
     assert errors.status is EvidenceStatus.NO_DATA
-    assert "kn_serving_invocation_duration_seconds_count series exist" in errors.detail
+    assert "http_server_request_duration_seconds_count series exist" in errors.detail
     assert "spec.metrics.requestLabels" in errors.detail
     warned = [entry for entry in logs if entry.get("family") == "requestLabels"]
     assert warned and warned[0]["log_level"] == "warning"

@@ -246,7 +246,8 @@ def test_relabelled_revision_label_selects_the_revision(production: Scenario) ->
     assert 'knative_revision="gemma-predictor-00003"' in errors.query
     # the request metrics not by pod name (vLLM's histograms, which come along, always are)
     request_part = errors.query.split("vllm:")[0]
-    assert "kn_serving_invocation_duration_seconds" in request_part
+    assert "http_server_request_duration_seconds" in request_part  # the queue-proxy's, by its scope
+    assert 'otel_scope_name="go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"' in request_part
     assert "deployment" not in request_part
     assert _ok(errors) == sum(1 for r in raw if r.status.startswith("5")) / len(raw)
     assert _ok(evidence.canary[REQUESTS]) == len(raw)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 
 from canary_sandbox.fleet.behaviour import KNATIVE_LATENCY_BUCKETS_MS, PodSimulator, RevisionBehaviour
+from canary_sandbox.fleet.world import _OTEL_BOUNDS_MS, _render
 
 
 def quantile_from_buckets(buckets: list[float], total: float, q: float) -> float:
@@ -61,3 +63,58 @@ def test_a_model_that_does_not_fit_is_oom_killed_each_time_it_loads() -> None:
     fits = PodSimulator("q", "r", "ml", RevisionBehaviour(), seed=1)
     fits.load(60.0)
     assert (fits.restarts, fits.last_terminated_reason) == (0, None)
+
+
+def test_the_breakers_503s_and_queue_time_count_only_around_it() -> None:
+    """knative/serving pkg/queue/sharedmain/handlers.go (commit 1437e6f1) lines 78-79: the
+    queue-proxy's own histogram sits inside ProxyHandler's breaker, which answers ErrRequestQueueFull
+    with 503 without calling it (pkg/queue/handler.go, commit 4556161d, lines 61-68); line 106:
+    otelhttp's histogram wraps the whole chain (the rest of the citations:
+    tests/sandbox/test_queue_proxy_histograms.py)."""
+    behaviour = RevisionBehaviour(median_ms=80, error_rate=0.0, shed_ratio=0.2, queue_ms=500.0)
+    pod = PodSimulator("p", "r", "ml", behaviour, seed=5, keeps_inner=True)
+    pod.serve(5000, 0.5)
+    shed = pod.outer.counts["5xx"]
+    assert 800 < shed < 1200  # 20 % of 5000
+    assert pod.inner.counts == {"2xx": 5000 - shed}  # the model never saw them, and failed none
+    assert pod.outer.total == 5000
+    # the outer's time includes the wait for a slot (500 ms on average), the inner's does not
+    assert pod.outer.sums_ms["2xx"] / pod.outer.counts["2xx"] > 500
+    assert pod.inner.sums_ms["2xx"] / pod.inner.counts["2xx"] < 150
+    assert pod.served_since_start == 5000 - shed  # what reached the model (GPU memory grows with it)
+
+
+def test_knative_1_19_s_own_histogram_records_whole_seconds() -> None:
+    """pkg/queue/request_metric.go (the kn.queueproxy.app.duration version) line 106:
+    ``float64(latency / time.Second)``."""
+    pod = PodSimulator("p", "r", "ml", RevisionBehaviour(median_ms=1500), seed=2, keeps_inner=True,
+                       inner_whole_seconds=True)  # fmt: skip
+    pod.serve(1000, 0.5)
+    assert all(value % 1000 == 0 for value in pod.inner.sums_ms.values())
+    assert pod.outer.sums_ms["2xx"] % 1000 != 0
+
+
+def test_the_fleet_exports_both_otel_histograms_with_their_scopes() -> None:
+    pod = PodSimulator("p", "llama-predictor-00002", "ml", RevisionBehaviour(shed_ratio=0.1), seed=1,
+                       bounds_ms=_OTEL_BOUNDS_MS, keeps_inner=True)  # fmt: skip
+    pod.serve(500, 0.5)
+    text = _render(
+        {("ml", "p"): pod}, {("ml", "p"): ("uid", 0.0, 1.0)}, "pod", "pod", "knative-otel-invocation"
+    )
+    assert "revision_request_count" not in text
+    counts: dict[tuple[str, str, str], float] = {}
+    for line in text.splitlines():
+        if "_count{" in line:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = (line.split("{")[0], labels["otel_scope_name"], labels["http_response_status_code"])
+            counts[key] = float(line.rsplit(" ", 1)[1])
+    outer, inner = (
+        "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp",
+        "knative.dev/serving/pkg/queue",
+    )
+    assert counts == {
+        ("kn_serving_invocation_duration_seconds_count", inner, "200"): pod.inner.counts["2xx"],
+        ("http_server_request_duration_seconds_count", outer, "200"): pod.outer.counts["2xx"],
+        ("http_server_request_duration_seconds_count", outer, "503"): pod.outer.counts["5xx"],
+    }
+    assert pod.outer.counts["5xx"] > 20
