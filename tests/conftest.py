@@ -38,10 +38,10 @@ import pytest
 
 _TESTS = Path(__file__).resolve().parent
 _MARK_BY_DIRECTORY = {
-    "integration": pytest.mark.integration,
-    "e2e": pytest.mark.e2e,
-    "faults": pytest.mark.faults,
-    "fuzz": pytest.mark.fuzz,
+    "integration": (pytest.mark.integration,),
+    "e2e": (pytest.mark.e2e, pytest.mark.untraced),
+    "faults": (pytest.mark.faults, pytest.mark.untraced),
+    "fuzz": (pytest.mark.fuzz,),
 }
 # Set by the main process before its workers start (they inherit it): where they write the units.
 _UNITS_FILE = "KSERVE_CANARY_TEST_UNITS"
@@ -77,9 +77,9 @@ EXPECTED_SECONDS: dict[str, float] = {
     "tests/e2e/test_notification_delivery.py::test_the_outbox_survives_a_controller_restart": 33,
     "tests/e2e/test_resilience.py::test_dry_run_decides_and_logs_but_writes_nothing": 16,
     # on the CPU
-    "tests/fuzz/test_policy_fuzz.py::test_documents_drawn_from_the_schema": 160,
-    "tests/fuzz/test_policy_fuzz.py::test_mutated_yaml_text": 145,
-    "tests/fuzz/test_policy_fuzz.py::test_mutated_policy_files": 70,
+    "tests/fuzz/test_policy_fuzz.py::test_documents_drawn_from_the_schema": 95,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_yaml_text": 105,
+    "tests/fuzz/test_policy_fuzz.py::test_mutated_policy_files": 40,
     "tests/deploy/test_rbac.py": 45,
     "tests/backtest/test_backtest.py": 40,
     "tests/integration/metrics/test_counters.py": 35,
@@ -154,18 +154,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             top = item.path.resolve().relative_to(_TESTS).parts[0]
         except ValueError:
             continue
-        mark = _MARK_BY_DIRECTORY.get(top)
-        if mark is not None:
+        for mark in _MARK_BY_DIRECTORY.get(top, ()):
             item.add_marker(mark)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Any:
-    """A test marked ``untraced`` runs with coverage measurement paused (when coverage runs at all).
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """A test marked ``untraced`` runs its setup, call and teardown with this process's coverage
+    measurement paused (when coverage runs at all); the processes it starts are measured as ever.
 
-    For Monte-Carlo simulations of the judge: their assertions are about error rates over thousands
-    of simulated rollouts, the lines they run are covered by the unit tests as well, and line tracing
-    made them four times as slow."""
+    Line tracing slows every Python call in the process, measured or not (the sandbox's and the
+    libraries' as much as the product's), two to four times. Paused for the Monte-Carlo simulations
+    of the judge, whose lines the unit tests cover, and for the end-to-end and fault suites, whose
+    product code runs in the controller processes (traced there); their own process runs the sandbox
+    (which imports nothing of the product) and the test's assertions."""
     current = None
     if item.get_closest_marker("untraced") is not None:
         try:

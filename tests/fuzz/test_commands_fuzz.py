@@ -27,6 +27,11 @@ from canary.rollout.state import MAX_HISTORY, CommandKind, RolloutState, StateFo
 from .support import fuzz_settings
 from .test_state_fuzz import STATES
 
+# Without coverage measurement (tests/conftest.py): every line and branch they reach is reached by
+# the unit tests as well (checked with coverage against the rest of the suite but e2e and faults),
+# and line tracing made them twice as slow.
+pytestmark = pytest.mark.untraced
+
 _KINDS = [kind.value for kind in CommandKind]
 COMMANDS = st.lists(
     st.tuples(

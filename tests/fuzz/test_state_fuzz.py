@@ -19,6 +19,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +36,11 @@ from canary.rollout.state import (
 )
 
 from .support import fuzz_settings
+
+# Without coverage measurement (tests/conftest.py): every line and branch they reach is reached by
+# the unit tests as well (checked with coverage against the rest of the suite but e2e and faults),
+# and line tracing made them twice as slow.
+pytestmark = pytest.mark.untraced
 
 _ZONES = [
     UTC,
