@@ -300,11 +300,26 @@ def _load_documents(
         shown = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
         return [], [PolicyError(path, line, None, f"YAML does not allow the character {shown} in a file")]
     except Exception as exc:
-        # ValueError for a 5000-digit integer, and whatever else a parser can raise on hostile bytes.
+        if _raised_by_yaml(exc):  # a 5000-digit integer, `!!timestamp 2026-13-45a` (PyYAML's AttributeError)
+            return [], [PolicyError(path, None, None, UNCONSTRUCTABLE)]
         return [], [PolicyError(path, None, None, f"cannot read this file as YAML ({type(exc).__name__})")]
     if errors:
         return [], errors
     return policies, errors
+
+
+UNCONSTRUCTABLE = (
+    "cannot read this file as YAML: a value cannot be constructed (a number too large, or an explicit "
+    "tag such as !!timestamp on text that is not one)"
+)
+
+
+def _raised_by_yaml(exc: Exception) -> bool:
+    """Whether PyYAML's own code raised ``exc`` while constructing a value (not a bug of ours)."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and f"{os.sep}yaml{os.sep}" in frame.tb_frame.f_code.co_filename
 
 
 def _read_documents(

@@ -36,7 +36,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from canary.policy.loader import LoadResult, load_paths, load_text
+from canary.policy.loader import UNCONSTRUCTABLE, LoadResult, load_paths, load_text
 from canary.policy.model import PromotionPolicy
 from canary.policy.schema import policy_json_schema
 from canary.policy.scope import SecretScope
@@ -62,7 +62,7 @@ SEEDS: list[tuple[str, str]] = [(path.parent.name, path.read_text()) for path in
 
 _FIELD_PART = re.compile(r'\.?(?:([^.\[\]"]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\])')
 # The parser's own complaint about a value it cannot construct (a 5,000-digit int, 2026-13-45).
-_PARSER_VALUE_ERROR = "cannot read this file as YAML (ValueError)"
+_PARSER_VALUE_ERROR = UNCONSTRUCTABLE
 # What YAML counts as a line break (an error's line may follow any of them).
 _LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 # Errors about the file rather than a field (each checked to be about a file that is not well-formed

@@ -196,9 +196,20 @@ def test_a_duration_the_short_form_would_round_round_trips_exactly() -> None:
 
 
 def test_a_key_that_is_not_a_string_is_named() -> None:
-    # test_policy_fuzz (bytes mutated into a top-level "1: x"): "Keys should be strings" had no field.
-    result = load_text(_policy("window: 10m") + "1: x\n", "ml/fuzz.yaml")
-    assert [(error.field, error.message) for error in result.errors] == [("[1]", "Keys should be strings")]
+    # test_policy_fuzz (bytes mutated into a top-level "1: x", and "apiVersion" cut into "apiVersi~"
+    # and "on:", which YAML 1.1 reads as true): pydantic's "Keys should be strings" named a field
+    # "[1]" that was neither in the file nor in the schema.
+    for key, read in (("1", "1"), ("on", "True")):
+        result = load_text(_policy("window: 10m") + f"{key}: x\n", "ml/fuzz.yaml")
+        assert [(error.field, error.message) for error in result.errors] == [
+            (
+                None,
+                f"a key that is not a string: YAML read {read} (unquoted on/off/yes/no/true/false are "
+                "booleans, digits are numbers); quote the key if it is meant as a name",
+            )
+        ]
+    nested = load_text(_policy("window: 10m").replace("spec:\n", "spec:\n  yes: 1\n"), "ml/fuzz.yaml")
+    assert [error.field for error in nested.errors] == ["spec"]
 
 
 @pytest.mark.parametrize("issued", ["0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59"])
