@@ -156,6 +156,8 @@ class ExplainCheck:
     (``canaryQuery``) one that returns the canary's value alone over the evaluated window, evaluated
     at the window's end, and ``canary_query_note`` why Prometheus' answer to it can differ slightly
     from ``value`` (canary.metrics.explain_queries). None in records written before it existed.
+    ``stable_query`` (``stableQuery``) is the same query for the stable revision (the dashboard
+    draws both over the rollout); None without a stable revision or when too long to keep.
     """
 
     __pydantic_config__ = JSON_CONFIG
@@ -172,6 +174,7 @@ class ExplainCheck:
     query: str = ""
     canary_query: str | None = None
     canary_query_note: str = ""
+    stable_query: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,7 @@ class ExplainDocument:
     def of(cls, decision: Decision, evidence: Evidence | None, now: datetime) -> ExplainDocument:
         """The record of ``decision``, judged on ``evidence`` at ``now``."""
         canary_queries = evidence.canary_queries if evidence is not None else {}
+        stable_queries = evidence.stable_queries if evidence is not None else {}
         return cls(
             at=now,
             decision_id=decision.id,
@@ -244,7 +248,8 @@ class ExplainDocument:
             evidence_until=_reach(evidence),
             queries=evidence.queries if evidence is not None else 0,
             checks=tuple(
-                _check(judgement, canary_queries.get(judgement.name)) for judgement in decision.judgements
+                _check(judgement, canary_queries.get(judgement.name), stable_queries.get(judgement.name))
+                for judgement in decision.judgements
             ),
             gates=tuple(
                 ExplainGate(
@@ -273,7 +278,8 @@ class ExplainDocument:
         return replace(
             self,
             checks=tuple(
-                replace(check, query="", canary_query=None, canary_query_note="") for check in self.checks
+                replace(check, query="", canary_query=None, canary_query_note="", stable_query=None)
+                for check in self.checks
             ),
         )
 
@@ -285,7 +291,10 @@ class ExplainDocument:
         if len(text.encode()) <= max_bytes:
             return text
         grouped = tuple(replace(check, query="") for check in self.checks)
-        bare = tuple(replace(check, query="", canary_query=None, canary_query_note="") for check in grouped)
+        bare = tuple(
+            replace(check, query="", canary_query=None, canary_query_note="", stable_query=None)
+            for check in grouped
+        )
         for what, checks in (("the grouped queries", grouped), ("every query", bare)):
             text = self._noted(checks, f"{what} of {len(checks)} checks")
             if len(text.encode()) <= max_bytes:
@@ -331,7 +340,11 @@ def _reach(evidence: Evidence | None) -> datetime | None:
     return evidence_until(series, evidence.request.at)
 
 
-def _check(judgement: Judgement, canary: CanaryQuery | None) -> ExplainCheck:
+def _kept(query: CanaryQuery | None) -> str | None:
+    return query.promql if query is not None and len(query.promql) <= MAX_CANARY_QUERY_CHARS else None
+
+
+def _check(judgement: Judgement, canary: CanaryQuery | None, stable: CanaryQuery | None) -> ExplainCheck:
     canary_query: str | None = None
     note = ""
     if canary is not None and len(canary.promql) > MAX_CANARY_QUERY_CHARS:
@@ -354,6 +367,9 @@ def _check(judgement: Judgement, canary: CanaryQuery | None) -> ExplainCheck:
         query=judgement.query,
         canary_query=canary_query,
         canary_query_note=note,
+        stable_query=stable.promql
+        if stable is not None and len(stable.promql) <= MAX_CANARY_QUERY_CHARS
+        else None,
     )
 
 

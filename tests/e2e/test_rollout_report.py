@@ -216,7 +216,9 @@ def test_by_revision_without_prometheus_and_with_an_unreachable_one(
     done, page = report(stack, tmp_path, "--prometheus-url", closed)
     assert done.returncode == 3
     lines = done.stderr.strip().splitlines()
-    assert lines[0] == f"error: cannot reach Prometheus at {closed}: Connection refused", done.stderr
+    assert lines[0] == f"error: cannot reach Prometheus: {closed}: connection refused (unreachable)", (
+        done.stderr
+    )
     assert len(lines) == 2 and "--no-charts" in lines[1]
     assert page == ""
 
