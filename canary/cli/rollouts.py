@@ -346,6 +346,11 @@ def graph_link(external_url: str, query: str, document: ExplainDocument) -> str:
     )
 
 
+# The limit as written, the stable revision's estimate, and the bound the judge compared the canary
+# with (for a relative limit, from the stable revision's bound): each once, each labelled.
+_CHECK_COLUMNS = ["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE ESTIMATE", "JUDGED BOUND", "SAMPLES"]
+
+
 def _check_row(check: ExplainCheck) -> list[str]:
     return [
         check.name,
@@ -353,6 +358,7 @@ def _check_row(check: ExplainCheck) -> list[str]:
         _value(check.value, check.unit),
         check.limit or NONE,
         _value(check.stable, check.unit),
+        " and ".join(label for label, _ in check.bounds()) or NONE,
         _count(check.samples),
     ]
 
@@ -420,13 +426,14 @@ def print_explain(
             f"evidence up to {timestamp(document.evidence_until)} "
             f"({human_duration(behind.total_seconds())} behind the evaluation)"
         )
-    lines += [f"  {reason}" for reason in document.reasons]
+    reasons = list(dict.fromkeys(document.reasons))  # one reason per decision: never the same twice
+    lines += [f"  {reason}" for reason in reasons]
     if document.checks or not state.gates:
-        lines += ["", columns(["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES"], [
+        lines += ["", columns(_CHECK_COLUMNS, [
             _check_row(check) for check in document.checks
         ])]  # fmt: skip
     for check in document.checks:
-        if check.detail:
+        if check.detail and not any(check.detail in reason for reason in reasons):
             lines.append(f"{check.name}: {check.detail}")
     if state.gates:
         lines += ["", columns(["GATE", "AT", "STEP", "RESULT", "FAILED", "LATEST ATTEMPT"], [

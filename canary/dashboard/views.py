@@ -26,7 +26,7 @@ from canary.metrics.client import PrometheusClient, PrometheusConfig
 from canary.metrics.ranges import RangeQueryError, RangeReader
 from canary.policy.units import format_value
 from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR
-from canary.report.rollout import display_unit, limit_values
+from canary.report.rollout import display_unit, judged_limits
 from canary.rollout.commands import apply_command
 from canary.rollout.records import CommandFormatError, ExplainCheck, ExplainDocument
 from canary.rollout.state import CommandKind, HistoryEntry, RolloutState, StateFormatError
@@ -208,6 +208,7 @@ def _check_row(check: ExplainCheck) -> dict[str, Any]:
         "value": shown(check.value),
         "limit": check.limit,
         "stable": shown(check.stable),
+        "bound": " and ".join(label for label, _ in check.bounds()) or None,
         "samples": check.samples,
         "critical": check.critical,
         "statement": check.detail,
@@ -289,10 +290,7 @@ def _check_chart(
                     canary_points.append([evaluation.at, past.value * factor])
                 if past.stable is not None and math.isfinite(past.stable):
                     stable_points.append([evaluation.at, past.stable * factor])
-    limits = [
-        {"label": label, "value": value * factor}
-        for label, value in limit_values(check.limit, check.unit, check.stable)
-    ]
+    limits = [{"label": label, "value": value * factor} for label, value in judged_limits(check)]
     series = [
         {"label": f"stable · {state.stable_revision}", "colour": STABLE_COLOUR, "points": stable_points},
         {"label": f"canary · {state.revision}", "colour": CANARY_COLOUR, "points": canary_points},

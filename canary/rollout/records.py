@@ -11,6 +11,7 @@ becomes a :class:`StateFormatError` subclass saying which file and why.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
@@ -18,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationError
 
 from canary.evidence import CanaryQuery, Evidence
-from canary.policy.units import Unit
+from canary.policy.units import Unit, format_value
 from canary.rollout.decision import Decision
 from canary.rollout.horizon import evidence_until
 from canary.rollout.judge import Judgement
@@ -175,6 +176,19 @@ class ExplainCheck:
     canary_query: str | None = None
     canary_query_note: str = ""
     stable_query: str | None = None
+    # The bounds the judge compared the canary with (the tightest of the absolute and the relative
+    # limits, a relative one from the stable revision's bound, not its estimate); None: not known.
+    max_allowed: float | None = None
+    min_allowed: float | None = None
+
+    def bounds(self) -> list[tuple[str, float]]:
+        """The judge's bounds as ``("≤ 481ms", 0.481)``: what explain, the dashboard and the report
+        show as the limit applied."""
+        drawn = []
+        for sign, value in (("≤", self.max_allowed), ("≥", self.min_allowed)):
+            if value is not None and math.isfinite(value):
+                drawn.append((f"{sign} {format_value(value, self.unit)}", value))
+        return drawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +252,7 @@ class ExplainDocument:
             action=str(decision.action),
             verdict=str(decision.verdict) if decision.verdict else None,
             requests=decision.requests,
-            reasons=decision.reasons,
+            reasons=tuple(dict.fromkeys(decision.reasons)),  # one reason per decision, never repeated
             window=(
                 ExplainWindow(evidence.request.window_start, evidence.request.at)
                 if evidence is not None
@@ -344,6 +358,10 @@ def _kept(query: CanaryQuery | None) -> str | None:
     return query.promql if query is not None and len(query.promql) <= MAX_CANARY_QUERY_CHARS else None
 
 
+def _kept(query: CanaryQuery | None) -> str | None:
+    return query.promql if query is not None and len(query.promql) <= MAX_CANARY_QUERY_CHARS else None
+
+
 def _check(judgement: Judgement, canary: CanaryQuery | None, stable: CanaryQuery | None) -> ExplainCheck:
     canary_query: str | None = None
     note = ""
@@ -367,9 +385,9 @@ def _check(judgement: Judgement, canary: CanaryQuery | None, stable: CanaryQuery
         query=judgement.query,
         canary_query=canary_query,
         canary_query_note=note,
-        stable_query=stable.promql
-        if stable is not None and len(stable.promql) <= MAX_CANARY_QUERY_CHARS
-        else None,
+        stable_query=_kept(stable),
+        max_allowed=judgement.max_allowed,
+        min_allowed=judgement.min_allowed,
     )
 
 

@@ -20,6 +20,8 @@ from canary_sandbox.prometheus import PrometheusServer
 
 from canary.metrics import PrometheusConfig, PrometheusEvidenceSource
 from canary.policy.model import PromotionPolicy
+from canary.policy.units import Unit, format_value
+from canary.rollout.judge import judge_check
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from tests.dashboard.conftest import CANARY, Api, World, start_dashboard
 from tests.integration.metrics.support import AT, END, START, STEP, make_policy, make_request
@@ -63,19 +65,25 @@ def _evaluated(url: str, world: World) -> tuple[ExplainDocument, PromotionPolicy
     policy = make_policy(CHECKS, namespace="ml", name="llama")
     with PrometheusEvidenceSource(PrometheusConfig(url=url), scrape_interval=STEP) as source:
         evidence = source.collect(policy, make_request(policy, "ml", CANARY, STABLE))
+    judged = {
+        check.name: judge_check(check, evidence.canary, evidence.stable, compare_with_stable=True)
+        for check in policy.spec.checks
+    }
     checks = tuple(
         ExplainCheck(
             name,
-            "pass",
-            evidence.canary[name].value,
-            evidence.canary[name].unit,
-            "",
-            evidence.stable[name].value if name in evidence.stable else None,
+            str(judgement.verdict),
+            judgement.value,
+            judgement.unit,
+            judgement.limit,
+            judgement.stable_value,
             query=evidence.canary[name].query,
             canary_query=evidence.canary_queries[name].promql,
             stable_query=evidence.stable_queries[name].promql,
+            max_allowed=judgement.max_allowed,
+            min_allowed=judgement.min_allowed,
         )
-        for name in ("p99", "errors", "gpu")
+        for name, judgement in judged.items()
     )
     document = ExplainDocument(
         at=AT, decision_id="d-history", revision=CANARY, stable_revision=STABLE, action="wait", checks=checks
@@ -128,3 +136,12 @@ def test_built_in_checks_are_drawn_per_revision_from_prometheus_history(
     assert max(value for _, value in gpu[STABLE]) == pytest.approx(41000 * GIB_PER_MIB, rel=0.02)
     assert max(value for _, value in gpu[CANARY]) == pytest.approx(72000 * GIB_PER_MIB, rel=0.02)
     assert datetime.fromtimestamp(charts["from"], UTC) == AT - timedelta(minutes=15)
+    # The limit line is the bound the judge compared the canary with (item 7), labelled as such.
+    p99 = next(check for check in document.checks if check.name == "p99")
+    assert p99.max_allowed is not None
+    assert [(line["label"], line["value"]) for line in drawn["p99"]["limits"]] == [
+        (
+            f"judged bound ≤ {format_value(p99.max_allowed, Unit.SECONDS)}",
+            pytest.approx(p99.max_allowed * 1000),
+        )
+    ]
