@@ -358,10 +358,6 @@ def _kept(query: CanaryQuery | None) -> str | None:
     return query.promql if query is not None and len(query.promql) <= MAX_CANARY_QUERY_CHARS else None
 
 
-def _kept(query: CanaryQuery | None) -> str | None:
-    return query.promql if query is not None and len(query.promql) <= MAX_CANARY_QUERY_CHARS else None
-
-
 def _check(judgement: Judgement, canary: CanaryQuery | None, stable: CanaryQuery | None) -> ExplainCheck:
     canary_query: str | None = None
     note = ""
