@@ -25,6 +25,7 @@ from canary.cli.cluster import api_client, get_json
 from canary.cli.help import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, fail
 from canary.cli.output import NONE, columns, human_duration, printable, since, timestamp
 from canary.cli.targets import resolve_target, suggestions
+from canary.cli.warnings import latest_warnings
 from canary.kserve.client import ConflictError
 from canary.kserve.identity import who_am_i
 from canary.kserve.store import (
@@ -404,7 +405,8 @@ def print_explain(
         typer.echo(json.dumps({"state": json.loads(state.to_json()), "latestEvaluation": latest}, indent=2))
         return
     if document is None:
-        typer.echo(f"{namespace}/{name}: no evaluation recorded yet")
+        warned = latest_warnings(api, namespace, name)
+        typer.echo("\n".join([f"{namespace}/{name}: no evaluation recorded yet", *warned]))
         return
     now = datetime.now(UTC)
     requests = "no" if document.requests is None else _count(document.requests)
@@ -428,6 +430,7 @@ def print_explain(
         )
     reasons = list(dict.fromkeys(document.reasons))  # one reason per decision: never the same twice
     lines += [f"  {reason}" for reason in reasons]
+    lines += [f"  {line}" for line in latest_warnings(api, namespace, name)]
     if document.checks or not state.gates:
         lines += ["", columns(_CHECK_COLUMNS, [
             _check_row(check) for check in document.checks

@@ -124,6 +124,7 @@ class TickRunner:
         before_reconcile: Callable[[LoadedPolicy], None] = lambda loaded: None,
         wake: Callable[[], None] = lambda: None,
         monotonic: Callable[[], float] = time.monotonic,
+        on_reconciled: Callable[[str, str | None], None] = lambda key, error: None,
     ):
         self._reconciler = reconciler
         self._evidence = evidence
@@ -138,6 +139,7 @@ class TickRunner:
         self._before = before_reconcile
         self._wake = wake
         self._monotonic = monotonic
+        self._on_reconciled = on_reconciled  # each error (None: none): canary.controller.failures
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="reconcile")
         self._lock = threading.Lock()
         self._intervals: dict[str, float] = {}
@@ -332,6 +334,7 @@ class TickRunner:
             self._metrics.tick_rollouts.labels("failed").inc()
             self._done(key)
             self._schedule(key, now, None)
+            self._on_reconciled(key, f"internal error: {error}")
             return None
         if isinstance(prepared, ReconcileOutcome):
             outcome.outcomes[key] = prepared
@@ -339,6 +342,7 @@ class TickRunner:
             self._metrics.tick_rollouts.labels("failed").inc()
             self._done(key)
             self._schedule(key, now, prepared)
+            self._on_reconciled(key, prepared.error)
             return None
         self._track_canary(key, prepared, now, alarm)
         return prepared
@@ -476,7 +480,8 @@ class TickRunner:
         result: ReconcileOutcome | None = None
         try:
             result = self._reconciler.finish(item, evidence)
-        except NotLeader as error:
+            self._on_reconciled(key, result.error)
+        except NotLeader as error:  # not a failure of the rollout: another replica drives it
             log.warning("write refused: not the owner", key=key, error=str(error))
             result = ReconcileOutcome(key, error=f"not the owner: {error}")
         finally:
