@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # kserve-canary controller image.
 #
 # * two stages: the virtualenv is built in the first, only the virtualenv is copied into the second;
@@ -21,14 +20,19 @@
 # the commands in their headers (docs/install.md#supply-chain); tests/deploy/test_supply_chain.py
 # checks that the locks and pyproject.toml agree.
 #
-# The base image is pinned by digest, and the digest is required: this repository cannot resolve
-# one for you, so a build without it fails ("invalid reference format") instead of silently taking
-# whatever the tag points to today. Find the digest of the tag and pass it:
+# The base image is pinned by digest, so `docker build .` always builds on the same bytes, never on
+# whatever the tag points to today. The default digest below is the one a public repository's
+# documentation records as verified for python:3.11-slim-bookworm (found with a code search of
+# public repositories pinning `python:3.11-slim-bookworm@sha256:`; this repository's CI cannot reach
+# Docker Hub to resolve it). The release workflow (.github/workflows/release.yml) resolves it with
+# `docker buildx imagetools inspect` before it builds and fails if it does not exist, and Renovate
+# (.github/renovate.json) proposes the tag's newer digests as pull requests. To build on another
+# digest (after checking it):
 #   docker buildx imagetools inspect python:3.11-slim-bookworm --format '{{json .Manifest.Digest}}'
 #   (or: crane digest python:3.11-slim-bookworm)
 #   docker build --build-arg PYTHON_DIGEST=sha256:<64 hex> -t kserve-canary .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG PYTHON_DIGEST
+ARG PYTHON_DIGEST=sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 
 FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \

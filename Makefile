@@ -12,7 +12,7 @@ PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 # The slowest tests of every run, to see where the time goes.
 PYTEST_REPORT ?= --durations=30
 
-.PHONY: setup prometheus browser demo test test-fast lint typecheck bench schema clean
+.PHONY: setup prometheus browser demo test test-fast release-check lint typecheck bench schema clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -70,6 +70,15 @@ test: setup browser lint typecheck
 # and the deploy tests that run the controller.
 test-fast: setup browser
 	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e and not faults and not fuzz"
+
+# The release artefacts, built and checked without publishing (CI runs it after `make test`; the
+# release workflow, .github/workflows/release.yml, publishes them): the sdist and the wheel built from
+# it, each installed into a clean virtualenv (dependencies from the hashed lock's wheels, downloaded
+# once into $(VENV)/wheelhouse) running `kserve-canary --help` and `validate policies/examples/`
+# without the sandbox; the Dockerfile, statically; the chart, packaged by Helm's Go SDK, linted and
+# rendered; the release workflow's steps. Output in build/release/.
+release-check: $(STAMP)
+	$(PY) -m tests.deploy.release check --out build/release --wheelhouse $(VENV)/wheelhouse
 
 # The whole story on this machine: emulator, simulated fleet, real Prometheus, the controller; about a
 # minute. Options through DEMO_ARGS, e.g. `make demo DEMO_ARGS="--speed 2 --no-ui"` or "--keep-running".

@@ -697,9 +697,10 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     # How far each revision's evidence reaches: the time of its newest counter sample as Prometheus
     # holds it, behind any ingestion lag (remote write, Thanos, Mimir). timestamp() of a plain
     # selector reads the samples' own times (of any other expression, the evaluation time).
-    stamped = selection.by_revision(
-        f"timestamp({metrics.count_metric}{{{selection.matchers(revisions)}}})", revisions
-    )
+    # The same series as the counts (the queue-proxy's scope): a model server's own histogram in the
+    # pod must not speak for how far the queue-proxy's evidence reaches.
+    own = selection.matchers(revisions, metrics.scope_matcher(labels))
+    stamped = selection.by_revision(f"timestamp({metrics.count_metric}{{{own}}})", revisions)
     newest = f"max by (namespace, revision) ({stamped})"
     parts = [
         _with_field(counter, COUNTER_FIELD),

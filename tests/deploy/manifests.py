@@ -34,8 +34,9 @@ KUSTOMIZATIONS = {
     "cluster-wide": DEPLOY / "overlays" / "cluster-wide",
     "single-namespace": DEPLOY / "overlays" / "single-namespace",
     "prometheus-auth": DEPLOY / "examples" / "prometheus-auth",
+    "network-settings": DEPLOY / "examples" / "network-settings",
 }
-INSTALLABLE = ("cluster-wide", "single-namespace", "prometheus-auth")
+INSTALLABLE = ("cluster-wide", "single-namespace", "prometheus-auth", "network-settings")
 
 # Helm values an install would use; each must render, validate and pass the RBAC comparison.
 CHART_VARIANTS: dict[str, dict[str, Any]] = {

@@ -76,6 +76,7 @@ spec:
 CLI_COMMANDS: dict[str, list[str]] = {
     "status": ["status"],
     "status -n": ["status", "-n", NAMESPACE],
+    "status NAME": ["status", f"{NAMESPACE}/{MODEL}"],
     "explain": ["explain", f"{NAMESPACE}/{MODEL}"],
     # The controller is stopped by then: nobody answers, so no command waits for an answer.
     "pause": ["pause", f"{NAMESPACE}/{MODEL}", "--reason", "looking at a dashboard", "--no-wait"],
@@ -84,7 +85,9 @@ CLI_COMMANDS: dict[str, list[str]] = {
     "abort": ["abort", f"{NAMESPACE}/{MODEL}", "--no-wait"],
     "promote": ["promote", f"{NAMESPACE}/{MODEL}", "--no-wait"],
 }
-READ_ONLY_COMMANDS = ("status", "status -n", "explain")
+READ_ONLY_COMMANDS = ("status", "status -n", "status NAME", "explain")
+# What one rollout's status and explanation read: its state ConfigMap, by name (docs/install.md).
+ONE_ROLLOUT_COMMANDS = ("status NAME", "explain")
 # The pause was never carried out (no controller): the CLI refuses to resume what is not paused.
 CLI_EXIT_CODES = {"resume": 1}
 

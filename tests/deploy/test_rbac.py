@@ -36,6 +36,7 @@ from tests.deploy.scenario import (
     IDENTITY,
     MODEL,
     NAMESPACE,
+    ONE_ROLLOUT_COMMANDS,
     READ_ONLY_COMMANDS,
     ScenarioResult,
 )
@@ -250,6 +251,26 @@ def test_people_roles_match_what_the_cli_does(render: Any, cluster_wide_run: Sce
     # The controller's service account is not one of them.
     for binding in (m for m in manifests if m["kind"] in {"RoleBinding", "ClusterRoleBinding"}):
         assert binding["roleRef"]["name"] not in {"kserve-canary-operator", "kserve-canary-viewer"}
+
+
+def test_one_rollout_is_readable_with_a_role_for_its_state_configmap_alone(
+    cluster_wide_run: ScenarioResult,
+) -> None:
+    """docs/install.md: a Role with resourceNames [kserve-canary-<model>] and get is enough for
+    `status NS/NAME` and `explain` of that model's rollout (a file policy's status lives there)."""
+    state_reader = Rule.parse(
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get"],
+            "resourceNames": [f"kserve-canary-{MODEL}"],
+        }
+    )
+    for label in ONE_ROLLOUT_COMMANDS:
+        requests = requested(cluster_wide_run.cli[label])
+        assert requests, label
+        refused = [r for r in requests if not (r.namespace == NAMESPACE and state_reader.allows(r))]
+        assert not refused, f"{label}: {refused}"
 
 
 def all_renders() -> dict[str, list[Manifest]]:
