@@ -4,21 +4,22 @@ KServe and Knative said about the model."""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import quote
+from datetime import UTC, datetime
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from canary.cli.cluster import get_json
+from canary.cli.output import timestamp
 
 __all__ = ["latest_warnings"]
 
 SHOWN = 3  # the newest ones; `kubectl get events` has the rest
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
-def _when(event: dict[str, Any]) -> str:
-    return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
+def _when(event: client.CoreV1Event) -> datetime:
+    moment = event.last_timestamp or event.event_time or event.first_timestamp
+    return moment if isinstance(moment, datetime) else _NEVER
 
 
 def latest_warnings(api: client.ApiClient, namespace: str, name: str) -> list[str]:
@@ -26,15 +27,16 @@ def latest_warnings(api: client.ApiClient, namespace: str, name: str) -> list[st
     be read)."""
     selector = f"involvedObject.kind=InferenceService,involvedObject.name={name},type=Warning"
     try:
-        listed = get_json(api, f"/api/v1/namespaces/{quote(namespace)}/events", {"fieldSelector": selector})
+        listed = client.CoreV1Api(api).list_namespaced_event(
+            namespace, field_selector=selector, _request_timeout=10
+        )
     except ApiException as error:
         return [f"warning events not read: the apiserver answered {error.status} {error.reason}"]
-    events = sorted(listed.get("items") or (), key=_when, reverse=True)[:SHOWN]
     lines = []
-    for event in events:
-        count = int(event.get("count") or 1)
+    for event in sorted(listed.items or (), key=_when, reverse=True)[:SHOWN]:
+        count = int(event.count or 1)
         times = f" ×{count}" if count > 1 else ""
-        lines.append(
-            f"warning {event.get('reason', '')}{times} (last {_when(event)}): {event.get('message', '')}"
-        )
+        when = _when(event)
+        last = f" (last {timestamp(when)})" if when is not _NEVER else ""
+        lines.append(f"warning {event.reason or ''}{times}{last}: {event.message or ''}")
     return lines
