@@ -2,19 +2,22 @@
 # kserve-canary on a real cluster: an empty kind cluster to a promoted and a rolled-back canary.
 #
 # What it does (docs/install.md#a-walkthrough-on-kind explains each step):
-#   1. creates a kind cluster (kind and node image pinned in hack/walkthrough/versions.env);
+#   1. creates a kind cluster (kind and node image pinned in hack/walkthrough/versions.env) and
+#      kind's local registry beside it (localhost:5001, the nodes pull from it);
 #   2. installs cert-manager, Knative Serving with Kourier, KServe in Serverless mode and
 #      kube-prometheus-stack (Prometheus, the Prometheus Operator, kube-state-metrics), at pinned
 #      versions; DCGM is optional and left out (kind has no GPU);
-#   3. builds the kserve-canary image from this checkout, loads it into kind under the name the
-#      manifests use, and installs the controller with the README's commands (Helm by default,
-#      INSTALL_WITH=kustomize for the Kustomize overlay);
+#   3. installs kserve-canary from this checkout with the README's "Before the first release"
+#      commands: pip install ., the image built and pushed to the local registry, the controller
+#      installed by the digest the push printed (Helm by default, INSTALL_WITH=kustomize for the
+#      Kustomize overlay with `kustomize edit set image`);
 #   4. deploys the sample sklearn InferenceService, its PromotionPolicy and a load generator;
 #   5. pushes a good version (a new storageUri) and waits with `kserve-canary status NAME --watch`
 #      (exit 0: promoted), then a bad one that never becomes Ready (exit 4: rolled back).
 #
-# Where it runs: a machine with docker, kind, kubectl, helm, `make setup` done (the kserve-canary
-# CLI in .venv) and the internet (images and release manifests are downloaded).
+# Where it runs: a machine with docker, kind, kubectl, helm (kustomize for INSTALL_WITH=kustomize),
+# Python >= 3.11 with pip (`make setup`'s .venv comes first on PATH) and the internet (images and
+# release manifests are downloaded).
 # It cannot run on this project's CI machines: they have no container engine daemon and no internet.
 # There, tests/deploy/test_walkthrough.py checks the pieces that can run: this script (bash -n and
 # ShellCheck), its model steps against the API emulator, the manifests it applies, its pinned
@@ -33,9 +36,14 @@ CLUSTER=kserve-canary
 NAMESPACE=walkthrough
 MODEL=sklearn-iris
 INSTALL_WITH="${INSTALL_WITH:-helm}"
-# The name the manifests and the chart use by default: the locally built image is loaded under it,
-# so the README's install commands run unchanged (imagePullPolicy IfNotPresent).
-IMAGE=ghcr.io/kserve-canary/kserve-canary:0.1.0
+# kind's local registry (kind.sigs.k8s.io/docs/user/local-registry, the recipe of
+# kubernetes-sigs/kind site/static/examples/kind-with-registry.sh): a registry container published
+# on localhost:5001 and on the kind network as kind-registry:5000.
+REGISTRY=kind-registry
+REGISTRY_PORT=5001
+# The README's ghcr.io/your-org/kserve-canary: the image built from this checkout, pushed there.
+REPOSITORY=localhost:$REGISTRY_PORT/kserve-canary
+IMAGE=$REPOSITORY:dev
 GOOD_URI=gs://kfserving-examples/models/sklearn/1.0/model-2
 BAD_URI=gs://kfserving-examples/models/sklearn/1.0/does-not-exist
 
@@ -57,6 +65,39 @@ create_cluster() {
     kind create cluster --name "$CLUSTER" --image "$KIND_NODE_IMAGE" --config "$HERE/kind-cluster.yaml" --wait 120s
   fi
   kubectl config use-context "kind-$CLUSTER"
+}
+
+start_registry() {
+  log "local registry localhost:$REGISTRY_PORT ($REGISTRY_IMAGE)"
+  if [ "$(docker inspect -f '{{.State.Running}}' "$REGISTRY" 2>/dev/null || true)" != true ]; then
+    docker run -d --restart=always -p "127.0.0.1:$REGISTRY_PORT:5000" --network bridge --name "$REGISTRY" "$REGISTRY_IMAGE"
+  fi
+}
+
+# The nodes pull localhost:5001/... from kind-registry:5000: localhost in a node is the node. kind
+# v0.27.0 node images already read /etc/containerd/certs.d (containerd config_path), so a hosts.toml
+# there is enough, no containerdConfigPatches.
+connect_registry() {
+  local node dir="/etc/containerd/certs.d/localhost:$REGISTRY_PORT"
+  for node in $(kind get nodes --name "$CLUSTER"); do
+    docker exec "$node" mkdir -p "$dir"
+    printf '[host."http://%s:5000"]\n' "$REGISTRY" | docker exec -i "$node" cp /dev/stdin "$dir/hosts.toml"
+  done
+  if [ "$(docker inspect -f '{{json .NetworkSettings.Networks.kind}}' "$REGISTRY")" = null ]; then
+    docker network connect kind "$REGISTRY"
+  fi
+  # KEP-1755: how tools find the cluster's local registry.
+  kubectl apply -f - <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-registry-hosting
+  namespace: kube-public
+data:
+  localRegistryHosting.v1: |
+    host: "localhost:$REGISTRY_PORT"
+    help: "https://kind.sigs.k8s.io/docs/user/local-registry/"
+EOF
 }
 
 install_prometheus() {
@@ -91,22 +132,49 @@ install_kserve() {
 install_kserve_canary() {
   log "kserve-canary from this checkout ($INSTALL_WITH), image $IMAGE"
   cd "$ROOT"
-  # The README's install commands, as written there (tests/deploy/test_walkthrough.py compares them).
+  # The README's "Before the first release" commands, as written there, with ghcr.io/your-org
+  # standing for the local registry (tests/deploy/test_walkthrough.py compares them).
+  pip install .
+  docker build -t "$IMAGE" .
+  docker push "$IMAGE"
   local digest
-  digest="$(docker buildx imagetools inspect python:3.11-slim-bookworm --format '{{json .Manifest.Digest}}' | tr -d '"')"
-  docker build --build-arg PYTHON_DIGEST="$digest" -t ghcr.io/kserve-canary/kserve-canary:0.1.0 .
-  kind load docker-image "$IMAGE" --name "$CLUSTER"
+  digest="$(pushed_digest)"
   kubectl kustomize deploy/crds
   kubectl apply --server-side -k deploy/crds
   kserve-canary validate deploy/base/policies/
+  kubectl kustomize deploy/overlays/cluster-wide
+  helm template kserve-canary charts/kserve-canary -n kserve-canary --set prometheus.url=http://prometheus-operated.monitoring.svc:9090 --set 'watchNamespaces={ml}'
   if [ "$INSTALL_WITH" = kustomize ]; then
-    kubectl kustomize deploy/overlays/cluster-wide
-    kubectl apply -k deploy/overlays/cluster-wide
+    install_with_kustomize "$digest"
   else
-    helm template kserve-canary charts/kserve-canary -n kserve-canary --set prometheus.url=http://prometheus-operated.monitoring.svc:9090 --set 'watchNamespaces={ml}'
-    helm install kserve-canary charts/kserve-canary -n kserve-canary --create-namespace --set prometheus.url=http://prometheus-operated.monitoring.svc:9090
+    helm install kserve-canary charts/kserve-canary -n kserve-canary --create-namespace --set prometheus.url=http://prometheus-operated.monitoring.svc:9090 --set image.repository="$REPOSITORY" --set image.digest="$digest"
   fi
   kubectl -n kserve-canary rollout status deployment/kserve-canary --timeout=5m
+}
+
+# The digest `docker push "$IMAGE"` printed: the registry's digest of $REPOSITORY (an image pushed
+# to several repositories has one RepoDigest per repository).
+pushed_digest() {
+  local ref
+  for ref in $(docker inspect --format '{{range .RepoDigests}}{{.}} {{end}}' "$IMAGE"); do
+    if [ "${ref%@*}" = "$REPOSITORY" ]; then
+      echo "${ref#*@}"
+      return
+    fi
+  done
+  echo "kind-walkthrough: docker inspect $IMAGE names no digest in $REPOSITORY" >&2
+  exit 1
+}
+
+# The README's Kustomize path: an overlay of your own on cluster-wide, the image set by digest.
+install_with_kustomize() {
+  local overlay="$ROOT/.walkthrough/overlay"
+  rm -rf "$overlay"
+  mkdir -p "$overlay"
+  printf '%s\n' "apiVersion: kustomize.config.k8s.io/v1beta1" "kind: Kustomization" "resources:" \
+    "  - ../../deploy/overlays/cluster-wide" >"$overlay/kustomization.yaml"
+  (cd "$overlay" && kustomize edit set image "ghcr.io/kserve-canary/kserve-canary=$REPOSITORY@$1")
+  kubectl apply -k "$overlay"
 }
 
 # The sample model and its policy (tests/deploy/test_walkthrough.py runs this against the API emulator).
@@ -145,8 +213,11 @@ push_version() {
 }
 
 up() {
-  need docker kind kubectl helm kserve-canary
+  need docker kind kubectl helm pip
+  if [ "$INSTALL_WITH" = kustomize ]; then need kustomize; fi
+  start_registry
   create_cluster
+  connect_registry
   install_prometheus
   install_kserve
   install_kserve_canary
@@ -157,7 +228,10 @@ up() {
 good() { push_version "$GOOD_URI" 0; }  # promoted: 10 -> 50 -> 100
 bad() { push_version "$BAD_URI" 4; }    # never Ready: rolled back at its progressDeadline
 
-down() { kind delete cluster --name "$CLUSTER"; }
+down() {
+  kind delete cluster --name "$CLUSTER"
+  docker rm -f "$REGISTRY"
+}
 
 main() {
   case "${1:-all}" in

@@ -126,6 +126,28 @@ SecretEnvAllowOption = Annotated[
     ),
 ]
 
+CustomPromqlAllowOption = Annotated[
+    list[str],
+    typer.Option(
+        "--custom-promql-allow-metric",
+        envvar="CUSTOM_PROMQL_ALLOW_METRIC",
+        metavar="[NS=]GLOB",
+        help="Custom PromQL (of policies of NS, or of every namespace) may read the metrics matching "
+        "GLOB across namespaces, unscoped (repeatable). Default: none; every other selector is scoped "
+        "to the policy's namespace.",
+    ),
+]
+CustomPromqlLabelOption = Annotated[
+    list[str],
+    typer.Option(
+        "--custom-promql-tenancy-label",
+        envvar="CUSTOM_PROMQL_TENANCY_LABEL",
+        metavar="GLOB=LABEL",
+        help="The label naming the namespace of the metrics matching GLOB (recording rules, OTLP: "
+        "kn_*=k8s_namespace_name), where the metric profiles do not say (repeatable).",
+    ),
+]
+
 
 @app.command()
 def validate(
@@ -142,6 +164,8 @@ def validate(
     policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
     secret_file_root: SecretFileRootOption = None,
     secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006 - typer reads the default, never mutates it
+    custom_promql_allow_metric: CustomPromqlAllowOption = [],  # noqa: B006
+    custom_promql_tenancy_label: CustomPromqlLabelOption = [],  # noqa: B006
     scrape_interval: Annotated[
         float,
         typer.Option(
@@ -157,10 +181,17 @@ def validate(
 
     A directory is a policy root: DIR/<namespace>/**/*.yaml, as the controller reads it.
     """
-    from canary.cli.policies import validate_paths  # noqa: PLC0415 - lazy: start-up time
+    from canary.cli.policies import promql_tenancy, validate_paths  # noqa: PLC0415 - lazy: start-up time
 
+    tenancy = promql_tenancy(custom_promql_allow_metric, custom_promql_tenancy_label)
     validate_paths(
-        paths, output.value, policy_namespaces.value, secret_file_root, secret_env_allow, scrape_interval
+        paths,
+        output.value,
+        policy_namespaces.value,
+        secret_file_root,
+        secret_env_allow,
+        scrape_interval,
+        tenancy=tenancy,
     )
 
 
@@ -263,6 +294,8 @@ def run(
     policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
     secret_file_root: SecretFileRootOption = None,
     secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006
+    custom_promql_allow_metric: CustomPromqlAllowOption = [],  # noqa: B006
+    custom_promql_tenancy_label: CustomPromqlLabelOption = [],  # noqa: B006
     notify_allow_host: Annotated[
         list[str],
         typer.Option(
@@ -322,11 +355,17 @@ def run(
 ) -> None:
     """Run the controller until SIGTERM."""
     from canary.cli import controller as flags  # noqa: PLC0415 - lazy: start-up time
+    from canary.cli.policies import promql_tenancy  # noqa: PLC0415
     from canary.controller import settings as groups  # noqa: PLC0415
 
     settings = groups.ControllerSettings(
         policies=flags.policy_settings(
-            policies, policy_source, policy_namespaces.value, secret_file_root, secret_env_allow
+            policies,
+            policy_source,
+            policy_namespaces.value,
+            secret_file_root,
+            secret_env_allow,
+            promql_tenancy(custom_promql_allow_metric, custom_promql_tenancy_label),
         ),
         objects=groups.PolicyObjectSettings(allow_custom_promql=allow_custom_promql_from_crds),
         prometheus=groups.PrometheusSettings(

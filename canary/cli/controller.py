@@ -20,6 +20,7 @@ from canary.controller.observability import configure_logging, default_bind_addr
 from canary.controller.runtime import build_controller
 from canary.controller.settings import ControllerSettings, PolicySettings, PolicySource, ServingSettings
 from canary.controller.startup import preflight_or_exit
+from canary.metrics.tenancy import Tenancy
 from canary.notify import redact_processor
 from canary.policy.scope import NamespaceSource
 from canary.policy.units import parse_duration
@@ -64,13 +65,16 @@ def policy_settings(
     namespaces: str,
     secret_file_root: Path | None,
     secret_env_allow: list[str],
+    promql: Tenancy | None = None,
 ) -> PolicySettings:
-    """``--policies``, ``--policy-source``, ``--policy-namespaces`` and the secret scope."""
+    """``--policies``, ``--policy-source``, ``--policy-namespaces``, the secret scope and the scope
+    of custom PromQL."""
     return PolicySettings(
         paths=tuple(paths),
         sources=_policy_sources(source),
         namespaces=NamespaceSource(namespaces),
         secrets=secret_scope(secret_file_root, secret_env_allow),
+        promql=promql or Tenancy(),
     )
 
 

@@ -13,14 +13,16 @@ import typer
 from canary.cli.help import EXIT_USAGE, fail
 from canary.cli.output import printable
 from canary.metrics.buckets import resolution_warnings
+from canary.metrics.tenancy import Tenancy, parse_allow, parse_labels
 from canary.metrics.windows import window_warnings
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.loader import format_loc, secret_refs
 from canary.policy.scope import NamespaceSource, SecretScope, parse_env_allow
 from canary.policy.units import format_duration
+from canary.rollout.knative import policy_deadline_warning
 from canary.rollout.sampled import horizon_requests
 
-__all__ = ["print_schema", "secret_scope", "validate_paths"]
+__all__ = ["print_schema", "promql_tenancy", "secret_scope", "validate_paths"]
 
 
 def secret_scope(file_root: Path | None, env_allow: list[str]) -> SecretScope:
@@ -31,6 +33,19 @@ def secret_scope(file_root: Path | None, env_allow: list[str]) -> SecretScope:
     return SecretScope(file_root=file_root, env_allow=allowed)
 
 
+def promql_tenancy(allow: list[str], labels: list[str]) -> Tenancy:
+    """``--custom-promql-allow-metric`` and ``--custom-promql-tenancy-label``."""
+    try:
+        allowed = parse_allow(allow)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--custom-promql-allow-metric") from None
+    try:
+        named = parse_labels(labels)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--custom-promql-tenancy-label") from None
+    return Tenancy(allow=allowed, labels=named)
+
+
 def validate_paths(
     paths: list[Path],
     output: str,
@@ -38,6 +53,7 @@ def validate_paths(
     secret_file_root: Path | None,
     secret_env_allow: list[str],
     scrape_interval: float = 30.0,
+    tenancy: Tenancy | None = None,
 ) -> None:
     missing = [path for path in paths if not path.exists()]
     if missing:
@@ -53,6 +69,7 @@ def validate_paths(
         paths,
         namespaces=NamespaceSource(policy_namespaces),
         secrets=secret_scope(secret_file_root, secret_env_allow) if checked else None,
+        promql=(tenancy or Tenancy()).refusals,
     )
     errors = sorted(result.errors, key=lambda error: error.sort_key)
     if output == "json":
@@ -93,8 +110,13 @@ def validate_paths(
 
 def policy_warnings(policy: PromotionPolicy, scrape_interval: float = 30.0) -> list[str]:
     """What may keep the policy from judging what it means: limits no bucket edge resolves, windows
-    the scrapes cannot cover."""
-    return resolution_warnings(policy) + window_warnings(policy, scrape_interval)
+    the scrapes cannot cover, a progressDeadline Knative does not wait for."""
+    beyond_knative = policy_deadline_warning(policy.spec.progress_deadline)
+    return (
+        resolution_warnings(policy)
+        + window_warnings(policy, scrape_interval)
+        + ([beyond_knative] if beyond_knative else [])
+    )
 
 
 def unchecked_secrets(policy: PromotionPolicy) -> list[str]:

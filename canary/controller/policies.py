@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from canary.policy import LoadedPolicy, PolicyError, PromotionPolicy, load_paths
-from canary.policy.loader import conflict_errors
+from canary.policy.loader import PolicyCheck, conflict_errors
 from canary.policy.scope import NamespaceSource, SecretScope
 
 __all__ = ["Conflict", "PolicyRegistry", "ReloadReport", "tree_fingerprint"]
@@ -107,10 +107,12 @@ class PolicyRegistry:
         namespaces: NamespaceSource = NamespaceSource.DIRECTORY,
         secrets: SecretScope | None = None,
         files: bool = True,
+        promql: PolicyCheck | None = None,
     ):
         self._paths = list(paths)
         self._namespaces = namespaces
         self._secrets = secrets
+        self._promql = promql
         self._files = files
         self._fingerprint: str | None = None
         self._file_claims: list[LoadedPolicy] = []
@@ -199,7 +201,9 @@ class PolicyRegistry:
         if not force and fingerprint == self._fingerprint:
             return False, []
         self._fingerprint = fingerprint
-        result = load_paths(self._paths, namespaces=self._namespaces, secrets=self._secrets)
+        result = load_paths(
+            self._paths, namespaces=self._namespaces, secrets=self._secrets, promql=self._promql
+        )
         # Conflicts are decided over every source at once (reload), not per file set.
         errors = [error for error in result.errors if not error.conflict]
         broken_files = {error.path for error in errors}

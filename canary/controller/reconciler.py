@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +52,7 @@ from canary.rollout.commands import apply_command
 from canary.rollout.core import Preparation, decide, landed_write, prepare
 from canary.rollout.decision import Decision
 from canary.rollout.gates import GateResult
+from canary.rollout.knative import KnativeDeadline
 from canary.rollout.ledger import RollbackLedger, ledger_after
 from canary.rollout.observed import ObservedInferenceService
 from canary.rollout.past import ends_rollout, record_after
@@ -140,6 +141,7 @@ class Reconciler:
         reads: Reads | None = None,
         explain_every_intervals: float = DEFAULT_EXPLAIN_EVERY_INTERVALS,
         gates: GateRunner | None = None,
+        knative_deadline: Callable[[], KnativeDeadline] | None = None,
     ):
         self._isvcs = inference_services
         self._store = store
@@ -155,6 +157,7 @@ class Reconciler:
         self._dry_run = dry_run
         self._explain_every = explain_every_intervals
         self._gates = gates  # calls the gates a decision waits for, beside the tick
+        self._knative_deadline = knative_deadline  # the cluster's, for revisions not annotated
         # Dry-run keeps state in memory only; live runs read the ConfigMap (or its watch cache).
         self._memory: dict[str, StoredState] = {}
         self._memory_ledgers: dict[str, StoredLedger] = {}
@@ -288,7 +291,7 @@ class Reconciler:
                 stored,
                 result.state,
                 owner_uid=state.inference_service_uid or stored.owner_uid,
-                explain=_readable_explain(stored),
+                explain=_readable(stored.explain_uncached),
                 command_result=stored.readable_command_result(),
                 rollouts=stored.rollouts_json,
             )
@@ -324,6 +327,8 @@ class Reconciler:
         key = policy.key
         namespace, name = policy.metadata.namespace, policy.spec.target.inference_service
         observed = observe(self._reads.inference_service(namespace, name), namespace=namespace, name=name)
+        if observed.knative_deadline is None and self._knative_deadline is not None and observed.exists:
+            observed = replace(observed, knative_deadline=self._knative_deadline())
 
         stored = self._load(key, namespace, name)
         stored_ledger = self._load_ledger(key, namespace, name)
@@ -441,7 +446,8 @@ class Reconciler:
         # nothing: parsed whole (it is written back) only then.
         key, stored, stale, now = prepared.key, prepared.stored, prepared.stale, prepared.now
         kept = not stale and not decision.judgements and bool(decision.new_state.gates)
-        explain = explain_with_gates(_readable_explain(stored) if kept else None, decision, evidence, now)
+        previous = _readable(stored.explain_uncached) if kept else None
+        explain = explain_with_gates(previous, decision, evidence, now)
         reason = self._store_reason(prepared, decision.new_state, explain)
         if not prepared.observed.exists:
             return True
@@ -457,7 +463,7 @@ class Reconciler:
                 decision.new_state,
                 # The object the state describes: the owner is never another object's uid.
                 owner_uid=decision.new_state.inference_service_uid,
-                explain=explain or (None if stale else _readable_explain(stored)),
+                explain=explain or (None if stale else _readable(stored.explain_uncached)),
                 command_result=prepared.answer or stored.readable_command_result(),
                 # In the same write: the record of past rollouts, with the one this decision ends.
                 rollouts=_rollouts_text(prepared, decision, prepared.bound),
@@ -526,7 +532,7 @@ class Reconciler:
         with self._lock:
             last = self._explained_at.get(prepared.key)
         due = explain_due(
-            _explain_reading(stored),
+            _readable(stored.explain_reading),
             explain,
             last_written=last,
             now=prepared.now,
@@ -759,20 +765,12 @@ def _log_shape(decision: Decision) -> str:
     return text_shape(f"{decision.action}/{decision.event_reason}/{decision.verdict}/{checks}/{reasons}")
 
 
-def _readable_explain(stored: StoredState) -> ExplainDocument | None:
-    """The stored latest evaluation, kept when a decision evaluated nothing; one that cannot be
-    read is dropped rather than written back."""
+def _readable(read: Callable[[], ExplainDocument | None]) -> ExplainDocument | None:
+    """The stored latest evaluation, or None when it cannot be read. ``explain_uncached``: kept when
+    a decision evaluated nothing (one unreadable is dropped, not written back); ``explain_reading``
+    (without its PromQL): compared with a new one (one unreadable: the new one is a change)."""
     try:
-        return stored.explain_uncached()
-    except StateFormatError:
-        return None
-
-
-def _explain_reading(stored: StoredState) -> ExplainDocument | None:
-    """The stored latest evaluation without its PromQL, to compare a new one with (None when it
-    cannot be read: the new one is then a change)."""
-    try:
-        return stored.explain_reading()
+        return read()
     except StateFormatError:
         return None
 
@@ -793,7 +791,6 @@ def _rollouts_text(prepared: Prepared, decision: Decision, bound: FilteringBound
             error=str(error),
         )
         return stored.rollouts_json
-    recorded = record_after(
-        prepared.state, decision, record, prepared.now, latest_evaluation=_readable_explain(stored)
-    )
+    latest = _readable(stored.explain_uncached)
+    recorded = record_after(prepared.state, decision, record, prepared.now, latest_evaluation=latest)
     return recorded.to_json() if recorded is not None else stored.rollouts_json

@@ -58,6 +58,7 @@ from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.kserve.admitted import list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
+from canary.kserve.knative_config import ClusterProgressDeadline
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.store import (
     COMMAND_KEY,
@@ -69,6 +70,7 @@ from canary.kserve.store import (
 )
 from canary.metrics.client import PrometheusConfig
 from canary.metrics.prometheus import PrometheusEvidenceSource
+from canary.metrics.tenancy import Tenancy
 from canary.notify.secrets import DEFAULT_REDACTOR
 from canary.policy import LoadedPolicy, PromotionPolicy
 from canary.policy.objects import ObjectRules
@@ -109,8 +111,11 @@ def _shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def prometheus_evidence(settings: PrometheusSettings) -> PrometheusEvidenceSource:
-    """The evidence source of ``kserve-canary run``: the Prometheus of the settings."""
+def prometheus_evidence(
+    settings: PrometheusSettings, tenancy: Tenancy | None = None
+) -> PrometheusEvidenceSource:
+    """The evidence source of ``kserve-canary run``: the Prometheus of the settings, custom queries
+    scoped by ``tenancy``."""
     return PrometheusEvidenceSource(
         PrometheusConfig(
             url=settings.url,
@@ -122,6 +127,7 @@ def prometheus_evidence(settings: PrometheusSettings) -> PrometheusEvidenceSourc
         ),
         scrape_interval=settings.scrape_interval,
         min_requests=settings.min_samples,
+        tenancy=tenancy,
     )
 
 
@@ -145,11 +151,14 @@ def build_controller(
     return Controller(
         settings,
         api_client=api_client,
-        evidence=evidence if evidence is not None else prometheus_evidence(settings.prometheus),
+        evidence=evidence
+        if evidence is not None
+        else prometheus_evidence(settings.prometheus, settings.policies.promql),
         registry=PolicyRegistry(
             settings.policies.paths,
             namespaces=settings.policies.namespaces,
             secrets=settings.policies.secrets,
+            promql=settings.policies.promql.refusals,
             files=bool(settings.policies.sources & {PolicySource.FILES, PolicySource.AUTO}),
         ),
         clock=clock,
@@ -271,6 +280,7 @@ class Controller:
             rules=ObjectRules(
                 allow_custom_promql=settings.objects.allow_custom_promql,
                 secret_name=settings.objects.secret_name,
+                promql=settings.policies.promql.refusals,
             ),
             watch_timeout=settings.cluster.watch_timeout,
             recheck=settings.objects.crd_recheck,
@@ -340,6 +350,7 @@ class Controller:
             dry_run=self.settings.cluster.dry_run,
             explain_every_intervals=self.settings.tick.explain_every_intervals,
             gates=self.gates,
+            knative_deadline=ClusterProgressDeadline(api_client, request_timeout=timeout),
         )
 
     def _tick_runner(self, evidence: TickEvidenceSource) -> TickRunner:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from canary.kserve.admitted import ConfigMapLimits
+from canary.metrics.tenancy import Tenancy
 from canary.notify.outbox import DEFAULT_IMPORTANT_RETRY_FOR, DEFAULT_INFO_RETRY_FOR
 from canary.policy.scope import NamespaceSource, SecretScope
 
@@ -49,6 +50,9 @@ class PolicySettings:
     sources: frozenset[PolicySource] = frozenset({PolicySource.AUTO})
     namespaces: NamespaceSource = NamespaceSource.DIRECTORY
     secrets: SecretScope = field(default_factory=SecretScope)
+    # Custom PromQL scoped to the policy's namespace (canary.metrics.tenancy): the series admitted
+    # cluster-wide, the tenancy labels of sources the profiles do not know.
+    promql: Tenancy = field(default_factory=Tenancy)
     reload_period: float = 5.0  # seconds between reloads of the directories
 
 

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from canary.policy.units import parse_duration
+from canary.rollout.knative import PROGRESS_DEADLINE_ANNOTATION, KnativeDeadline
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService, TrafficTarget
 
 __all__ = ["DEPLOYMENT_MODE_ANNOTATION", "observe", "predictor_fingerprint"]
 
 DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
 _CANARY_FIELD = "canaryTrafficPercent"
+# Knative's Configuration: ``Revision %q failed with message: %s.`` (configuration_lifecycle.go line 81).
+_FAILED_REVISION = re.compile(r'^Revision "([^"]+)" failed with message: ')
 
 # KServe renamed the modes in 0.15 (Serverless -> Knative, RawDeployment -> Standard); both spellings
 # are in the wild.
@@ -62,7 +67,7 @@ def observe(
     annotations = _mapping(metadata.get("annotations"), "metadata.annotations", problems)
 
     mode, mode_reported = _deployment_mode(status, annotations, predictor_status)
-    ready, failure = _readiness(status.get("conditions"), problems)
+    ready, failure, failed_revision = _readiness(status.get("conditions"), problems)
     return ObservedInferenceService(
         namespace=_text(metadata.get("namespace")) or namespace,
         name=_text(metadata.get("name")) or name,
@@ -83,6 +88,8 @@ def observe(
         traffic=_traffic(predictor_status.get("traffic"), problems),
         predictor_ready=ready,
         revision_failure=failure,
+        failed_revision=failed_revision,
+        knative_deadline=_annotated_deadline(predictor_spec, annotations, problems),
         problems=tuple(problems),
     )
 
@@ -127,29 +134,62 @@ def _deployment_mode(
     return DeploymentMode.UNKNOWN, None
 
 
-def _readiness(conditions: object, problems: list[str]) -> tuple[bool | None, str | None]:
-    """The predictor's readiness and, when Knative reported one, why the latest revision failed."""
+def _readiness(conditions: object, problems: list[str]) -> tuple[bool | None, str | None, str | None]:
+    """The predictor's readiness and, when Knative reported one, why the latest revision failed and
+    the revision its ``RevisionFailed`` names.
+
+    KServe's PropagateStatus copies the Knative Service's Ready and ConfigurationsReady conditions,
+    reason and message, into PredictorReady and PredictorConfigurationReady (kserve
+    pkg/apis/serving/v1beta1/inference_service_status.go lines 563-583, SetCondition 589-598);
+    Knative's Configuration says ``RevisionFailed``, ``Revision "<name>" failed with message: ...``
+    when its latest created revision failed (configuration_lifecycle.go lines 77-81).
+    """
     if conditions is None:
-        return None, None
+        return None, None, None
     if not isinstance(conditions, list):
         problems.append("status.conditions is not a list")
-        return None, None
+        return None, None, None
     by_type: dict[str, Mapping[str, Any]] = {}
     failure: str | None = None
+    failed_revision: str | None = None
     for condition in conditions:
         if not isinstance(condition, Mapping) or not isinstance(condition.get("type"), str):
             continue
         by_type[condition["type"]] = condition
         if condition.get("status") == "False" and condition.get("reason") == "RevisionFailed":
             failure = _text(condition.get("message")) or "RevisionFailed"
+            named = _FAILED_REVISION.match(failure)
+            failed_revision = named.group(1) if named else failed_revision
     readiness = by_type.get("PredictorReady") or by_type.get("Ready")
     if readiness is None:
-        return None, failure
+        return None, failure, failed_revision
     state = readiness.get("status")
     ready = True if state == "True" else False if state == "False" else None
     if ready is False and failure is None:
         failure = _text(readiness.get("message")) or _text(readiness.get("reason"))
-    return ready, failure
+    return ready, failure, failed_revision
+
+
+def _annotated_deadline(
+    predictor: Mapping[str, Any], annotations: Mapping[str, Any], problems: list[str]
+) -> KnativeDeadline | None:
+    """Knative's progress deadline from the annotation KServe passes on to the revision (the
+    predictor's annotations, else the object's), or None when neither sets it."""
+    own = predictor.get("annotations")
+    for where, found in (
+        ("spec.predictor.annotations", own if isinstance(own, Mapping) else {}),
+        ("metadata.annotations", annotations),
+    ):
+        value = found.get(PROGRESS_DEADLINE_ANNOTATION)
+        if value is None:
+            continue
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            problems.append(f"{where}[{PROGRESS_DEADLINE_ANNOTATION}] is {value!r}, not a duration")
+            return None
+        return KnativeDeadline(seconds, f'{where} {PROGRESS_DEADLINE_ANNOTATION}: "{value}"')
+    return None
 
 
 def _traffic(entries: object, problems: list[str]) -> tuple[TrafficTarget, ...]:

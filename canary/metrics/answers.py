@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from canary.evidence import ErrorClass
-from canary.metrics.catalog import FIELD_LABEL, RevisionKey
+from canary.metrics.catalog import FIELD_LABEL, NAMESPACE_LABEL, REVISION_LABEL, RevisionKey
 from canary.metrics.client import QueryFailure, QueryOutcome
 
 __all__ = [
@@ -65,9 +65,11 @@ def labels_of(series: object) -> Mapping[str, object] | None:
 
 @dataclass(frozen=True, slots=True)
 class GroupedAnswer:
-    """A grouped query's answer: per revision, the value and its companion fields."""
+    """A grouped query's answer: per revision, the value and its companion fields; and the revisions
+    whose part of a split query failed (:mod:`canary.metrics.split`), with why."""
 
     values: Mapping[RevisionKey, Mapping[str, float]]
+    failures: Mapping[RevisionKey, QueryFailure] = field(default_factory=dict)
 
 
 def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
@@ -81,7 +83,7 @@ def parse_grouped(outcome: QueryOutcome) -> GroupedAnswer | QueryFailure:
             return QueryFailure(
                 ErrorClass.UNEXPECTED_RESULT, f"a series whose labels are not an object: {brief(labels)}"
             )
-        namespace, revision = labels.get("namespace"), labels.get("revision")
+        namespace, revision = labels.get(NAMESPACE_LABEL), labels.get(REVISION_LABEL)
         if not isinstance(namespace, str) or not isinstance(revision, str):
             return QueryFailure(
                 ErrorClass.UNEXPECTED_RESULT, f"a series without namespace/revision: {brief(labels)}"

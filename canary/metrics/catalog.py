@@ -1,14 +1,18 @@
 """The metric catalog: every builtin metric kind, for every metric profile, as grouped PromQL.
 
 Each builtin query answers **many revisions at once**: it selects the series of every revision asked
-for (in every namespace asked for) and aggregates them ``by (namespace, revision)``. One HTTP round
+for (in every namespace asked for) and aggregates them by namespace and revision. One HTTP round
 trip therefore answers the canary and the stable revision of a rollout — and, when the windows
 agree, every rollout evaluated in the same tick.
 
 Output shape (what :mod:`canary.metrics.prometheus` parses)
 ------------------------------------------------------------
-Every series of a builtin query carries the labels ``namespace`` and ``revision`` (normalised with
-``label_replace`` whatever the source labels are called), and an optional ``evidence_field`` label:
+Every series of a builtin query carries the labels ``kserve_canary_namespace`` and
+``kserve_canary_revision`` (written with ``label_replace`` from whatever the source labels are
+called), and an optional ``kserve_canary_field`` label. The routing labels carry a prefix of their
+own (:data:`RESERVED_PREFIX`, below "evidence_field" stands for that field label): were they called
+``revision``, a workload exporting a ``revision`` label of its own would be misattributed, or make
+two series of one labelset and the whole grouped query refused.
 
 ========================= ====================================================================
 ``evidence_field``        meaning
@@ -50,7 +54,7 @@ Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
 ------------------------------------------------------------------------
 :func:`render_counters` samples *raw cumulative counters* — no ``rate``, no ``increase``, no range
 selector — of every tracked revision at once: the request counter and latency buckets of a requests
-profile ``sum by (namespace, revision, pod, code_class[, le])`` (``code_class`` 2xx..5xx from the
+profile summed by namespace, revision, pod and code class (and ``le``) (the class 2xx..5xx from the
 status code; ``pod`` kept so that a queue-proxy restart is a reset of that pod's series), or
 kube-state-metrics' restart counters per pod and container (:data:`RESTARTS_COUNTER`).
 :func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. The revision is
@@ -89,14 +93,18 @@ __all__ = [
     "FIELD_LABEL",
     "FIELD_SAMPLES",
     "KIND_FAMILY",
+    "NAMESPACE_LABEL",
     "NEWEST_FIELD",
     "OOM_FIELD",
     "OUTER_HISTOGRAM",
     "PEAK_FIELD",
     "PEAK_MEASURES",
+    "POD_LABEL",
     "QUEUE_PROXY_SERVER_SCOPE",
     "REQUESTS_PROFILES",
+    "RESERVED_PREFIX",
     "RESTARTS_COUNTER",
+    "REVISION_LABEL",
     "BuiltinQuery",
     "CounterQuery",
     "Family",
@@ -110,8 +118,16 @@ __all__ = [
     "render_peaks",
 ]
 
+# The labels a grouped query routes its answer by. label_replace writes them onto the workloads' own
+# series, so they carry a prefix no exporter uses: a workload that exports a `revision` or
+# `namespace` label of its own must neither be misattributed nor make two series of one labelset
+# (Prometheus refuses such a query with "vector cannot contain metrics with the same labelset").
+RESERVED_PREFIX = "kserve_canary_"
+NAMESPACE_LABEL = RESERVED_PREFIX + "namespace"
+REVISION_LABEL = RESERVED_PREFIX + "revision"
+POD_LABEL = RESERVED_PREFIX + "pod"
 # The label that tells a value series from its companions (see the module docstring).
-FIELD_LABEL = "evidence_field"
+FIELD_LABEL = RESERVED_PREFIX + "field"
 FIELD_SAMPLES = "samples"
 FIELD_FRACTION = "fraction"
 
@@ -388,14 +404,14 @@ class _Selection:
         one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
         """
         joined = self.labels.joined(expression, self._revision_matchers(revisions))
-        relabelled = _relabel(joined, "namespace", self.labels.namespace)
+        relabelled = _relabel(joined, NAMESPACE_LABEL, self.labels.namespace)
         if self.labels.revision is not None:
-            return _relabel(relabelled, "revision", self.labels.revision)
+            return _relabel(relabelled, REVISION_LABEL, self.labels.revision)
         return _revision_from_pod(relabelled, self.labels.pod, {key.revision for key in revisions})
 
 
-_POD_KEY = "canary_pod_key"  # the first 52 characters of a hashed revision's pod, while joining
-_HASHED_REVISION = "canary_hashed_revision"
+_POD_KEY = RESERVED_PREFIX + "pod_key"  # the first 52 characters of a hashed revision's pod, while joining
+_HASHED_REVISION = RESERVED_PREFIX + "hashed_revision"
 
 
 def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[str]) -> str:
@@ -408,9 +424,9 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
     """
     shapes = {naming(revision) for revision in revisions}
     if PodNaming.KEPT in shapes:
-        expression = _relabel(expression, "revision", pod_label, KEPT_REVISION)
+        expression = _relabel(expression, REVISION_LABEL, pod_label, KEPT_REVISION)
     if PodNaming.CUT in shapes:
-        expression = _relabel(expression, "revision", pod_label, CUT_REVISION)
+        expression = _relabel(expression, REVISION_LABEL, pod_label, CUT_REVISION)
     hashed = sorted(revision for revision in revisions if naming(revision) is PodNaming.HASHED)
     if not hashed:
         return expression
@@ -420,7 +436,7 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
         entry = f'label_replace(vector(1), "{_POD_KEY}", "{string_literal(hashed_key(revision))}", "", "")'
         entries.append(f'label_replace({entry}, "{_HASHED_REVISION}", "{string_literal(revision)}", "", "")')
     joined = f"{keyed} * on ({_POD_KEY}) group_left ({_HASHED_REVISION}) ({' or '.join(entries)})"
-    named = _relabel(joined, "revision", _HASHED_REVISION, "(.+)")
+    named = _relabel(joined, REVISION_LABEL, _HASHED_REVISION, "(.+)")
     return _drop(_drop(named, _POD_KEY), _HASHED_REVISION)
 
 
@@ -429,7 +445,7 @@ def _drop(expression: str, label: str) -> str:
 
 
 _POD_SELECTION = _Selection(JoinLabels())
-_GROUP = "namespace, revision"
+_GROUP = f"{NAMESPACE_LABEL}, {REVISION_LABEL}"
 
 
 def _with_field(expression: str, field: str) -> str:
@@ -611,13 +627,15 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counting)
 
-CODE_CLASS_LABEL = "code_class"  # 1xx .. 5xx; absent when the exporter gave no readable code
+CODE_CLASS_LABEL = (
+    RESERVED_PREFIX + "code_class"
+)  # 1xx .. 5xx; absent when the exporter gave no readable code
 COUNTER_FIELD = "count"  # evidence_field of the request counter's series
 BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
 OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
 # evidence_field of a revision's newest request-counter sample time (Unix seconds, Prometheus' own)
 NEWEST_FIELD = "newest"
-_COUNTER_GROUP = f"namespace, revision, pod, {CODE_CLASS_LABEL}"
+_COUNTER_GROUP = f"{_GROUP}, {POD_LABEL}, {CODE_CLASS_LABEL}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -663,7 +681,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     """The raw cumulative request counters and latency buckets of every revision in ``revisions``.
 
     No ``rate``, no ``increase``, no range selector: the values as the exporters count them, summed
-    only over labels that do not matter, ``by (namespace, revision, pod, code_class)`` (and ``le``
+    only over labels that do not matter, by the reserved namespace, revision, pod and code class (and ``le``
     for the buckets), so a queue-proxy restart shows as a reset of that pod's series and a status
     code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
     ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
@@ -685,7 +703,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     def normalised(metric: str) -> str:
         series = f"{metric}{{{selection.matchers(revisions, metrics.scope_matcher(labels))}}}"
         relabelled = selection.by_revision(series, revisions)
-        relabelled = _relabel(relabelled, "pod", labels.pod, "(.+)")
+        relabelled = _relabel(relabelled, POD_LABEL, labels.pod, "(.+)")
         replacement = string_literal(metrics.code_replacement)
         return (
             f'label_replace({relabelled}, "{CODE_CLASS_LABEL}", "{replacement}", '
@@ -701,7 +719,7 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     # pod must not speak for how far the queue-proxy's evidence reaches.
     own = selection.matchers(revisions, metrics.scope_matcher(labels))
     stamped = selection.by_revision(f"timestamp({metrics.count_metric}{{{own}}})", revisions)
-    newest = f"max by (namespace, revision) ({stamped})"
+    newest = f"max by ({_GROUP}) ({stamped})"
     parts = [
         _with_field(counter, COUNTER_FIELD),
         _with_field(buckets, BUCKET_FIELD),
@@ -711,8 +729,9 @@ def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> 
     vllm_matchers = _POD_SELECTION.matchers(revisions)
     for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):
         series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions)
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
         parts.append(
-            _with_field(f"sum by (namespace, revision, pod, le) ({series})", f"{BUCKET_FIELD}:{measure}")
+            _with_field(f"sum by ({_GROUP}, {POD_LABEL}, le) ({series})", f"{BUCKET_FIELD}:{measure}")
         )
     return _union(*parts)
 
@@ -723,8 +742,9 @@ def _restart_counters(revisions: Collection[RevisionKey], labels: JoinLabels) ->
     parts = []
     for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
         series = selection.by_revision(raw.canonical(f"{metric}{{{raw.matchers(revisions)}}}"), revisions)
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
         # Several kube-state-metrics replicas export the same counter: one value per container.
-        parts.append(f"max by ({_GROUP}, pod, container) ({series})")
+        parts.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
     restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
     # Markers: the model container's (the storage-initializer's) last termination was an OOM kill.
     markers = []
@@ -734,7 +754,8 @@ def _restart_counters(revisions: Collection[RevisionKey], labels: JoinLabels) ->
     ):
         matchers = raw.matchers(revisions, f'{labels.container}="{container}", reason="OOMKilled"')
         series = selection.by_revision(raw.canonical(f"{reasons}{{{matchers}}} == 1"), revisions)
-        markers.append(f"max by ({_GROUP}, pod, container) ({series})")
+        series = _relabel(series, POD_LABEL, "pod", "(.+)")
+        markers.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
     oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
     return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
 

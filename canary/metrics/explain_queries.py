@@ -64,7 +64,8 @@ from canary.metrics.promql import (
     render_template,
     string_literal,
 )
-from canary.policy.model import Check, MetricKind, PromotionPolicy, RequestsProfile
+from canary.metrics.tenancy import Tenancy, TenancyError
+from canary.policy.model import Check, GpuLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 
 __all__ = [
     "EXTRAPOLATED_NOTE",
@@ -183,20 +184,27 @@ def canary_queries(
     profile: Mapping[str, str],
     *,
     min_window: float,
+    tenancy: Tenancy | None = None,
 ) -> dict[str, CanaryQuery]:
     """Per check of ``request`` (by name), the query returning the canary's value alone.
 
     ``profile`` is what the evidence source used (:attr:`~canary.evidence.Evidence.profile`: the
     requests profile and DCGM label style chosen or detected); a check whose metrics were not found
-    (profile ``none``) or whose template cannot be rendered has no query.
+    (profile ``none``), whose template cannot be rendered or whose query ``tenancy`` refuses (its
+    measurement says why) has no query; a custom query is shown scoped, as it is asked.
     """
     shapes = _SHAPES.of(policy, request, profile)
     windows = _windows(request, min_window)
     queries: dict[str, CanaryQuery] = {}
     for check in request.checks:
         shape = shapes.get(check.name)
-        if shape is not None:
-            queries[check.name] = _filled(shape, windows)
+        filled = (
+            None
+            if shape is None
+            else _scoped(_filled(shape, windows), check, policy, request, profile, tenancy)
+        )
+        if filled is not None:
+            queries[check.name] = filled
     return queries
 
 
@@ -206,13 +214,44 @@ def stable_queries(
     profile: Mapping[str, str],
     *,
     min_window: float,
+    tenancy: Tenancy | None = None,
 ) -> dict[str, CanaryQuery]:
-    """The same queries for the stable revision alone (none without one): the dashboard draws the
-    canary's and the stable's values side by side over the rollout."""
+    """The same queries for the stable revision alone (none without one), scoped alike: the
+    dashboard draws the canary's and the stable's values side by side over the rollout."""
     if not request.stable_revision:
         return {}
     stable = replace(request, canary_revision=request.stable_revision, canary_born=None)
-    return canary_queries(policy, stable, profile, min_window=min_window)
+    return canary_queries(policy, stable, profile, min_window=min_window, tenancy=tenancy)
+
+
+def _scoped(
+    query: CanaryQuery,
+    check: Check,
+    policy: PromotionPolicy,
+    request: EvidenceRequest,
+    profile: Mapping[str, str],
+    tenancy: Tenancy | None,
+) -> CanaryQuery | None:
+    """A custom query as it is asked: scoped to the namespace (None: refused)."""
+    if not _templated(check, policy):
+        return query
+    style = profile.get(GPU_FAMILY)
+    gpu = GpuLabelStyle(style) if style in set(GpuLabelStyle) else policy.spec.metrics.gpu_labels
+    try:
+        scoped = (tenancy or Tenancy()).scope(query.promql, request.namespace, _known(gpu))
+    except TenancyError:
+        return None
+    return CanaryQuery(scoped, query.note)
+
+
+def _templated(check: Check, policy: PromotionPolicy) -> bool:
+    return check.promql is not None or (
+        check.metric is not None and check.metric.value in policy.spec.metrics.queries
+    )
+
+
+def _known(gpu: GpuLabelStyle) -> GpuLabelStyle | None:
+    return None if gpu is GpuLabelStyle.AUTO else gpu
 
 
 def render_canary_query(
@@ -222,10 +261,13 @@ def render_canary_query(
     profile: Mapping[str, str],
     *,
     min_window: float,
+    tenancy: Tenancy | None = None,
 ) -> CanaryQuery | None:
     """The query for one check (see the module docstring); None when there is none to give."""
     shape = _shape(check, policy, request, profile)
-    return None if shape is None else _filled(shape, _windows(request, min_window))
+    if shape is None:
+        return None
+    return _scoped(_filled(shape, _windows(request, min_window)), check, policy, request, profile, tenancy)
 
 
 def _windows(request: EvidenceRequest, min_window: float) -> tuple[str, str, str, str]:

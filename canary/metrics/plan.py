@@ -76,6 +76,7 @@ from canary.metrics.catalog import (
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.labels import JoinLabels, kube_state_labels, overridden, request_labels
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
+from canary.metrics.tenancy import Tenancy, TenancyError, profile_metrics
 from canary.policy.model import (
     Check,
     GpuLabelStyle,
@@ -235,6 +236,9 @@ def families_needed(policy: PromotionPolicy) -> set[Family]:
     needed = {KIND_FAMILY[measure] for measure in measures if measure not in overrides}
     if any(check.metric is MetricKind.GPU_MEMORY_PEAK for check in policy.spec.checks):
         needed.add(Family.DCGM)  # the fraction always comes from the builtin DCGM query
+    custom = [check.promql for check in policy.spec.checks if check.promql] + list(overrides.values())
+    if any("DCGM_" in template for template in custom):
+        needed.add(Family.DCGM)  # its label style scopes a custom query on DCGM metrics (tenancy)
     return needed
 
 
@@ -255,8 +259,10 @@ def plan_rollout(
     *,
     min_window: float,
     grouping: QueryGrouping,
+    tenancy: Tenancy | None = None,
 ) -> list[Need]:
-    """Everything one evaluation of one rollout needs, each with the ask that answers it."""
+    """Everything one evaluation of one rollout needs, each with the ask that answers it (custom
+    queries scoped to the policy's namespace by ``tenancy``, :mod:`canary.metrics.tenancy`)."""
     window = format_duration_seconds(max(min_window, request.window_seconds))
     variables = {
         "namespace": request.namespace,
@@ -265,7 +271,18 @@ def plan_rollout(
         "window": window,
         "interval": format_duration_seconds(policy.spec.interval),
     }
-    planner = _Planner(rollout, request, resolutions, policy.spec.metrics, grouping, window, variables)
+    planner = _Planner(
+        rollout,
+        request,
+        resolutions,
+        policy.spec.metrics,
+        grouping,
+        window,
+        variables,
+        tenancy or Tenancy(),
+        _gpu_style(policy, resolutions),
+        _resolved_tenancy(resolutions),
+    )
     sides = _sides(request)
     needs: list[Need] = []
     for side, revision in sides:
@@ -284,6 +301,36 @@ def plan_rollout(
                     planner.template_need(side, check.name, revision, check.value_unit, None, check.promql)
                 )
     return needs
+
+
+def _resolved_tenancy(resolutions: Mapping[Family, Resolution]) -> tuple[tuple[str, str], ...]:
+    """Where a detected (or configured) label style names the namespace differently from the profile:
+    OTLP's ``k8s_namespace_name`` on the request metrics, ``exported_namespace`` on kube-state-metrics'.
+    Namespaces known only from ``target_info`` are not on the series: the profile's label stays (and
+    matches nothing: closed)."""
+    pairs: list[tuple[str, str]] = []
+    requests = resolutions.get(Family.REQUESTS, Resolution())
+    if (
+        requests.labels is not None
+        and not requests.labels.target_info
+        and requests.choice in set(RequestsProfile)
+    ):
+        profile = REQUESTS_PROFILES.get(RequestsProfile(requests.choice))
+        if profile is not None:
+            pairs += [(name, requests.labels.namespace) for name in sorted(profile_metrics(profile))]
+    kube_state = resolutions.get(Family.KUBE_STATE, Resolution()).labels
+    if kube_state is not None:
+        pairs.append(("kube_*", kube_state.namespace))
+    return tuple(pairs)
+
+
+def _gpu_style(policy: PromotionPolicy, resolutions: Mapping[Family, Resolution]) -> GpuLabelStyle | None:
+    """The DCGM label style custom queries are scoped by: the policy's, else the detected one."""
+    configured = policy.spec.metrics.gpu_labels
+    if configured is not GpuLabelStyle.AUTO:
+        return configured
+    choice = resolutions.get(Family.DCGM, Resolution()).choice
+    return GpuLabelStyle(choice) if choice else None
 
 
 def _sides(request: EvidenceRequest) -> list[tuple[Side, RevisionKey]]:
@@ -328,6 +375,9 @@ class _Planner:
     grouping: QueryGrouping
     window: str
     variables: Mapping[str, str]
+    tenancy: Tenancy
+    gpu: GpuLabelStyle | None
+    resolved: tuple[tuple[str, str], ...]  # metric glob -> tenancy label, from the detected label styles
 
     def measure_needs(
         self, side: Side, key: str, revision: RevisionKey, measure: str, quantile: float | None
@@ -353,6 +403,12 @@ class _Planner:
             settled = Measurement.error(
                 ErrorClass.BAD_QUERY, f"query template: {error}", unit, query=template
             )
+            return Need(self.rollout, side, key, revision, unit, measure, settled=settled)
+        try:
+            promql = self.tenancy.scope(promql, self.request.namespace, self.gpu, self.resolved)
+        except TenancyError as error:
+            detail = f"refused, not asked: {error}"
+            settled = Measurement.error(ErrorClass.BAD_QUERY, detail, unit, query=promql)
             return Need(self.rollout, side, key, revision, unit, measure, settled=settled)
         return Need(self.rollout, side, key, revision, unit, measure, ask=SingleAsk(promql, self.request.at))
 
@@ -467,6 +523,9 @@ def measurement_for(
     if isinstance(parsed, QueryFailure):
         return Measurement.error(parsed.error_class, parsed.detail, unit, query=query, duration=duration)
     samples: float | None = None
+    if isinstance(parsed, GroupedAnswer) and need.revision in parsed.failures:
+        failure = parsed.failures[need.revision]
+        return Measurement.error(failure.error_class, failure.detail, unit, query=query, duration=duration)
     if isinstance(parsed, GroupedAnswer):
         fields = parsed.values.get(need.revision, {})
         value = fields.get(need.field or VALUE_FIELD)

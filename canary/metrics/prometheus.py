@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -83,12 +83,16 @@ from canary.metrics.plan import (
     merge_asks,
     plan_rollout,
 )
+from canary.metrics.split import Splitter
+from canary.metrics.tenancy import Tenancy
 from canary.policy.model import KubeStateLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 from canary.repeats import Repeats
 
 __all__ = ["PrometheusEvidenceSource"]
 
 _log = structlog.get_logger("canary.metrics")
+
+Parsed = GroupedAnswer | float | QueryFailure | None
 
 _AUTO = "auto"  # every profile and label style setting's "detect it"
 
@@ -112,6 +116,7 @@ class PrometheusEvidenceSource:
         max_single_queries_per_tick: int = 200,
         backfill_sample_budget: int = 200_000,
         idle_revision_ttl: float = 900.0,
+        tenancy: Tenancy | None = None,
     ) -> None:
         """
         :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
@@ -127,12 +132,15 @@ class PrometheusEvidenceSource:
             memory: an answer decodes to about 150 bytes of Python objects per point while it is
             read, and the process' RSS keeps that peak; a smaller budget costs more queries.
         :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
+        :param tenancy: how custom queries are scoped to their policy's namespace (default: every
+            selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
         """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
         if max_single_queries_per_tick < 0:
             raise ValueError("max_single_queries_per_tick must not be negative")
         self.config = config
+        self.tenancy = tenancy or Tenancy()
         self.client = client if client is not None else PrometheusClient(config)
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
         self.min_requests = min_requests
@@ -171,6 +179,7 @@ class PrometheusEvidenceSource:
             sample_budget=backfill_sample_budget,
         )
         self.max_single_queries_per_tick = max_single_queries_per_tick
+        self._splitter = Splitter()  # a failed grouped query asked again by namespace, then rollout
         self._budget = TickBudget(max_single_queries_per_tick, timedelta(seconds=scrape_interval / 2))
 
     # -- the EvidenceSource protocol -------------------------------------------------------------
@@ -188,10 +197,11 @@ class PrometheusEvidenceSource:
         needs, profiles, detection_cost = self._plan(rollouts)
         grouped, singles = merge_asks(needs)
         granted = self._budget.grant(rollouts, needs, singles)
-        outcomes = self._run(grouped, [single for single in singles if single in granted])
-        parsed: dict[GroupedAsk | SingleAsk, GroupedAnswer | float | QueryFailure | None] = {}
-        for asked, outcome in outcomes.items():
-            parsed[asked] = parse_grouped(outcome) if isinstance(asked, GroupedAsk) else parse_single(outcome)
+        owners = {
+            need.revision: (rollouts[need.rollout][1].namespace, rollouts[need.rollout][1].inference_service)
+            for need in needs
+        }
+        outcomes, parsed = self._run(grouped, [single for single in singles if single in granted], owners)
         counted = self.counts.serve(rollouts, needs)
         peaked = self.peaks.serve(rollouts, needs)
         canary: list[dict[str, Measurement]] = [{} for _ in rollouts]
@@ -223,10 +233,10 @@ class PrometheusEvidenceSource:
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                     # For people only (kserve-canary explain): each check's canary value as one query.
                     canary_queries=canary_queries(
-                        policy, request, profiles[index], min_window=self.min_window
+                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
                     ),
                     stable_queries=stable_queries(
-                        policy, request, profiles[index], min_window=self.min_window
+                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
                     ),
                 )
             )
@@ -247,7 +257,13 @@ class PrometheusEvidenceSource:
             profiles.append(used)
             needs.extend(
                 plan_rollout(
-                    index, policy, request, resolutions, min_window=self.min_window, grouping=self.grouping
+                    index,
+                    policy,
+                    request,
+                    resolutions,
+                    min_window=self.min_window,
+                    grouping=self.grouping,
+                    tenancy=self.tenancy,
                 )
             )
         return needs, profiles, detection_cost
@@ -429,28 +445,60 @@ class PrometheusEvidenceSource:
         return self.detector.kube_state_labels(at)
 
     def _run(
-        self, grouped: dict[GroupedAsk, set[Any]], singles: list[SingleAsk]
-    ) -> dict[GroupedAsk | SingleAsk, QueryOutcome]:
-        jobs: list[tuple[GroupedAsk | SingleAsk, str, datetime]] = []
+        self,
+        grouped: dict[GroupedAsk, set[RevisionKey]],
+        singles: list[SingleAsk],
+        owners: Mapping[RevisionKey, Hashable],
+    ) -> tuple[dict[GroupedAsk | SingleAsk, QueryOutcome], dict[GroupedAsk | SingleAsk, Parsed]]:
+        """Every ask's outcome and its parsed answer; a grouped ask that fails is split
+        (:mod:`canary.metrics.split`): its answer then says which revisions' part failed, and why."""
+        jobs: list[tuple[GroupedAsk | SingleAsk, Callable[[], tuple[QueryOutcome, Parsed]]]] = []
         outcomes: dict[GroupedAsk | SingleAsk, QueryOutcome] = {}
+        parsed: dict[GroupedAsk | SingleAsk, Parsed] = {}
         for grouped_ask, revisions in grouped.items():
             try:
-                promql = render_builtin(grouped_ask.query, revisions)
+                render_builtin(grouped_ask.query, revisions)
             except ValueError as error:  # a catalog bug must not take the controller down
                 failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
                 outcomes[grouped_ask] = QueryOutcome("", None, failure, 0, 0.0)
+                parsed[grouped_ask] = failure
                 continue
-            jobs.append((grouped_ask, promql, grouped_ask.at))
-        jobs.extend((single, single.promql, single.at) for single in singles)
+            ordered = sorted(revisions)
+            jobs.append((grouped_ask, functools.partial(self._grouped, grouped_ask, ordered, owners)))
+        for single in singles:
+            jobs.append((single, functools.partial(self._single, single)))
         if len(jobs) <= 1 or self._max_parallel == 1:
-            for ask, promql, at in jobs:
-                outcomes[ask] = self._ask(promql, at)
-            return outcomes
-        pool = self._executor()
-        futures = {ask: pool.submit(self._ask, promql, at) for ask, promql, at in jobs}
-        for ask, future in futures.items():
-            outcomes[ask] = future.result()
-        return outcomes
+            answered = [(ask, job()) for ask, job in jobs]
+        else:
+            pool = self._executor()
+            futures = [(ask, pool.submit(job)) for ask, job in jobs]
+            answered = [(ask, future.result()) for ask, future in futures]
+        for ask, (outcome, answer) in answered:
+            outcomes[ask], parsed[ask] = outcome, answer
+        return outcomes, parsed
+
+    def _single(self, single: SingleAsk) -> tuple[QueryOutcome, Parsed]:
+        outcome = self._ask(single.promql, single.at)
+        return outcome, parse_single(outcome)
+
+    def _grouped(
+        self, grouped: GroupedAsk, revisions: Sequence[RevisionKey], owners: Mapping[RevisionKey, Hashable]
+    ) -> tuple[QueryOutcome, Parsed]:
+        def ask(
+            part: Sequence[RevisionKey],
+        ) -> tuple[QueryOutcome, dict[RevisionKey, Mapping[str, float]] | QueryFailure]:
+            outcome = self._ask(render_builtin(grouped.query, part), grouped.at)
+            answer = parse_grouped(outcome)
+            if isinstance(answer, QueryFailure):
+                return outcome, answer
+            return outcome, {revision: answer.values.get(revision, {}) for revision in part}
+
+        split = self._splitter.ask(
+            grouped.query, revisions, lambda revision: owners.get(revision, revision), ask
+        )
+        outcome = QueryOutcome(split.query, None, None, split.http_requests, split.duration)
+        values = {revision: fields for revision, fields in split.answers.items() if fields}
+        return outcome, GroupedAnswer(values, split.failures)
 
     def _ask_range(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
         try:

@@ -28,7 +28,7 @@ import os
 import re
 import stat as stat_module
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ __all__ = [
     "LoadResult",
     "LoadedPolicy",
     "ObjectRef",
+    "PolicyCheck",
     "PolicyError",
     "load_paths",
     "load_text",
@@ -73,6 +74,9 @@ MAX_FILE_BYTES = 1024 * 1024
 _POLICY_SUFFIXES = (".yaml", ".yml")
 
 _Path = tuple[str | int, ...]
+# Where (a field path) and why each custom query of a policy cannot run in its namespace: the
+# metrics layer's PromQL scoping (canary.metrics.tenancy.Tenancy.refusals), given by the caller.
+PolicyCheck = Callable[[PromotionPolicy], Sequence[tuple[_Path, str]]]
 
 
 @dataclass(frozen=True)
@@ -260,12 +264,16 @@ def _bind_namespace(
 
 
 def _load_documents(
-    text: str, path: str, origin: _Origin | None = None, scope: SecretScope | None = None
+    text: str,
+    path: str,
+    origin: _Origin | None = None,
+    scope: SecretScope | None = None,
+    promql: PolicyCheck | None = None,
 ) -> tuple[list[LoadedPolicy], list[PolicyError]]:
     """Every policy in ``text``, or none: a file with any error is rejected whole."""
     origin = origin or _Origin()
     try:
-        policies, errors = _read_documents(text, path, origin, scope)
+        policies, errors = _read_documents(text, path, origin, scope, promql)
     except _TooDeep as exc:
         return [], [PolicyError(path, exc.line, None, f"YAML nested deeper than {MAX_DEPTH} levels")]
     except RecursionError:
@@ -286,23 +294,29 @@ def _load_documents(
 
 
 def _read_documents(
-    text: str, path: str, origin: _Origin, scope: SecretScope | None
+    text: str, path: str, origin: _Origin, scope: SecretScope | None, promql: PolicyCheck | None
 ) -> tuple[list[LoadedPolicy], list[PolicyError]]:
     """libyaml for what it reads without complaint (the wheels ship it); anything it refuses or
     cannot read safely, PyYAML's own parser reads, so every YAML error is reported as before (libyaml
     words them differently, and refuses JSON's surrogate-pair escapes that PyYAML decodes)."""
     if _LIBYAML:
         try:
-            return _parse_documents(text, path, origin, scope, fast=True)
+            return _parse_documents(text, path, origin, scope, promql, fast=True)
         except Exception:  # noqa: S110 - whatever libyaml raises, PyYAML's parser reports below
             pass
-    return _parse_documents(text, path, origin, scope, fast=False)
+    return _parse_documents(text, path, origin, scope, promql, fast=False)
 
 
 def _parse_documents(
-    text: str, path: str, origin: _Origin, scope: SecretScope | None, *, fast: bool
+    text: str,
+    path: str,
+    origin: _Origin,
+    scope: SecretScope | None,
+    promql: PolicyCheck | None = None,
+    *,
+    fast: bool,
 ) -> tuple[list[LoadedPolicy], list[PolicyError]]:
-    parsed = _ParsedFile(text, path, origin, scope)
+    parsed = _ParsedFile(text, path, origin, scope, promql)
     document = -1
     loader: yaml.SafeLoader | None = None
     try:
@@ -343,6 +357,7 @@ class _ParsedFile:
     path: str
     origin: _Origin
     scope: SecretScope | None
+    promql: PolicyCheck | None = None
     policies: list[LoadedPolicy] = field(default_factory=list)
     errors: list[PolicyError] = field(default_factory=list)
 
@@ -402,6 +417,14 @@ class _ParsedFile:
             if refused:
                 self.errors.extend(refused)
                 return None
+        if self.promql is not None:
+            unscoped = [
+                PolicyError(self.path, _line_for(lines, loc, start), format_loc(loc), message)
+                for loc, message in self.promql(policy)
+            ]
+            if unscoped:
+                self.errors.extend(unscoped)
+                return None
         return policy
 
 
@@ -430,13 +453,15 @@ def load_text(
     *,
     namespace: str | None = None,
     secrets: SecretScope | None = None,
+    promql: PolicyCheck | None = None,
 ) -> LoadResult:
     """Load the policies in one YAML text (several documents allowed).
 
     ``namespace``: the namespace directory the text lives in (None: ``metadata.namespace`` decides);
-    ``secrets``: check secret references against these rules (None: not checked).
+    ``secrets``: check secret references against these rules (None: not checked); ``promql``: where
+    and why each custom query cannot run in the policy's namespace (None: not checked).
     """
-    policies, errors = _load_documents(text, path, _Origin(namespace), secrets)
+    policies, errors = _load_documents(text, path, _Origin(namespace), secrets, promql)
     result = LoadResult(policies=policies, errors=errors, files=[path])
     _resolve_conflicts(result)
     return result
@@ -622,6 +647,7 @@ def load_paths(
     *,
     namespaces: NamespaceSource = NamespaceSource.DIRECTORY,
     secrets: SecretScope | None = None,
+    promql: PolicyCheck | None = None,
 ) -> LoadResult:
     """Load every policy in the given files and directory trees.
 
@@ -661,7 +687,7 @@ def load_paths(
                 result.errors.append(read_error)
                 continue
             assert text is not None
-            policies, errors = _load_documents(text, path_shown, origin, secrets)
+            policies, errors = _load_documents(text, path_shown, origin, secrets, promql)
             result.policies.extend(policies)
             result.errors.extend(errors)
     _resolve_conflicts(result)

@@ -595,7 +595,11 @@ class PolicySpec(_Model):
     )
     interval: Duration = Field(default=60.0, description="Evaluation cadence.")
     min_requests: int = Field(default=100, ge=0, description="Canary requests per step before it can pass.")
-    progress_deadline: Duration = Field(default=900.0, description="The canary must be Ready by then.")
+    progress_deadline: Duration = Field(
+        default=600.0,
+        description="The canary must be Ready by then. Knative fails a revision not Ready within its "
+        "own progress deadline (600 s unless annotated serving.knative.dev/progress-deadline) sooner.",
+    )
     failure_limit: int = Field(
         default=2,
         ge=1,

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from canary.policy.loader import (
     LoadedPolicy,
     ObjectRef,
+    PolicyCheck,
     PolicyError,
     _validation_errors,
     format_loc,
@@ -42,6 +43,8 @@ class ObjectRules:
 
     allow_custom_promql: bool = False
     secret_name: str = "kserve-canary-notifications"  # noqa: S105 - a Secret's name, not a secret
+    # Where and why an allowed custom query cannot run in the object's namespace (as for files).
+    promql: PolicyCheck | None = None
 
 
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -83,6 +86,8 @@ def _object_errors(policy: PromotionPolicy, rules: ObjectRules, path: str) -> li
                 )
         for name in sorted(policy.spec.metrics.queries):
             errors.append(PolicyError(path, None, format_loc(("spec", "metrics", "queries", name)), refusal))
+    elif rules.promql is not None:
+        errors += [PolicyError(path, None, format_loc(loc), message) for loc, message in rules.promql(policy)]
     return errors
 
 

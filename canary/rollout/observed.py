@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from canary.rollout.knative import KnativeDeadline
+
 __all__ = ["DeploymentMode", "ObservedInferenceService", "TrafficTarget"]
 
 
@@ -54,12 +56,21 @@ class ObservedInferenceService:
     traffic: tuple[TrafficTarget, ...] = ()
     predictor_ready: bool | None = None  # PredictorReady (or Ready) condition; None = Unknown/absent
     revision_failure: str | None = None  # Knative's message when the latest revision failed
+    failed_revision: str | None = None  # the revision a RevisionFailed condition names
+    # The progress deadline Knative applies to the newest revision: its annotation, else the
+    # cluster's default (the shell reads it); None = not known, Knative's 600 s assumed.
+    knative_deadline: KnativeDeadline | None = None
     problems: tuple[str, ...] = ()  # what could not be read (malformed fields), for messages
 
     @classmethod
     def missing(cls, namespace: str, name: str) -> ObservedInferenceService:
         """The view of an InferenceService that does not exist."""
         return cls(namespace=namespace, name=name, exists=False, deployment_mode=DeploymentMode.UNKNOWN)
+
+    @property
+    def knative_failed(self) -> bool:
+        """Knative failed the newest revision: a ``RevisionFailed`` condition names it."""
+        return self.failed_revision is not None and self.failed_revision == self.latest_created_revision
 
     @property
     def canary_ready(self) -> bool:

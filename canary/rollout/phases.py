@@ -19,7 +19,7 @@ from canary.rollout.evaluation import Judging, evaluating
 from canary.rollout.gating import gated, gates_hold, gates_passed_headline
 from canary.rollout.judge import CheckVerdict
 from canary.rollout.outcomes import after_bake_evaluation, evaluation_event, leave_step, pause, rollback, wait
-from canary.rollout.starting import end_dark_launch
+from canary.rollout.starting import end_dark_launch, failed_by_knative, knative_deadline_warning
 from canary.rollout.state import PauseKind, Phase, StepProgress, describe_time
 from canary.rollout.vocabulary import EventReason, Severity
 
@@ -36,6 +36,8 @@ def pending(tick: Tick, draft: Draft) -> Final | Judging:
     assert state.started_at is not None
     assert state.step is not None
     if not tick.observed.canary_ready:
+        if tick.observed.knative_failed:
+            return failed_by_knative(tick, draft)
         return evaluating(tick, draft, EvaluationMode.PENDING, state.started_at, None, _pending_evaluated)
     draft = draft.noting(
         f"{state.revision} became Ready {duration(tick.now - state.started_at)} after its rollout started."
@@ -67,6 +69,9 @@ def _pending_evaluated(tick: Tick, draft: Draft) -> Final:
     waited = tick.now - state.started_at
     failure = f" Knative reports: {observed.revision_failure}" if observed.revision_failure else ""
     deadline = tick.spec.progress_deadline
+    beyond_knative = knative_deadline_warning(tick, state.revision or "the canary")
+    if beyond_knative is not None:
+        draft = draft.noting(beyond_knative)
     if waited >= tick.plan.progress_deadline:
         return rollback(
             tick,

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from canary.policy.model import GateStage
-from canary.rollout.draft import Draft, Final, Tick, weight_text
+from canary.policy.units import format_duration
+from canary.rollout.draft import Draft, Final, Tick, duration, weight_text
 from canary.rollout.gating import gate_names, gated, gates_hold, gates_passed_headline
 from canary.rollout.intent import controller_weights, found_in_spec
-from canary.rollout.outcomes import pause, wait, write
+from canary.rollout.knative import KnativeDeadline, deadline_warning, is_progress_deadline_failure
+from canary.rollout.outcomes import pause, rollback, wait, write
 from canary.rollout.state import (
     MAX_ROLLED_BACK,
     PauseKind,
@@ -29,8 +31,10 @@ from canary.rollout.vocabulary import Action, EventReason, Severity
 
 __all__ = [
     "end_dark_launch",
+    "failed_by_knative",
     "first_deployment",
     "first_sight",
+    "knative_deadline_warning",
     "new_revision",
     "not_retried",
     "rolled_back_before",
@@ -125,6 +129,8 @@ def _start(tick: Tick, draft: Draft, canary: str, *, first_sight: bool = False) 
     spec_weight = tick.observed.canary_traffic_percent
     ours = controller_weights(draft.state)
     draft = _begin_rollout(tick, draft, canary)
+    if tick.observed.knative_failed and not tick.observed.canary_ready:
+        return failed_by_knative(tick, draft)
     if gated(tick, GateStage.PRE_ROLLOUT) and spec_weight != 0:
         leftover = spec_weight is not None and spec_weight in ours
         if spec_weight == first or leftover or (spec_weight is None and tick.spec.auto_start):
@@ -158,6 +164,9 @@ def _begin_rollout(tick: Tick, draft: Draft, canary: str) -> Draft:
         f"New revision {canary} (predictor spec {observed.predictor_fingerprint}); stable revision "
         f"{stable or 'unknown'}."
     )
+    beyond_knative = knative_deadline_warning(tick, canary)
+    if beyond_knative is not None and not observed.canary_ready:
+        draft = draft.warning(beyond_knative)
     if stable is not None and rolled_back_before(tick, previous, stable):
         draft = draft.warning(
             f"KServe routes the remaining traffic to {stable}, which was rolled back earlier (KServe "
@@ -177,6 +186,34 @@ def _begin_rollout(tick: Tick, draft: Draft, canary: str) -> Draft:
         history=previous.history,
     )
     return draft.with_state(state)
+
+
+def knative_deadline_warning(tick: Tick, revision: str) -> str | None:
+    """When the policy's progressDeadline outlasts the one Knative applies to ``revision``."""
+    knative = tick.observed.knative_deadline or KnativeDeadline.default(
+        "config-deployment not read (a revision annotation would say otherwise)"
+    )
+    return deadline_warning(revision, tick.plan.progress_deadline.total_seconds(), knative)
+
+
+def failed_by_knative(tick: Tick, draft: Draft) -> Final:
+    """Knative failed the canary before it was Ready: it never retries it, so neither does waiting."""
+    state = draft.state
+    assert state.started_at is not None
+    message = tick.observed.revision_failure or ""
+    headline = (
+        f"Knative failed {state.revision} before it became Ready (RevisionFailed: {message}), "
+        f"{duration(tick.now - state.started_at)} after its rollout started; rolled back at once rather "
+        f"than at progressDeadline {format_duration(tick.spec.progress_deadline)}."
+    )
+    if is_progress_deadline_failure(message):
+        knative = tick.observed.knative_deadline
+        applied = f", {knative.text}" if knative is not None else ""
+        headline += (
+            f" It missed Knative's progress deadline{applied}: for a model that loads longer, annotate "
+            "the InferenceService serving.knative.dev/progress-deadline."
+        )
+    return rollback(tick, draft, headline)
 
 
 def _start_at_first_step(tick: Tick, draft: Draft, canary: str, first: int, ours: set[int | None]) -> Final:

@@ -29,6 +29,34 @@ def test_a_window_on_the_100_step_suggests_bake(tmp_path: Path) -> None:
     assert run("validate", str(tmp_path), home=tmp_path).returncode == 0
 
 
+def test_validate_refuses_custom_promql_naming_another_namespace_with_file_field_reason_and_fix(
+    tmp_path: Path,
+) -> None:
+    """A policy file of team-a reading team-b's Stripe secrets: refused, where and why, with the fix
+    (today's main printed "1 valid policy")."""
+    (tmp_path / "team-a").mkdir()
+    policy = valid_policy("fraud").replace("  namespace: ml\n", "")  # the directory decides: team-a
+    peek = '    - {name: peek, promql: \'count(kube_secret_info{namespace="team-b", secret=~"stripe.*"})\', max: 1}\n'
+    (tmp_path / "team-a" / "fraud.yaml").write_text(policy + peek)
+    completed = run("validate", str(tmp_path), home=tmp_path)
+    assert completed.returncode == 1, completed.stdout
+    (line,) = (line for line in completed.stdout.splitlines() if "promql" in line)
+    assert line.startswith(f"{tmp_path / 'team-a' / 'fraud.yaml'}:11: spec.checks[1].promql: ")
+    assert 'namespace="team-b" names another namespace' in line  # the reason
+    assert "a policy of namespace team-a reads only its own series" in line
+    assert 'drop the matcher (the controller adds namespace="team-a")' in line  # the fix
+    assert "--custom-promql-allow-metric team-a=kube_secret_info" in line
+    # The operator's allowlist admits the named series for that namespace, and only there.
+    allowed = run(
+        "validate", str(tmp_path), "--custom-promql-allow-metric", "team-a=kube_secret_info", home=tmp_path
+    )
+    assert allowed.returncode == 0, allowed.stdout
+    elsewhere = run(
+        "validate", str(tmp_path), "--custom-promql-allow-metric", "team-b=kube_secret_info", home=tmp_path
+    )
+    assert elsewhere.returncode == 1
+
+
 def test_a_window_shorter_than_four_scrape_intervals_is_warned_about(tmp_path: Path) -> None:
     # Issue 33, item 7: a 2-minute window read at a 1-minute scrape interval loses half its evidence.
     (tmp_path / "ml").mkdir()

@@ -160,14 +160,19 @@ def render_chart(
 
 
 def _render(
-    values: Mapping[str, Any] | None, *, name: str, namespace: str, api_versions: Sequence[str]
+    values: Mapping[str, Any] | None,
+    *,
+    name: str,
+    namespace: str,
+    api_versions: Sequence[str],
+    chart: Path = CHART,
 ) -> dict[str, str]:
     # helm-python's Chart.render has no api_versions argument, but the helm-c-sdk call under it
     # takes them (helm template --api-versions): the options are passed to it directly.
     options = {"name": name, "namespace": namespace, "is_install": True, "api_versions": list(api_versions)}
-    with helm.Chart.load(CHART) as chart:
+    with helm.Chart.load(chart) as loaded:
         rendered = helm_native.call_string(
-            "helm_render", chart._raw(), json.dumps(values or {}), json.dumps(options)
+            "helm_render", loaded._raw(), json.dumps(values or {}), json.dumps(options)
         )
     result: dict[str, str] = json.loads(rendered)
     return result
@@ -191,8 +196,10 @@ def render_notes(
     *,
     name: str = "kserve-canary",
     api_versions: Sequence[str] = (MONITORING_API,),
+    chart: Path = CHART,
 ) -> str:
-    rendered = _render(values, name=name, namespace="kserve-canary", api_versions=api_versions)
+    """The NOTES of ``charts/kserve-canary``, or of ``chart`` (a directory or a packaged .tgz)."""
+    rendered = _render(values, name=name, namespace="kserve-canary", api_versions=api_versions, chart=chart)
     return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
 
 

@@ -105,8 +105,22 @@ def test_shared_files_are_identical_copies() -> None:
 
 def test_watch_namespaces_become_roles_and_flags() -> None:
     manifests = render_chart(CHART_VARIANTS["namespaced"])
-    roles = [r for r in of_kind(manifests, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+    roles = [
+        r
+        for r in of_kind(manifests, "Role")
+        if not r["metadata"]["name"].endswith(("-leader-election", "-knative-config"))
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["models", "vision"]
+    (knative,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"].endswith("-knative-config")]
+    assert knative["metadata"]["namespace"] == "knative-serving"
+    assert knative["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["config-deployment"],
+            "verbs": ["get"],
+        }
+    ]
     bindings = [
         b for b in of_kind(manifests, "RoleBinding") if b["metadata"]["namespace"] in {"models", "vision"}
     ]

@@ -6,6 +6,7 @@ NOTES that say how to get the CLI and bind its roles for any release name."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy.manifests import CHART, of_kind, one, render_chart, render_notes
+from tests.deploy.release import package_chart
 from tests.deploy.test_manifests import validate_all
 
 PROMETHEUS = {"prometheus": {"url": "http://prometheus-operated.monitoring.svc:9090"}}
@@ -87,9 +89,37 @@ def test_monitoring_objects_only_where_the_cluster_serves_their_api() -> None:
     assert "Monitoring:" not in render_notes(off)
 
 
-def test_notes_bind_this_release_s_roles_and_say_how_to_get_the_cli() -> None:
+def _cli_lines(notes: str) -> list[str]:
+    """The indented commands under NOTES' "The CLI ..." paragraph."""
+    tail = notes[notes.index("The CLI (status, explain") :].split("\n\n", 1)[0]
+    return [line.strip() for line in tail.splitlines()[2:]]
+
+
+def test_notes_say_how_to_get_the_cli_for_a_development_and_a_released_chart(tmp_path: Path) -> None:
+    """A released chart (packaged as the release workflow does: `helm package --version X
+    --app-version X`) points at PyPI at its own version; a development chart (X.Y.Z-dev.N) has no
+    PyPI package of its version, so its NOTES say to install from a clone, and never `pipx install`."""
+    released = render_notes(PROMETHEUS, chart=package_chart(tmp_path / "released", version="0.1.0"))
+    assert _cli_lines(released) == [
+        "pipx install kserve-canary==0.1.0    # or: uv tool install kserve-canary==0.1.0",
+        "kserve-canary status",
+    ]
+    dev = render_notes(PROMETHEUS, chart=package_chart(tmp_path / "dev", version="0.2.0-dev.3"))
+    assert _cli_lines(dev) == [
+        "git clone https://github.com/kserve-canary/kserve-canary && pip install ./kserve-canary",
+        "(this chart, 0.2.0-dev.3, is a development build: no kserve-canary of its version is on PyPI)",
+        "kserve-canary status",
+    ]
+    # The chart in this checkout says one or the other, by its version.
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    expected = (
+        "pip install ./kserve-canary" if "-dev." in version else f"pipx install kserve-canary=={version}"
+    )
+    assert expected in _cli_lines(render_notes(PROMETHEUS))[0]
+
+
+def test_notes_bind_this_release_s_roles() -> None:
     notes = render_notes(PROMETHEUS, name="kc")
-    assert "pip install kserve-canary" in notes
     assert "--clusterrole=kc-kserve-canary-operator" in notes
     assert "--clusterrole=kc-kserve-canary-viewer" in notes
     # The roles named are the ones the release creates.

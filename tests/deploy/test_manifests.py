@@ -165,16 +165,15 @@ def test_installs_have_every_piece(name: str) -> None:
         "ValidatingAdmissionPolicyBinding",
     }
     namespaced = [m for m in manifests if m["kind"] not in cluster_scoped]
-    # Everything lands in kserve-canary, except the watched namespace's Role in single-namespace.
+    # Everything lands in kserve-canary, except the watched namespace's Role in single-namespace
+    # and the Role that reads Knative's config-deployment, in knative-serving.
     for manifest in namespaced:
+        role = manifest["kind"] in {"Role", "RoleBinding"}
         expected = (
             "models"
-            if manifest["metadata"]["name"] == "kserve-canary"
-            and manifest["kind"]
-            in {
-                "Role",
-                "RoleBinding",
-            }
+            if manifest["metadata"]["name"] == "kserve-canary" and role
+            else "knative-serving"
+            if manifest["metadata"]["name"] == "kserve-canary-knative-config" and role
             else "kserve-canary"
         )
         assert manifest["metadata"].get("namespace") == expected, manifest["metadata"]

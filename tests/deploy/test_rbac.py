@@ -163,7 +163,12 @@ def test_the_runs_exercise_what_the_rbac_is_about(
     assert {r.namespace for r in controller_requests(single_namespace_run)} == {
         NAMESPACE,
         CONTROLLER_NAMESPACE,
+        "knative-serving",
     }
+    # knative-serving: Knative's progress deadline, one ConfigMap read by name, nothing else.
+    for run in (cluster_wide_run, single_namespace_run):
+        knative = {(r.triple, r.name) for r in controller_requests(run) if r.namespace == "knative-serving"}
+        assert knative == {(("", "configmaps", "get"), "config-deployment")}
     leases = [r for r in controller_requests(cluster_wide_run) if r.resource == "leases"]
     assert {r.namespace for r in leases} == {CONTROLLER_NAMESPACE}
     assert {r.name for r in leases if r.verb != "create"} == {"kserve-canary"}

@@ -63,23 +63,29 @@ def script_commands() -> list[list[str]]:
 
 
 def readme_install_commands() -> list[list[str]]:
-    """The commands of the README's install section, without their `# needs ...` comments."""
+    """The commands of the README's "Before the first release" install block, without their
+    `# needs ...` comments. The "After the first release" block installs the published chart and
+    PyPI package, which do not exist before a release (and a walkthrough of this checkout must not
+    install someone else's build): the walkthrough cannot run it, so it is left out here."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Install on a cluster") :]
     section = section[: section.index("\n## ", 1)]
-    blocks = re.findall(r"```(?:bash|console|sh)\n(.*?)```", section, re.S)
+    before = section[
+        section.index("**Before the first release**") : section.index("**After the first release**")
+    ]
+    blocks = re.findall(r"```(?:bash|console|sh)\n(.*?)```", before, re.S)
     return [
         shlex.split(line, comments=True) for block in blocks for line in block.splitlines() if line.strip()
     ]
 
 
 def _placeholder(word: str) -> bool:
-    return "..." in word or "your-org" in word
+    return "..." in word or "your-org" in word or re.search(r"sha256:[A-Z][A-Z-]*$", word) is not None
 
 
 def same_command(readme: list[str], script: list[str]) -> bool:
-    """Word for word; a README placeholder (`sha256:...`, `your-org`) stands for the script's value
-    of the same option (`NAME=` kept)."""
+    """Word for word; a README placeholder (`sha256:...`, `sha256:DIGEST-THAT-PUSH-PRINTED`,
+    `your-org`) stands for the script's value of the same option (`NAME=` kept)."""
     if len(readme) != len(script):
         return False
     for want, have in zip(readme, script, strict=True):
@@ -122,6 +128,24 @@ def test_the_comparison_catches_a_changed_command() -> None:
     built = shlex.split('docker build --build-arg PYTHON_DIGEST="$D" -t ghcr.io/kserve-canary/x:0.1.0 .')
     assert same_command(build, built)
     assert not same_command(build, [*built[:3], "OTHER=1", *built[4:]])
+    pinned = shlex.split("helm install x c --set image.digest=sha256:DIGEST-THAT-PUSH-PRINTED")
+    assert same_command(pinned, shlex.split('helm install x c --set image.digest="$digest"'))
+    assert not same_command(pinned, shlex.split('helm install x c --set image.tag="$digest"'))
+
+
+def test_the_readme_has_a_before_and_an_after_release_block() -> None:
+    """The walkthrough runs the first (a build of this checkout, pushed and installed by digest);
+    the second names the published chart and CLI of one version."""
+    readme = readme_install_commands()
+    assert ["pip", "install", "."] in readme
+    assert any(c[:2] == ["docker", "push"] for c in readme)
+    helm_install = next(c for c in readme if c[:2] == ["helm", "install"])
+    assert any(word.startswith("image.digest=sha256:") for word in helm_install)
+    assert not any("oci://" in word for c in readme for word in c)
+    text = (ROOT / "README.md").read_text()
+    after = text[text.index("**After the first release**") :].split("\n## ", 1)[0]
+    assert "helm install kserve-canary oci://ghcr.io/kserve-canary/charts/kserve-canary --version" in after
+    assert "pipx install kserve-canary==" in after
 
 
 def test_every_file_the_script_names_exists_and_every_version_is_pinned() -> None:
@@ -131,9 +155,11 @@ def test_every_file_the_script_names_exists_and_every_version_is_pinned() -> Non
     for name in named:
         assert (HERE / name).exists(), name
     pins = versions()
-    used = set(re.findall(r"\$\{?([A-Z_]+_VERSION|KIND_NODE_IMAGE)\b", text))
+    used = set(re.findall(r"\$\{?([A-Z_]+_VERSION|KIND_NODE_IMAGE|REGISTRY_IMAGE)\b", text))
     assert used <= set(pins), used - set(pins)
     assert re.fullmatch(r"kindest/node:v[\d.]+@sha256:[0-9a-f]{64}", pins["KIND_NODE_IMAGE"])
+    assert re.fullmatch(r"registry:2@sha256:[0-9a-f]{64}", pins["REGISTRY_IMAGE"])
+    assert "$REGISTRY_IMAGE" in text
     for key, value in pins.items():
         if key.endswith("_VERSION"):
             assert re.fullmatch(r"(knative-)?v?\d+\.\d+\.\d+", value), (key, value)

@@ -16,6 +16,7 @@ import pytest
 from canary_sandbox.faultproxy import FaultProxy, ProxyFault
 from canary_sandbox.stack import ControllerProcess, wait_until
 
+from canary.metrics.catalog import REVISION_LABEL
 from tests.faults.support import (
     TERMINAL,
     V2,
@@ -57,7 +58,7 @@ def controller(world: World, proxy: FaultProxy) -> ControllerProcess:
     for name, value in VALUE_FAULTS.items():
         # Only the canary's series, in every query: the stable revision keeps its honest numbers.
         proxy.add(
-            ProxyFault.rewrite(value, f'"revision": "{revision(name, 2)}"'),
+            ProxyFault.rewrite(value, f'"{REVISION_LABEL}": "{revision(name, 2)}"'),
             path=QUERY,
             body=revision(name, 2),
         )

@@ -162,9 +162,9 @@ LABELS = st.one_of(
     st.fixed_dictionaries(
         {},
         optional={
-            "namespace": st.one_of(st.just("ml"), _JSON),
-            "revision": st.one_of(st.sampled_from(["llama-00001", "llama-00002"]), _JSON),
-            "field": st.one_of(st.sampled_from(["value", "samples", "used", "total"]), _JSON),
+            "kserve_canary_namespace": st.one_of(st.just("ml"), _JSON),
+            "kserve_canary_revision": st.one_of(st.sampled_from(["llama-00001", "llama-00002"]), _JSON),
+            "kserve_canary_field": st.one_of(st.sampled_from(["value", "samples", "used", "total"]), _JSON),
             "__name__": _TEXT,
         },
     ),
@@ -283,9 +283,9 @@ def plausible_responses(draw: st.DrawFn) -> Response:
     for revision in draw(_REVISION_SETS):
         for field in draw(_FIELD_SETS):
             labels: Any = {
-                "namespace": "ml",
-                "revision": revision,
-                **({"evidence_field": field} if field else {}),
+                "kserve_canary_namespace": "ml",
+                "kserve_canary_revision": revision,
+                **({"kserve_canary_field": field} if field else {}),
             }
             odd = draw(st.integers(0, 9))
             if odd == 0:

@@ -536,13 +536,21 @@ def _vector(series: list[dict[str, object]]) -> QueryOutcome:
 
 
 def test_parse_vector_reads_series_converts_le_and_skips_revisions_not_asked() -> None:
-    labels = {"namespace": "ml", "revision": REV.revision, "pod": "p0", "code_class": "2xx"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": REV.revision,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+    }
     outcome = _vector(
         [
-            {"metric": {**labels, "evidence_field": "count"}, "value": [1, "12"]},
-            {"metric": {**labels, "evidence_field": "bucket", "le": "250"}, "value": [1, "10"]},
-            {"metric": {**labels, "evidence_field": "bucket", "le": "+Inf"}, "value": [1, "12"]},
-            {"metric": {**labels, "revision": "unasked", "evidence_field": "count"}, "value": [1, "1"]},
+            {"metric": {**labels, "kserve_canary_field": "count"}, "value": [1, "12"]},
+            {"metric": {**labels, "kserve_canary_field": "bucket", "le": "250"}, "value": [1, "10"]},
+            {"metric": {**labels, "kserve_canary_field": "bucket", "le": "+Inf"}, "value": [1, "12"]},
+            {
+                "metric": {**labels, "kserve_canary_revision": "unasked", "kserve_canary_field": "count"},
+                "value": [1, "1"],
+            },
         ]
     )
     parsed = parse_counter_vector(outcome, [REV], divisor=1000.0)
@@ -564,11 +572,11 @@ def test_the_identities_kept_share_one_string_per_label_value() -> None:
             [
                 {
                     "metric": {
-                        "namespace": "interned-ns",
-                        "revision": "interned-rev-00002",
-                        "pod": pod,
-                        "code_class": "2xx",
-                        "evidence_field": "bucket",
+                        "kserve_canary_namespace": "interned-ns",
+                        "kserve_canary_revision": "interned-rev-00002",
+                        "kserve_canary_pod": pod,
+                        "kserve_canary_code_class": "2xx",
+                        "kserve_canary_field": "bucket",
                         "le": le,
                     },
                     "value": [1, "3"],
@@ -590,7 +598,12 @@ def test_the_identities_kept_share_one_string_per_label_value() -> None:
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
 def test_parse_vector_names_non_finite_values(value: str) -> None:
-    labels = {"namespace": "ml", "revision": REV.revision, "pod": "p0", "evidence_field": "count"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": REV.revision,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_field": "count",
+    }
     parsed = parse_counter_vector(_vector([{"metric": labels, "value": [1, value]}]), [REV], metric="m")
     assert not isinstance(parsed, QueryFailure)
     assert parsed[REV].invalid == f"Prometheus answered {value} for a request counter series of m"
@@ -600,9 +613,31 @@ def test_parse_vector_names_non_finite_values(value: str) -> None:
     "outcome",
     [
         QueryOutcome("q", QueryAnswer("matrix", []), None, 1, 0.0),
-        _vector([{"metric": {"namespace": "ml"}, "value": [1, "1"]}]),
-        _vector([{"metric": {"namespace": "ml", "revision": "r", "evidence_field": "x"}, "value": [1, "1"]}]),
-        _vector([{"metric": {"namespace": "ml", "revision": "r", "evidence_field": "count"}, "value": [1]}]),
+        _vector([{"metric": {"kserve_canary_namespace": "ml"}, "value": [1, "1"]}]),
+        _vector(
+            [
+                {
+                    "metric": {
+                        "kserve_canary_namespace": "ml",
+                        "kserve_canary_revision": "r",
+                        "kserve_canary_field": "x",
+                    },
+                    "value": [1, "1"],
+                }
+            ]
+        ),
+        _vector(
+            [
+                {
+                    "metric": {
+                        "kserve_canary_namespace": "ml",
+                        "kserve_canary_revision": "r",
+                        "kserve_canary_field": "count",
+                    },
+                    "value": [1],
+                }
+            ]
+        ),
     ],
 )
 def test_unexpected_answers_are_unexpected_results(outcome: QueryOutcome) -> None:
@@ -613,11 +648,11 @@ def test_unexpected_answers_are_unexpected_results(outcome: QueryOutcome) -> Non
 
 def test_parse_matrix_groups_by_time() -> None:
     labels = {
-        "namespace": "ml",
-        "revision": REV.revision,
-        "pod": "p0",
-        "code_class": "2xx",
-        "evidence_field": "count",
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": REV.revision,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+        "kserve_canary_field": "count",
     }
     outcome = QueryOutcome(
         "q", QueryAnswer("matrix", [{"metric": labels, "values": [[10, "1"], [15, "3"]]}]), None, 1, 0
@@ -778,7 +813,17 @@ _LABEL_VALUES = st.one_of(
 @given(
     st.lists(
         st.dictionaries(
-            st.sampled_from(["namespace", "revision", "evidence_field", "pod", "code_class", "le", "other"]),
+            st.sampled_from(
+                [
+                    "kserve_canary_namespace",
+                    "kserve_canary_revision",
+                    "kserve_canary_field",
+                    "kserve_canary_pod",
+                    "kserve_canary_code_class",
+                    "le",
+                    "other",
+                ]
+            ),
             _LABEL_VALUES,
             max_size=7,
         ),
@@ -1202,11 +1247,20 @@ def test_a_series_back_from_a_short_absence_is_not_forgotten_later() -> None:
 
 
 def test_the_newest_sample_time_travels_beside_the_counters_not_as_one() -> None:
-    labels = {"namespace": "ml", "revision": REV.revision, "pod": "p0", "code_class": "2xx"}
-    newest = {"namespace": "ml", "revision": REV.revision, "evidence_field": "newest"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": REV.revision,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+    }
+    newest = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": REV.revision,
+        "kserve_canary_field": "newest",
+    }
     outcome = _vector(
         [
-            {"metric": {**labels, "evidence_field": "count"}, "value": [1000, "12"]},
+            {"metric": {**labels, "kserve_canary_field": "count"}, "value": [1000, "12"]},
             {"metric": newest, "value": [1000, "970.5"]},
         ]
     )

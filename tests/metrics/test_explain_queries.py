@@ -49,8 +49,8 @@ CHECKS: list[dict[str, Any]] = [
     {"name": "e2e", "metric": "e2e-latency", "max": "60s"},
     {
         "name": "score",
-        "promql": 'avg(score{ns="{{ namespace }}", rev="{{ revision }}", isvc="{{ inferenceService }}"}'
-        "[{{ window }}]) / {{ interval }}",
+        "promql": 'avg(avg_over_time(score{ns="{{ namespace }}", rev="{{ revision }}", '
+        'isvc="{{ inferenceService }}"}[{{ window }}]))',
         "max": 1,
     },
 ]
@@ -101,7 +101,7 @@ def test_counted_measures_use_the_evaluated_window_and_gauges_at_least_the_minim
 
 
 def test_templates_are_the_text_the_evidence_source_runs_for_the_canary() -> None:
-    override = 'max(my_latency{pod=~"{{ revision }}-.*", ns="{{ namespace }}"}[{{ window }}])'
+    override = 'max(max_over_time(my_latency{pod=~"{{ revision }}-.*", ns="{{ namespace }}"}[{{ window }}]))'
     policy, asked = request(123.0, metrics={"queries": {"latency": override}})
     queries = canary_queries(policy, asked, PROFILE, min_window=300.0)
     resolved = {
@@ -117,8 +117,9 @@ def test_templates_are_the_text_the_evidence_source_runs_for_the_canary() -> Non
     assert set(ran) == {"p99", "score"}
     for name, promql in ran.items():
         assert queries[name] == CanaryQuery(promql), name
+    # Asked and shown scoped to the policy's namespace (canary.metrics.tenancy).
     assert queries["score"].promql == (
-        'avg(score{ns="ml", rev="llama-predictor-00002", isvc="llama"}[300s]) / 60s'
+        'avg(avg_over_time(score{isvc="llama",namespace="ml",ns="ml",rev="llama-predictor-00002"}[5m]))'
     )
     assert all(need.revision == RevisionKey("ml", "llama-predictor-00002") for need in needs
                if need.side is Side.CANARY)  # fmt: skip

@@ -71,10 +71,10 @@ def _restart_answer(series: int) -> bytes:
         {
             "metric": {
                 FIELD_LABEL: COUNTER_FIELD,
-                "namespace": REVISION.namespace,
-                "revision": REVISION.revision,
-                "pod": f"resnet-predictor-00002-deployment-{index // 4:06d}",
-                "code_class": f"container-{index % 4}",
+                "kserve_canary_namespace": REVISION.namespace,
+                "kserve_canary_revision": REVISION.revision,
+                "kserve_canary_pod": f"resnet-predictor-00002-deployment-{index // 4:06d}",
+                "kserve_canary_code_class": f"container-{index % 4}",
             },
             "value": [AT.timestamp(), str(index % 3)],
         }

@@ -19,7 +19,7 @@ from canary.metrics.plan import Need, QueryGrouping, Side, measurement_for, pars
 from canary.policy.units import Unit
 from tests.metrics.test_plan import ALL_BUILTINS, RESOLVED, policy, request
 
-CANARY = {"namespace": "ml", "revision": "llama-predictor-00002"}
+CANARY = {"kserve_canary_namespace": "ml", "kserve_canary_revision": "llama-predictor-00002"}
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
@@ -38,7 +38,7 @@ def _need(key: str, check: dict[str, Any]) -> Need:
 def _measure(key: str, check: dict[str, Any], value: str, samples: str | None) -> Measurement:
     series = [{"metric": CANARY, "value": [1, value]}]
     if samples is not None:
-        series.append({"metric": {**CANARY, "evidence_field": "samples"}, "value": [1, samples]})
+        series.append({"metric": {**CANARY, "kserve_canary_field": "samples"}, "value": [1, samples]})
     outcome = _outcome(series)
     return measurement_for(_need(key, check), outcome, parse_grouped(outcome), min_requests=20)
 
@@ -84,8 +84,13 @@ def test_finite_values_are_still_ok() -> None:
 
 @pytest.mark.parametrize("value", ["+Inf", "NaN", "-Inf"])
 def test_an_invalid_request_counter_makes_every_counted_measure_invalid(value: str) -> None:
-    revision = RevisionKey(CANARY["namespace"], CANARY["revision"])
-    labels = {**CANARY, "pod": "p0", "code_class": "2xx", "evidence_field": "count"}
+    revision = RevisionKey(CANARY["kserve_canary_namespace"], CANARY["kserve_canary_revision"])
+    labels = {
+        **CANARY,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+        "kserve_canary_field": "count",
+    }
     book = CounterBook(tolerance=timedelta(seconds=2.5))
     for seconds, text in ((0, "10"), (5, value)):
         outcome = _outcome([{"metric": labels, "value": [seconds, text]}])

@@ -254,8 +254,11 @@ def test_overrides_run_per_revision_with_escaped_values() -> None:
         grouping=QueryGrouping.PER_TICK,
     )
     singles = {need.side: need.ask for need in needs if isinstance(need.ask, SingleAsk)}
-    assert singles[Side.CANARY].promql == 'my_errors{ns="ml", rev=~"c\\"a\\\\.1"}[600s]'
-    assert singles[Side.STABLE].promql == 'my_errors{ns="ml", rev=~"llama-predictor-00001"}[600s]'
+    # Escaped where they stand, then scoped to the policy's namespace (canary.metrics.tenancy).
+    assert singles[Side.CANARY].promql == 'my_errors{namespace="ml",ns="ml",rev=~"c\\"a\\\\.1"}[10m]'
+    assert (
+        singles[Side.STABLE].promql == 'my_errors{namespace="ml",ns="ml",rev=~"llama-predictor-00001"}[10m]'
+    )
 
 
 def test_template_that_cannot_be_made_safe_is_a_bad_query_error() -> None:
@@ -298,7 +301,7 @@ def _outcome(series: list[dict[str, Any]]) -> QueryOutcome:
 
 
 def test_grouped_answer_with_two_values_for_one_revision_is_an_unexpected_result() -> None:
-    series = {"metric": {"namespace": "ml", "revision": "r"}, "value": [1, "1"]}
+    series = {"metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "r"}, "value": [1, "1"]}
     parsed = parse_grouped(_outcome([series, series]))
     assert isinstance(parsed, QueryFailure)
     assert parsed.error_class is ErrorClass.UNEXPECTED_RESULT
@@ -313,12 +316,18 @@ def test_requests_below_the_minimum_are_no_data() -> None:
     answer = parse_grouped(
         _outcome(
             [
-                {"metric": {"namespace": "ml", "revision": "llama-predictor-00002"}, "value": [1, "0.5"]},
                 {
                     "metric": {
-                        "namespace": "ml",
-                        "revision": "llama-predictor-00002",
-                        "evidence_field": "samples",
+                        "kserve_canary_namespace": "ml",
+                        "kserve_canary_revision": "llama-predictor-00002",
+                    },
+                    "value": [1, "0.5"],
+                },
+                {
+                    "metric": {
+                        "kserve_canary_namespace": "ml",
+                        "kserve_canary_revision": "llama-predictor-00002",
+                        "kserve_canary_field": "samples",
                     },
                     "value": [1, "4"],
                 },

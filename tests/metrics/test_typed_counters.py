@@ -29,11 +29,13 @@ _value = st.one_of(
 )
 _labels = st.fixed_dictionaries(
     {
-        "namespace": st.sampled_from(["ml", "ml", "ml", "other"]),
-        "revision": _revision,
-        "evidence_field": st.sampled_from(["count", "bucket", "bucket", "bucket:ttft", "oom", "strange"]),
-        "pod": st.sampled_from(["p0", "p1"]),
-        "code_class": st.sampled_from(["2xx", "5xx"]),
+        "kserve_canary_namespace": st.sampled_from(["ml", "ml", "ml", "other"]),
+        "kserve_canary_revision": _revision,
+        "kserve_canary_field": st.sampled_from(
+            ["count", "bucket", "bucket", "bucket:ttft", "oom", "strange"]
+        ),
+        "kserve_canary_pod": st.sampled_from(["p0", "p1"]),
+        "kserve_canary_code_class": st.sampled_from(["2xx", "5xx"]),
     },
     optional={
         "le": st.sampled_from(["100", "250", "+Inf", "0.5", "soon"]),
@@ -44,10 +46,16 @@ _series = st.fixed_dictionaries({"metric": _labels, "value": st.tuples(st.just(A
 # Now and then a shape the typed decoder refuses: a number for a value, labels that are not strings.
 _odd = st.sampled_from(
     [
-        {"metric": {"namespace": "ml", "revision": "resnet-predictor-00002"}, "value": [1, 5]},
-        {"metric": {"namespace": "ml", "revision": ["resnet"]}, "value": [1, "5"]},
+        {
+            "metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "resnet-predictor-00002"},
+            "value": [1, 5],
+        },
+        {
+            "metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": ["resnet"]},
+            "value": [1, "5"],
+        },
         {"metric": "resnet", "value": [1, "5"]},
-        {"metric": {"namespace": "ml", "revision": "resnet-predictor-00002"}},
+        {"metric": {"kserve_canary_namespace": "ml", "kserve_canary_revision": "resnet-predictor-00002"}},
     ]
 )
 
@@ -93,10 +101,15 @@ def test_the_typed_reading_of_a_sample_means_what_the_generic_one_means(
 
 
 def test_a_well_formed_sample_is_read_typed(server: FaultyPrometheus) -> None:
-    labels = {"namespace": "ml", "revision": ASKED[0].revision, "pod": "p0", "code_class": "2xx"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": ASKED[0].revision,
+        "kserve_canary_pod": "p0",
+        "kserve_canary_code_class": "2xx",
+    }
     series = [
-        {"metric": {**labels, "evidence_field": "count"}, "value": [AT.timestamp(), "12"]},
-        {"metric": {**labels, "evidence_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
+        {"metric": {**labels, "kserve_canary_field": "count"}, "value": [AT.timestamp(), "12"]},
+        {"metric": {**labels, "kserve_canary_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
     ]
     typed, generic, result = _both(server, _body(series))
     assert isinstance(result, list) and all(isinstance(one, CounterSeries) for one in result)
@@ -107,10 +120,15 @@ def test_a_well_formed_sample_is_read_typed(server: FaultyPrometheus) -> None:
 def test_both_readings_keep_one_identity_object_per_series(server: FaultyPrometheus) -> None:
     """A backfill reads a revision generically, every tick after it typed: the series identities
     both keep are the same objects (a thousand rollouts' series were held twice)."""
-    labels = {"namespace": "ml", "revision": ASKED[1].revision, "pod": "p-shared", "code_class": "2xx"}
+    labels = {
+        "kserve_canary_namespace": "ml",
+        "kserve_canary_revision": ASKED[1].revision,
+        "kserve_canary_pod": "p-shared",
+        "kserve_canary_code_class": "2xx",
+    }
     series = [
-        {"metric": {**labels, "evidence_field": "count"}, "value": [AT.timestamp(), "12"]},
-        {"metric": {**labels, "evidence_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
+        {"metric": {**labels, "kserve_canary_field": "count"}, "value": [AT.timestamp(), "12"]},
+        {"metric": {**labels, "kserve_canary_field": "bucket", "le": "250"}, "value": [AT.timestamp(), "10"]},
     ]
     typed, generic, _ = _both(server, _body(series))
     assert not isinstance(typed, QueryFailure) and not isinstance(generic, QueryFailure)

@@ -21,7 +21,7 @@ def test_defaults_are_those_of_the_design() -> None:
     spec = parse(valid_policy()).spec
     assert [step.weight for step in spec.steps] == [10, 30, 50, 100]
     assert (spec.window, spec.interval, spec.min_requests) == (600, 60, 100)
-    assert (spec.progress_deadline, spec.failure_limit, spec.bake) == (900, 2, 0)
+    assert (spec.progress_deadline, spec.failure_limit, spec.bake) == (600, 2, 0)
     assert (spec.on_no_data.after, spec.on_no_data.action) == (900, NoDataAction.HOLD)
     assert spec.auto_start is True
     assert spec.metrics.requests == "auto" and spec.metrics.gpu_labels == "auto"

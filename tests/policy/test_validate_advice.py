@@ -56,3 +56,25 @@ def test_a_limit_far_from_every_bucket_edge_is_warned_about(tmp_path: Path) -> N
     # OpenCensus has 350ms, and 300ms within 10 % below 318ms: judged exactly.
     (exact,) = _validate(tmp_path, profile="knative-opencensus", limit="350ms")
     assert exact["warnings"] == []
+
+
+def test_a_progress_deadline_beyond_knatives_default_is_warned_about(tmp_path: Path) -> None:
+    # Knative fails a revision not Ready within its own deadline, 600 s unless annotated
+    # (knative/serving pkg/deployment/config.go ProgressDeadlineDefault): a policy that waits 20m for
+    # a model to load waits for a revision that Knative already failed at 10m.
+    folder = tmp_path / "ml"
+    folder.mkdir()
+    text = POLICY.format(profile="knative-opencensus", limit="800ms", tolerance="10%")
+    (folder / "m.yaml").write_text(text + "  progressDeadline: 20m\n")
+    result = CliRunner().invoke(app, ["validate", "--format", "json", str(tmp_path)])
+    (policy,) = json.loads(result.output)["policies"]
+    assert policy["warnings"] == [
+        "progressDeadline 20m is longer than Knative's default progress deadline (10m, progress-deadline in "
+        "knative-serving/config-deployment): Knative fails a revision that is not Ready by its own deadline, "
+        "and the rollout is rolled back then. Annotate the InferenceService serving.knative.dev/progress-deadline: "
+        '"1200s" (or raise the cluster\'s default) for models that load this long.'
+    ]
+    text_output = CliRunner().invoke(app, ["validate", str(tmp_path)]).output
+    assert "warning: progressDeadline 20m is longer than Knative's default progress deadline" in text_output
+    (default,) = _validate(tmp_path, profile="knative-opencensus", limit="800ms")  # 10m: Knative's
+    assert default["warnings"] == []

@@ -10,7 +10,7 @@ kube-state-metrics' restart counters (:data:`~canary.metrics.catalog.RESTARTS_CO
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from canary.evidence import (
     Tally,
 )
 from canary.metrics.catalog import RESTARTS_COUNTER, CounterQuery, RevisionKey, render_counters
-from canary.metrics.client import QueryFailure
+from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.counting.book import CounterBook
 from canary.metrics.counting.decode import parse_counter_matrix, parse_counter_vector
 from canary.metrics.counting.pipeline import (
@@ -240,20 +240,30 @@ class CountsPipeline(Pipeline[CounterQuery, CounterBook]):
     ) -> Refresh:
         revisions = sorted(starts)
         try:
-            promql = render_counters(counter, revisions)
+            render_counters(counter, revisions)
         except ValueError as error:  # a catalog bug must not take the controller down
             failure = QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
             return Refresh(at, set(revisions), dict.fromkeys(revisions, failure), "")
-        outcome = self._instant(promql, at)
-        refresh = Refresh(at, set(revisions), {}, promql, outcome.http_requests, outcome.duration)
-        parsed = parse_counter_vector(outcome, revisions, divisor=counter.divisor, metric=counter.metric_name)
-        if isinstance(parsed, QueryFailure):
-            refresh.failures = dict.fromkeys(revisions, parsed)
-            return refresh
-        backfill = self._to_backfill(book, starts, at)
+
+        def ask(
+            part: Sequence[RevisionKey],
+        ) -> tuple[QueryOutcome, dict[RevisionKey, RevisionSample] | QueryFailure]:
+            outcome = self._instant(render_counters(counter, part), at)
+            return outcome, parse_counter_vector(
+                outcome, part, divisor=counter.divisor, metric=counter.metric_name
+            )
+
+        # A sample Prometheus refuses for one rollout's series holds that rollout only (split).
+        split = self.splitter.ask(counter, revisions, book.owner, ask)
+        refresh = Refresh(
+            at, set(revisions), split.failures, split.query, split.http_requests, split.duration
+        )
+        parsed = split.answers
+        wanted = {revision: start for revision, start in starts.items() if revision in parsed}
+        backfill = self._to_backfill(book, wanted, at)
         reach = self._reach(counter, parsed, at)
         filled = self._backfill(counter, book, backfill, parsed, reach, refresh) if backfill else set()
-        for revision in revisions:
+        for revision in parsed:
             if revision not in filled:
                 book.record(revision, reach, parsed[revision])
         return refresh

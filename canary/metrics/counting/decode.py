@@ -24,8 +24,11 @@ from canary.metrics.catalog import (
     CODE_CLASS_LABEL,
     COUNTER_FIELD,
     FIELD_LABEL,
+    NAMESPACE_LABEL,
     NEWEST_FIELD,
     OOM_FIELD,
+    POD_LABEL,
+    REVISION_LABEL,
     RevisionKey,
 )
 from canary.metrics.client import QueryFailure, QueryOutcome, vector_decoder
@@ -73,11 +76,11 @@ def _kept(identified: Identity) -> Identity:
 
 def _read_series_id(labels: Mapping[str, object], divisor: float) -> Identity | str:
     """A series' identity from its labels, or what is wrong with them."""
-    namespace, revision = labels.get("namespace"), labels.get("revision")
+    namespace, revision = labels.get(NAMESPACE_LABEL), labels.get(REVISION_LABEL)
     if not isinstance(namespace, str) or not isinstance(revision, str):
         return f"a counter series without namespace/revision: {brief(labels)}"
     kind = labels.get(FIELD_LABEL)
-    pod = labels.get("pod", "")
+    pod = labels.get(POD_LABEL, "")
     code = labels.get(CODE_CLASS_LABEL, "")
     known = kind in (COUNTER_FIELD, OOM_FIELD, NEWEST_FIELD) or is_bucket(kind)
     if not known or not isinstance(pod, str) or not isinstance(code, str):

@@ -20,7 +20,9 @@ from canary.metrics.answers import GroupedAnswer, brief, labels_of, result_of
 from canary.metrics.catalog import (
     FIELD_LABEL,
     FIELD_SAMPLES,
+    NAMESPACE_LABEL,
     PEAK_FIELD,
+    REVISION_LABEL,
     PeakQuery,
     RevisionKey,
     render_peaks,
@@ -189,7 +191,11 @@ def _peak_series(
         labels = labels_of(series)
         if labels is None or not isinstance(pair, list) or len(pair) != 2:
             return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unreadable series: {brief(series)}")
-        namespace, revision, kind = labels.get("namespace"), labels.get("revision"), labels.get(FIELD_LABEL)
+        namespace, revision, kind = (
+            labels.get(NAMESPACE_LABEL),
+            labels.get(REVISION_LABEL),
+            labels.get(FIELD_LABEL),
+        )
         if not isinstance(namespace, str) or not isinstance(revision, str) or not isinstance(kind, str):
             return QueryFailure(ErrorClass.UNEXPECTED_RESULT, f"an unexpected peak series: {brief(labels)}")
         key = RevisionKey(namespace, revision)
@@ -293,18 +299,23 @@ class PeaksPipeline(Pipeline[PeakQuery, PeakBook]):
         span_start = min(known) if known else at - timedelta(seconds=self.step)
         span = f"{max(1, round((at - span_start).total_seconds() * 1000))}ms"
         try:
-            promql = render_peaks(query, live, span)
+            render_peaks(query, live, span)
         except ValueError as error:
             return QueryFailure(ErrorClass.BAD_QUERY, f"cannot build the query: {error}")
-        outcome = self._instant(promql, at)
-        refresh.query, refresh.span = promql, span
-        refresh.http_requests, refresh.duration = outcome.http_requests, outcome.duration
-        parsed = parse_peaks(outcome, live)
-        if isinstance(parsed, QueryFailure):
-            refresh.failures.update(dict.fromkeys(live, parsed))
-        else:
-            for revision in live:
-                book.record(revision, ends.get(revision) or span_start, at, parsed[revision])
+
+        def ask(
+            part: Sequence[RevisionKey],
+        ) -> tuple[QueryOutcome, dict[RevisionKey, PeakSample] | QueryFailure]:
+            outcome = self._instant(render_peaks(query, part, span), at)
+            return outcome, parse_peaks(outcome, part)
+
+        # A sample Prometheus refuses for one rollout's series holds that rollout only (split).
+        split = self.splitter.ask(query, live, book.owner, ask)
+        refresh.query, refresh.span = split.query, span
+        refresh.http_requests, refresh.duration = split.http_requests, split.duration
+        refresh.failures.update(split.failures)
+        for revision, sample in split.answers.items():
+            book.record(revision, ends.get(revision) or span_start, at, sample)
         return None
 
     def _backfill(

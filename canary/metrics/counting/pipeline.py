@@ -27,6 +27,7 @@ from canary.metrics.catalog import RevisionKey
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.heap import collector_paused
 from canary.metrics.plan import Need
+from canary.metrics.split import Splitter
 from canary.policy.model import PromotionPolicy
 
 __all__ = [
@@ -105,6 +106,12 @@ class RevisionBook(ABC, Generic[TrackT]):
             return False
         oldest = self._oldest(track)
         return oldest is None or oldest > start + self.tolerance
+
+    def owner(self, revision: RevisionKey) -> Hashable:
+        """Whose ``revision`` is (the rollout that asked for it): what a failed sample is split into
+        (:mod:`canary.metrics.split`)."""
+        track = self._tracks.get(revision)
+        return min(track.asks, key=repr) if track is not None and track.asks else revision
 
     def mark_backfilled(self, revision: RevisionKey, start: datetime) -> None:
         self._track(revision).backfilled_from = start
@@ -193,6 +200,7 @@ class Pipeline(ABC, Generic[Q, B]):
         self._lock = threading.Lock()
         self.books: dict[Q, B] = {}
         self._last: dict[Q, Refresh] = {}
+        self.splitter = Splitter()  # a failed sample asked again by namespace, then by rollout
 
     # -- what differs ---------------------------------------------------------------------------
 

@@ -31,12 +31,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from canary_sandbox import k8s_names
+from canary_sandbox.emulator import progress_deadline
 from canary_sandbox.emulator import resources as r
 from canary_sandbox.emulator.clock import Clock
 from canary_sandbox.emulator.conditions import TRUE, UNKNOWN, ConditionSet
@@ -174,9 +176,26 @@ class _Revision:
     pods_started_at: float = 0.0
     unrouted_since: float | None = None
     scaled_to_zero: bool = False
+    progress_deadline: float = math.inf  # Knative's, counted from creation (progress_deadline.py)
 
     def state(self, now: float) -> RevisionState:
+        if self.missed_deadline(now):
+            return RevisionState.FAILED
         return self.behaviour.state_at(now - self.created_at)
+
+    def missed_deadline(self, now: float) -> bool:
+        """Not Ready (nor failed otherwise) within Knative's progress deadline: failed for good."""
+        if now - self.created_at < self.progress_deadline:
+            return False
+        ready_after, fail_after = self.behaviour.ready_after_seconds, self.behaviour.fail_after_seconds
+        ready_in_time = ready_after is not None and ready_after <= self.progress_deadline
+        failed_before = fail_after is not None and fail_after < self.progress_deadline
+        return not ready_in_time and not failed_before
+
+    def failure_message(self, now: float) -> str:
+        if self.missed_deadline(now):
+            return progress_deadline.INITIAL_SCALE_NEVER_ACHIEVED
+        return self.behaviour.failure_message
 
     def pods_ready(self, now: float) -> bool:
         if self.state(now) is not RevisionState.READY:
@@ -190,6 +209,8 @@ class _Revision:
         for offset in (self.behaviour.ready_after_seconds, self.behaviour.fail_after_seconds):
             if offset is not None:
                 times.update({self.created_at + offset, self.pods_started_at + offset})
+        if math.isfinite(self.progress_deadline):
+            times.add(self.created_at + self.progress_deadline)
         return times
 
 
@@ -555,7 +576,7 @@ class KServeBehaviour:
             model_status["lastFailureInfo"] = {
                 "location": latest.pods[0] if latest.pods else "",
                 "reason": "ModelLoadFailed",
-                "message": latest.behaviour.failure_message,
+                "message": latest.failure_message(now),
                 "exitCode": 1,
             }
         elif latest.pods_ready(now):
@@ -610,7 +631,7 @@ class KServeBehaviour:
             conditions.mark_false(
                 "ConfigurationsReady",
                 "RevisionFailed",
-                f'Revision "{latest.name}" failed with message: {latest.behaviour.failure_message}.',
+                f'Revision "{latest.name}" failed with message: {latest.failure_message(now)}.',
             )
         else:
             conditions.mark_unknown("ConfigurationsReady", "")
@@ -678,6 +699,11 @@ class KServeBehaviour:
             raw=raw,
             pods_started_at=now,
         )
+        if not raw:
+            config = self.store.get_stored(
+                r.CONFIGMAPS, progress_deadline.KNATIVE_NAMESPACE, progress_deadline.CONFIG_DEPLOYMENT
+            )
+            revision.progress_deadline = progress_deadline.revision_deadline(template, config)
         service.revisions.append(revision)
         self.revisions_created_total += 1
         self._start_pods(service, revision, revision.behaviour.replicas)
@@ -736,6 +762,11 @@ class KServeBehaviour:
         """Scale revisions by routing (None: keep all) and bring pod statuses up to date."""
         now = self.clock.now()
         for revision in service.revisions:
+            if revision.missed_deadline(now):
+                # Knative scales a revision that missed its deadline to zero and never retries it.
+                self._delete_pods(service.namespace, revision)
+                revision.scaled_to_zero = True
+                continue
             if routed is not None and revision.name not in routed:
                 if revision.unrouted_since is None:
                     revision.unrouted_since = now
@@ -1007,11 +1038,19 @@ class KServeBehaviour:
     def set_revision_state(
         self, namespace: str, revision_name: str, state: RevisionState, message: str = ""
     ) -> None:
-        """Force an existing revision Ready, Failed or Pending from now on."""
+        """Force an existing revision Ready, Failed or Pending from now on.
+
+        One that missed Knative's progress deadline is scaled to zero for good: 409 Conflict.
+        """
         for service in self._services.values():
             revision = service.revision(revision_name) if service.namespace == namespace else None
             if revision is None:
                 continue
+            if revision.missed_deadline(self.clock.now()):
+                raise ApiError.conflict(
+                    "revisions.serving.knative.dev", revision_name, "serving.knative.dev", "revisions",
+                    progress_deadline.INITIAL_SCALE_NEVER_ACHIEVED,
+                )  # fmt: skip
             age = self.clock.now() - revision.created_at
             behaviour = revision.behaviour
             if state is RevisionState.READY:
