@@ -337,8 +337,9 @@ class Evidence:
     without relative limits has no stable measurement. ``counts`` carries the revisions' request,
     error and latency-bucket counts (``"canary"``, ``"stable"``) as :class:`CountSeries`: the judge
     tests error-rate and latency checks on them (docs/design.md §3.4); a check it has no counts for
-    is judged on its measurement, as measured. ``canary_queries`` (for explain only) holds, per
-    check, PromQL returning the canary's value alone.
+    is judged on its measurement, as measured. ``canary_queries`` (for explain and the dashboard only)
+    holds, per check, PromQL returning the canary's value alone; ``stable_queries`` the stable
+    revision's, built the same way (the dashboard draws both over the rollout as range queries).
     """
 
     request: EvidenceRequest
@@ -348,6 +349,7 @@ class Evidence:
     profile: Mapping[str, str] = field(default_factory=dict)  # metric family -> profile used
     counts: Mapping[str, CountSeries] = field(default_factory=dict)  # "canary" / "stable"
     canary_queries: Mapping[str, CanaryQuery] = field(default_factory=dict)  # check name -> query
+    stable_queries: Mapping[str, CanaryQuery] = field(default_factory=dict)  # the same, for the stable
 
 
 class EvidenceSource(Protocol):

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import requests
 import typer
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -36,12 +35,14 @@ from canary.metrics.catalog import (
     RevisionKey,
     render_builtin,
 )
+from canary.metrics.client import PrometheusClient, PrometheusConfig
 from canary.metrics.plan import builtin_query
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
+from canary.metrics.ranges import RangeQueryError, RangeReader, probe
 from canary.policy import PromotionPolicy, load_paths
 from canary.policy.model import Check, GpuLabelStyle, RequestsProfile
 from canary.policy.objects import load_object
-from canary.report.charts import PrometheusRange, by_revision
+from canary.report.charts import by_revision
 from canary.report.rollout import CheckSeries, ReportedRollout, choose_rollout, render_report
 from canary.rollout.past import PastRollouts
 from canary.rollout.state import StateFormatError
@@ -166,41 +167,24 @@ def _written(path: Path, rollout: ReportedRollout, series: Sequence[CheckSeries]
 
 def _probe(url: str) -> None:
     """One cheap query: an unreachable Prometheus is one line and exit 3, not a page of errors."""
-    try:
-        response = requests.get(f"{url}/api/v1/query", params={"query": "1"}, timeout=PROMETHEUS_TIMEOUT)
-    except requests.RequestException as error:
+    failure = probe(_client(url), datetime.now(UTC))
+    if failure is not None:
         raise fail(
-            f"error: cannot reach Prometheus at {_shown(url)}: {_reason(error)}",
-            EXIT_UNREACHABLE,
-            "Check --prometheus-url, or pass --no-charts for a report without check charts.",
-        ) from None
-    if response.status_code != 200:
-        raise fail(
-            f"error: Prometheus at {_shown(url)} answered {response.status_code} {response.reason}",
+            f"error: cannot reach Prometheus: {failure.detail} ({failure.error_class})",
             EXIT_UNREACHABLE,
             "Check --prometheus-url, or pass --no-charts for a report without check charts.",
         )
+
+
+def _client(url: str) -> PrometheusClient:
+    """The controller's Prometheus client (bounded answers, no redirects, its error classes)."""
+    return PrometheusClient(PrometheusConfig(url=url, timeout=PROMETHEUS_TIMEOUT))
 
 
 def _shown(url: str) -> str:
     """``url`` without credentials or a query, for the page and messages."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
-
-
-def _reason(error: BaseException) -> str:
-    response = getattr(error, "response", None)
-    if isinstance(error, requests.HTTPError) and response is not None:
-        try:
-            said = str(response.json().get("error") or "")
-        except ValueError:
-            said = ""
-        return f"Prometheus answered {response.status_code}" + (f": {said[:200]}" if said else "")
-    text = str(error)
-    for marker in ("Connection refused", "Name or service not known", "timed out", "No route to host"):
-        if marker in text:
-            return marker
-    return type(error).__name__
 
 
 def _policy(
@@ -240,7 +224,7 @@ def _series(
 ) -> list[CheckSeries]:
     step = max(math.ceil((end - start) / RANGE_POINTS), 1)
     window = _window(start, end, step)
-    prometheus = PrometheusRange(url, start, end, step)
+    prometheus = RangeReader(_client(url), start, end, step)
     revisions = [RevisionKey(rollout.namespace, r) for r in (rollout.stable_revision, rollout.revision) if r]
     profiles = _profiles(url, policy, end)
     answer = []
@@ -257,8 +241,8 @@ def _series(
         for revision, promql in queries:
             try:
                 results = prometheus.query(promql)
-            except requests.RequestException as error:
-                error_text = f"the range query failed: {_reason(error)}"
+            except RangeQueryError as error:
+                error_text = f"the range query failed: {error}"
                 continue
             if revision is None:  # the catalog's queries label each series with its revision
                 for owner, points in by_revision(results, "revision", skip_label=FIELD_LABEL).items():
@@ -296,10 +280,9 @@ def _profiles(url: str, policy: PromotionPolicy, end: float) -> dict[Family, str
         RequestsProfile(metrics.requests) is RequestsProfile.AUTO
         or GpuLabelStyle(metrics.gpu_labels) is GpuLabelStyle.AUTO
     ):
-        from canary.metrics.client import PrometheusClient, PrometheusConfig  # noqa: PLC0415
         from canary.metrics.detect import ProfileDetector  # noqa: PLC0415
 
-        detector = ProfileDetector(PrometheusClient(PrometheusConfig(url=url, timeout=PROMETHEUS_TIMEOUT)))
+        detector = ProfileDetector(_client(url))
         at = datetime.fromtimestamp(end, UTC)
         if RequestsProfile(metrics.requests) is RequestsProfile.AUTO:
             requests_profile = detector.requests_profile(at)[0].choice

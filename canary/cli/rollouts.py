@@ -25,6 +25,7 @@ from canary.cli.cluster import api_client, get_json
 from canary.cli.help import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, fail
 from canary.cli.output import NONE, columns, human_duration, printable, since, timestamp
 from canary.cli.targets import resolve_target, suggestions
+from canary.cli.warnings import latest_warnings
 from canary.kserve.client import ConflictError
 from canary.kserve.identity import who_am_i
 from canary.kserve.store import (
@@ -346,6 +347,11 @@ def graph_link(external_url: str, query: str, document: ExplainDocument) -> str:
     )
 
 
+# The limit as written, the stable revision's estimate, and the bound the judge compared the canary
+# with (for a relative limit, from the stable revision's bound): each once, each labelled.
+_CHECK_COLUMNS = ["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE ESTIMATE", "JUDGED BOUND", "SAMPLES"]
+
+
 def _check_row(check: ExplainCheck) -> list[str]:
     return [
         check.name,
@@ -353,6 +359,7 @@ def _check_row(check: ExplainCheck) -> list[str]:
         _value(check.value, check.unit),
         check.limit or NONE,
         _value(check.stable, check.unit),
+        " and ".join(label for label, _ in check.bounds()) or NONE,
         _count(check.samples),
     ]
 
@@ -398,7 +405,8 @@ def print_explain(
         typer.echo(json.dumps({"state": json.loads(state.to_json()), "latestEvaluation": latest}, indent=2))
         return
     if document is None:
-        typer.echo(f"{namespace}/{name}: no evaluation recorded yet")
+        warned = latest_warnings(api, namespace, name)
+        typer.echo("\n".join([f"{namespace}/{name}: no evaluation recorded yet", *warned]))
         return
     now = datetime.now(UTC)
     requests = "no" if document.requests is None else _count(document.requests)
@@ -420,13 +428,15 @@ def print_explain(
             f"evidence up to {timestamp(document.evidence_until)} "
             f"({human_duration(behind.total_seconds())} behind the evaluation)"
         )
-    lines += [f"  {reason}" for reason in document.reasons]
+    reasons = list(dict.fromkeys(document.reasons))  # one reason per decision: never the same twice
+    lines += [f"  {reason}" for reason in reasons]
+    lines += [f"  {line}" for line in latest_warnings(api, namespace, name)]
     if document.checks or not state.gates:
-        lines += ["", columns(["CHECK", "VERDICT", "CANARY", "LIMIT", "STABLE", "SAMPLES"], [
+        lines += ["", columns(_CHECK_COLUMNS, [
             _check_row(check) for check in document.checks
         ])]  # fmt: skip
     for check in document.checks:
-        if check.detail:
+        if check.detail and not any(check.detail in reason for reason in reasons):
             lines.append(f"{check.name}: {check.detail}")
     if state.gates:
         lines += ["", columns(["GATE", "AT", "STEP", "RESULT", "FAILED", "LATEST ATTEMPT"], [

@@ -65,6 +65,7 @@ class PolicyView:
     state: RolloutState | None = None  # the rollout state, when this policy governs (or held) it
     explain: ExplainDocument | None = None
     inference_service_generation: int | None = None
+    failure: str | None = None  # why its reconciles keep failing (canary.controller.failures), if they do
 
 
 def previous_status(obj: dict[str, Any] | None) -> PromotionPolicyStatus | None:
@@ -278,6 +279,8 @@ def _reconciling_or_stalled(
         return None, ("InvalidSpec", f"the spec is invalid: the previous valid version still runs {about}")
     if view.conflict:
         return None, ("TargetClaimed", f"{view.conflict}: the rollout of {about} is held")
+    if view.failure:
+        return None, ("ReconcileFailed", f"the rollout of {about} cannot proceed: {view.failure}")
     if phase is Phase.ROLLED_BACK:
         return None, ("RolledBack", f"{about} was rolled back; Git asks for a revision that is not served")
     if phase is Phase.PAUSED and pause is not None and pause.kind in _PROBLEM_PAUSES:

@@ -44,6 +44,7 @@ from canary.controller.crsource import (
 )
 from canary.controller.delivery import Delivery
 from canary.controller.evidence import TickEvidenceSource
+from canary.controller.failures import ReconcileFailures
 from canary.controller.gates import GateRunner
 from canary.controller.leader import LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
@@ -213,6 +214,8 @@ class Controller:
         self.ownership: Ownership = self._sharded or SingleLeaseOwnership(self._elector)
         # Gate calls run on their own small pool; a finished one asks the tick for its rollout.
         self.gates = GateRunner(resolver_for=self.delivery.resolver_for, on_done=self._gate_done, clock=clock)
+        # A rollout whose reconcile keeps failing says why: a Warning Event and the Stalled condition.
+        self.failures = ReconcileFailures(api_client, clock, dry_run=settings.cluster.dry_run)
         self.reconciler = self._reconciler(api_client, evidence)
         self._timer = TickScheduler(self._tick_once, period=settings.tick.period)
         self.ticks = self._tick_runner(evidence)
@@ -367,6 +370,7 @@ class Controller:
             synced=self.reconciler.reads.synced,
             before_reconcile=self._before_reconcile,
             wake=self._timer.wake,
+            on_reconciled=self.failures.observe,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -573,7 +577,11 @@ class Controller:
             state, explain, generation = (
                 self._stored_rollout(policy) if policy is not None else (None, None, None)
             )
-            view = PolicyView(parsed.generation, policy, parsed.errors, conflict, state, explain, generation)
+            failure = self.failures.of(key) if key is not None else None
+            view = PolicyView(
+                parsed.generation, policy, parsed.errors, conflict, state, explain, generation,
+                failure=None if failure is None else f"{failure.error} ({failure.count} times in a row)",
+            )  # fmt: skip
             if writer is not None:
                 writer.write(parsed.namespace, parsed.name, project_status(view, previous_status(obj), now))
             if parsed.errors:

@@ -132,6 +132,7 @@ class TickRunner:
         before_reconcile: Callable[[LoadedPolicy], None] = lambda loaded: None,
         wake: Callable[[], None] = lambda: None,
         monotonic: Callable[[], float] = time.monotonic,
+        on_reconciled: Callable[[str, str | None], None] = lambda key, error: None,
     ):
         self._reconciler = reconciler
         self._evidence = evidence
@@ -146,6 +147,7 @@ class TickRunner:
         self._before = before_reconcile
         self._wake = wake
         self._monotonic = monotonic
+        self._on_reconciled = on_reconciled  # each error (None: none): canary.controller.failures
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="reconcile")
         # Evidence is collected here, so that the tick never waits for Prometheus past its budget.
         self._evidence_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="evidence")
@@ -431,6 +433,7 @@ class TickRunner:
             self._metrics.tick_rollouts.labels("failed").inc()
             self._done(key)
             self._schedule(key, now, None)
+            self._on_reconciled(key, f"internal error: {error}")
             return None
         if isinstance(prepared, ReconcileOutcome):
             outcome.outcomes[key] = prepared
@@ -438,6 +441,7 @@ class TickRunner:
             self._metrics.tick_rollouts.labels("failed").inc()
             self._done(key)
             self._schedule(key, now, prepared)
+            self._on_reconciled(key, prepared.error)
             return None
         self._track_canary(key, prepared, now, alarm)
         return prepared
@@ -585,7 +589,8 @@ class TickRunner:
         result: ReconcileOutcome | None = None
         try:
             result = self._reconciler.finish(item, evidence)
-        except NotLeader as error:
+            self._on_reconciled(key, result.error)
+        except NotLeader as error:  # not a failure of the rollout: another replica drives it
             log.warning("write refused: not the owner", key=key, error=str(error))
             result = ReconcileOutcome(key, error=f"not the owner: {error}")
         finally:

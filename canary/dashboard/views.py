@@ -4,7 +4,8 @@ Everything here is read from the state ConfigMaps (``state.json``, ``explain.jso
 ``command.json``, ``command-result.json``) as the CLI's ``status`` and ``explain`` read them, plus
 two things the ConfigMap does not keep: the check values of every evaluation the dashboard has seen
 since it started (:class:`EvaluationLog`; the controller keeps only the latest), and, when a
-Prometheus URL is given, each check's PromQL evaluated over the rollout as a range query.
+Prometheus URL is given, each check's canary and stable PromQL (the per-revision queries explain
+shows) evaluated over the rollout as range queries.
 
 Values go out already in the unit a person reads (ms, %, GiB), so the page only draws.
 """
@@ -15,15 +16,17 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from canary.kserve.store import STATE_KEY, StoredState
+from canary.metrics.client import PrometheusClient, PrometheusConfig
+from canary.metrics.ranges import RangeQueryError, RangeReader
 from canary.policy.units import format_value
-from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR, PrometheusRange
-from canary.report.rollout import display_unit, limit_values
+from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR
+from canary.report.rollout import display_unit, judged_limits
 from canary.rollout.commands import apply_command
 from canary.rollout.records import CommandFormatError, ExplainCheck, ExplainDocument
 from canary.rollout.state import CommandKind, HistoryEntry, RolloutState, StateFormatError
@@ -41,10 +44,6 @@ MAX_EVALUATIONS = 360
 RANGE_POINTS = 240
 # Prometheus is asked again for the same rollout no sooner than this: the page polls every 2 s.
 RANGE_CACHE_SECONDS = 15.0
-# The label each check's query uses for the revision, and the one that marks its side series
-# (request counts, GPU totals), as canary.metrics.catalog renders them.
-REVISION_LABEL = "revision"
-FIELD_LABEL = "evidence_field"
 
 # The decisions that get a marker on the charts, by the history's action names.
 _MARKED = {"start": "started", "advance": "advanced", "promote": "promoted", "rollback": "rolled-back"}
@@ -209,6 +208,7 @@ def _check_row(check: ExplainCheck) -> dict[str, Any]:
         "value": shown(check.value),
         "limit": check.limit,
         "stable": shown(check.stable),
+        "bound": " and ".join(label for label, _ in check.bounds()) or None,
         "samples": check.samples,
         "critical": check.critical,
         "statement": check.detail,
@@ -217,13 +217,12 @@ def _check_row(check: ExplainCheck) -> dict[str, Any]:
 
 
 class PrometheusSeries:
-    """Each check's PromQL over the rollout, as range queries, grouped by revision; cached briefly."""
+    """Each check's canary and stable queries (canary.metrics.explain_queries, as explain shows them)
+    over the rollout, as range queries through the controller's Prometheus client; cached briefly."""
 
-    def __init__(
-        self, url: str, *, range_factory: Callable[[str, float, float, float], PrometheusRange] | None = None
-    ) -> None:
+    def __init__(self, url: str, *, client: PrometheusClient | None = None) -> None:
         self.url = url.rstrip("/")
-        self._range = range_factory or PrometheusRange
+        self._client = client or PrometheusClient(PrometheusConfig(url=self.url))
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
 
@@ -236,18 +235,12 @@ class PrometheusSeries:
             cached = self._cache.get(cache_key)
             if cached is not None and time.monotonic() - cached[0] < RANGE_CACHE_SECONDS:
                 return dict(cached[1])
-        step = max((end - start) / RANGE_POINTS, 5.0)
-        prometheus = self._range(self.url, start, end, step)
+        reader = RangeReader(self._client, start, end, max((end - start) / RANGE_POINTS, 5.0))
         answer: dict[str, dict[str, Any]] = {}
         for check in document.checks:
-            if not check.query:
-                continue
-            try:
-                results = prometheus.query(check.query)
-            except Exception as error:
-                answer[check.name] = {"error": f"{type(error).__name__}: {error}"[:300]}
-                continue
-            answer[check.name] = {"revisions": _by_revision(results)}
+            drawn = _check_series(reader, document, check)
+            if drawn is not None:
+                answer[check.name] = drawn
         with self._lock:
             self._cache[cache_key] = (time.monotonic(), answer)
             if len(self._cache) > 256:  # the oldest go first; a handful of rollouts are in view
@@ -256,16 +249,21 @@ class PrometheusSeries:
         return answer
 
 
-def _by_revision(
-    results: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]],
-) -> dict[str, list[list[float]]]:
-    grouped: dict[str, list[list[float]]] = {}
-    for metric, points in results:
-        if FIELD_LABEL in metric:  # a side series: request counts, GPU totals
+def _check_series(
+    reader: RangeReader, document: ExplainDocument, check: ExplainCheck
+) -> dict[str, Any] | None:
+    """One check's curves per revision from its canary and stable queries (None: it has none)."""
+    asked = [(document.revision, check.canary_query), (document.stable_revision, check.stable_query)]
+    revisions: dict[str, list[list[float]]] = {}
+    for revision, promql in asked:
+        if revision is None or not promql:
             continue
-        revision = metric.get(REVISION_LABEL, "")
-        grouped.setdefault(revision, []).extend([t, v] for t, v in points)
-    return {revision: sorted(points) for revision, points in grouped.items()}
+        try:
+            results = reader.query(promql)
+        except RangeQueryError as error:
+            return {"error": str(error)[:300]}
+        revisions[revision] = sorted([t, v] for _, points in results for t, v in points)
+    return {"revisions": revisions} if revisions else None
 
 
 def _check_chart(
@@ -280,7 +278,7 @@ def _check_chart(
     source = "evaluations seen by the dashboard"
     revisions = (prometheus or {}).get("revisions")
     if revisions:
-        source = "Prometheus range query of the check's PromQL"
+        source = "Prometheus range queries of the check's canary and stable PromQL"
         canary_points = [[t, v * factor] for t, v in revisions.get(state.revision or "", [])]
         stable_points = [[t, v * factor] for t, v in revisions.get(state.stable_revision or "", [])]
     else:
@@ -292,10 +290,7 @@ def _check_chart(
                     canary_points.append([evaluation.at, past.value * factor])
                 if past.stable is not None and math.isfinite(past.stable):
                     stable_points.append([evaluation.at, past.stable * factor])
-    limits = [
-        {"label": label, "value": value * factor}
-        for label, value in limit_values(check.limit, check.unit, check.stable)
-    ]
+    limits = [{"label": label, "value": value * factor} for label, value in judged_limits(check)]
     series = [
         {"label": f"stable · {state.stable_revision}", "colour": STABLE_COLOUR, "points": stable_points},
         {"label": f"canary · {state.revision}", "colour": CANARY_COLOUR, "points": canary_points},

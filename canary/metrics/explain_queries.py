@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 
 from canary.evidence import CanaryQuery, EvidenceRequest
 from canary.metrics.catalog import (
@@ -74,6 +75,7 @@ __all__ = [
     "canary_queries",
     "duration",
     "render_canary_query",
+    "stable_queries",
 ]
 
 _MIB = 1048576  # DCGM reports MiB; the value is in bytes
@@ -204,6 +206,22 @@ def canary_queries(
         if filled is not None:
             queries[check.name] = filled
     return queries
+
+
+def stable_queries(
+    policy: PromotionPolicy,
+    request: EvidenceRequest,
+    profile: Mapping[str, str],
+    *,
+    min_window: float,
+    tenancy: Tenancy | None = None,
+) -> dict[str, CanaryQuery]:
+    """The same queries for the stable revision alone (none without one), scoped alike: the
+    dashboard draws the canary's and the stable's values side by side over the rollout."""
+    if not request.stable_revision:
+        return {}
+    stable = replace(request, canary_revision=request.stable_revision, canary_born=None)
+    return canary_queries(policy, stable, profile, min_window=min_window, tenancy=tenancy)
 
 
 def _scoped(

@@ -70,7 +70,7 @@ from canary.metrics.detect import (
     DetectionReport,
     ProfileDetector,
 )
-from canary.metrics.explain_queries import canary_queries
+from canary.metrics.explain_queries import canary_queries, stable_queries
 from canary.metrics.labels import KSM_LABELS
 from canary.metrics.plan import (
     COUNTED_MEASURES,
@@ -247,6 +247,9 @@ class PrometheusEvidenceSource:
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                     # For people only (kserve-canary explain): each check's canary value as one query.
                     canary_queries=canary_queries(
+                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
+                    ),
+                    stable_queries=stable_queries(
                         policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
                     ),
                 )

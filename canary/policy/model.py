@@ -48,6 +48,7 @@ from canary.policy.hooks import (
     TeamsTarget,
     WebhookTarget,
 )
+from canary.policy.size import too_large
 from canary.policy.units import (
     Unit,
     format_duration,
@@ -752,6 +753,9 @@ class PolicySpec(_Model):
             if check.name in seen:
                 raise ValueError(f"check name {check.name!r} is used twice; check names must be unique")
             seen.add(check.name)
+        oversized = too_large(self)
+        if oversized is not None:
+            raise ValueError(oversized)
         names: set[str] = set()
         for index in range(len(self.gates)):
             name = self.gate_name(index)

@@ -3,8 +3,8 @@
 A chart is a list of :class:`Series` (stable and canary revisions side by side), the policy's
 limits as dashed lines and every decision as a :class:`Marker`. Decisions come from notification
 payloads (the webhook's versioned shape, ``docs/notification-payload.schema.json``), series from
-Prometheus' range API (:class:`PrometheusRange`). Nothing is fetched when the page is opened: no
-script, no stylesheet, no font — the file opens anywhere, offline.
+Prometheus' range API (:class:`canary.metrics.ranges.RangeReader`). Nothing is fetched when the page
+is opened: no script, no stylesheet, no font — the file opens anywhere, offline.
 
 The demo's report (``canary_sandbox.demo.report``) and the report of a real rollout
 (:mod:`canary.report.rollout`, ``kserve-canary report``) are built from these parts. A gap in a series
@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
-
 __all__ = [
     "CANARY_COLOUR",
     "LIMIT_COLOUR",
@@ -32,7 +30,6 @@ __all__ = [
     "TABLED_ACTIONS",
     "Chart",
     "Marker",
-    "PrometheusRange",
     "Series",
     "by_revision",
     "decision_markers",
@@ -86,25 +83,6 @@ class Chart:
     limits: Sequence[tuple[str, float]] = ()  # dashed horizontal lines: (label, value)
     y_max: float | None = None  # a fixed top (100 for percentages of traffic)
     empty_text: str = "no data"  # written across a chart that has no sample at all
-
-
-class PrometheusRange:
-    """``/api/v1/query_range`` over one interval, one result per label set."""
-
-    def __init__(self, url: str, start: float, end: float, step: float = 1.0) -> None:
-        self._url = url
-        self._params = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-
-    def query(self, promql: str) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
-        response = requests.get(
-            f"{self._url}/api/v1/query_range", params={"query": promql, **self._params}, timeout=30
-        )
-        response.raise_for_status()
-        results = []
-        for item in response.json()["data"]["result"]:
-            points = [(float(t), float(v)) for t, v in item["values"]]
-            results.append((dict(item["metric"]), [(t, v) for t, v in points if math.isfinite(v)]))
-        return results
 
 
 def by_revision(

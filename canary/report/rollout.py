@@ -40,6 +40,7 @@ __all__ = [
     "ReportedRollout",
     "choose_rollout",
     "display_unit",
+    "judged_limits",
     "limit_values",
     "render_report",
     "traffic_points",
@@ -201,6 +202,15 @@ _ABSOLUTE = re.compile(r"^(≤|≥) (\S+)$")
 _RELATIVE = re.compile(r"^≤ \+(\S+) vs stable")
 
 
+def judged_limits(check: ExplainCheck) -> list[tuple[str, float]]:
+    """The limit lines of a chart: the bound the judge compared the canary with, when the evaluation
+    recorded it (``judged bound ≤ 481ms``), else the limits read from the judge's text."""
+    bounds = check.bounds()
+    if bounds:
+        return [(f"judged bound {label}", value) for label, value in bounds]
+    return limit_values(check.limit, check.unit, check.stable)
+
+
 def limit_values(limit: str, unit: Unit | str, stable: float | None) -> list[tuple[str, float]]:
     """The limits in the judge's text (``≤ 800ms and ≤ +20% vs stable``) as canonical numbers: absolute
     ones as written, a relative one from the stable value it was judged against; what cannot be drawn
@@ -300,11 +310,7 @@ def _check_chart(series: CheckSeries, rollout: ReportedRollout, origin: float) -
                 gap=series.step * 2.5,
             )
         )
-    limits = (
-        [(label, value * factor) for label, value in limit_values(check.limit, check.unit, check.stable)]
-        if check is not None
-        else []
-    )
+    limits = [(label, value * factor) for label, value in judged_limits(check)] if check is not None else []
     empty = series.error or "Prometheus has no samples of this check for either revision over the rollout"
     # A limit far above every sample (2 s over a 140 ms curve) would flatten the curves to the floor:
     # it is named in the title instead of drawn.
@@ -340,7 +346,7 @@ def render_report(
     facts = _facts(rollout, generated_at, prometheus_url)
     steps = _steps(rollout)
     checks = _table(
-        ("check", "verdict", "canary", "stable", "limit", "samples"),
+        ("check", "verdict", "canary", "stable estimate", "limit", "judged bound", "samples"),
         "".join(_check_row(check) for check in rollout.checks),
         "No evaluation of this rollout is recorded.",
     )
@@ -369,8 +375,9 @@ def render_report(
 
 
 _EXPLANATION = (
-    "Time is from the rollout's start. Dashed red lines are the check's limits as last judged "
-    "(a relative limit from the stable value of that evaluation); vertical lines are the "
+    "Time is from the rollout's start. Dashed red lines are the bounds the judge compared the canary "
+    "with in the last evaluation (a relative limit from the stable revision's bound, not its estimate; "
+    "in records without it, the limits read from the judge's text); vertical lines are the "
     "controller's decisions (hover for the reason). Check curves are Prometheus range queries; "
     "where Prometheus has no sample, the curve has a gap — nothing is drawn as zero that was not "
     "measured. The controller judges each step over the whole step instead of a moving window."
@@ -479,6 +486,10 @@ def _table(columns: Sequence[str], rows: str, empty: str) -> str:
     return f"<table><tr>{header}</tr>{rows}</table>"
 
 
+def _bound(check: ExplainCheck) -> str:
+    return " and ".join(label for label, _ in check.bounds()) or "—"
+
+
 def _check_row(check: ExplainCheck) -> str:
     def shown(value: float | None) -> str:
         return "—" if value is None or not math.isfinite(value) else format_value(value, check.unit)
@@ -488,5 +499,5 @@ def _check_row(check: ExplainCheck) -> str:
     return (
         f"<tr><td>{html.escape(check.name)}</td><td class='{css}'>{html.escape(check.verdict)}</td>"
         f"<td>{html.escape(shown(check.value))}</td><td>{html.escape(shown(check.stable))}</td>"
-        f"<td>{html.escape(check.limit)}</td><td>{samples}</td></tr>"
+        f"<td>{html.escape(check.limit)}</td><td>{html.escape(_bound(check))}</td><td>{samples}</td></tr>"
     )

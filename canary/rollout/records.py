@@ -11,6 +11,7 @@ becomes a :class:`StateFormatError` subclass saying which file and why.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
@@ -18,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationError
 
 from canary.evidence import CanaryQuery, Evidence
-from canary.policy.units import Unit
+from canary.policy.units import Unit, format_value
 from canary.rollout.decision import Decision
 from canary.rollout.horizon import evidence_until
 from canary.rollout.judge import Judgement
@@ -156,6 +157,8 @@ class ExplainCheck:
     (``canaryQuery``) one that returns the canary's value alone over the evaluated window, evaluated
     at the window's end, and ``canary_query_note`` why Prometheus' answer to it can differ slightly
     from ``value`` (canary.metrics.explain_queries). None in records written before it existed.
+    ``stable_query`` (``stableQuery``) is the same query for the stable revision (the dashboard
+    draws both over the rollout); None without a stable revision or when too long to keep.
     """
 
     __pydantic_config__ = JSON_CONFIG
@@ -172,6 +175,20 @@ class ExplainCheck:
     query: str = ""
     canary_query: str | None = None
     canary_query_note: str = ""
+    stable_query: str | None = None
+    # The bounds the judge compared the canary with (the tightest of the absolute and the relative
+    # limits, a relative one from the stable revision's bound, not its estimate); None: not known.
+    max_allowed: float | None = None
+    min_allowed: float | None = None
+
+    def bounds(self) -> list[tuple[str, float]]:
+        """The judge's bounds as ``("≤ 481ms", 0.481)``: what explain, the dashboard and the report
+        show as the limit applied."""
+        drawn = []
+        for sign, value in (("≤", self.max_allowed), ("≥", self.min_allowed)):
+            if value is not None and math.isfinite(value):
+                drawn.append((f"{sign} {format_value(value, self.unit)}", value))
+        return drawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +243,7 @@ class ExplainDocument:
     def of(cls, decision: Decision, evidence: Evidence | None, now: datetime) -> ExplainDocument:
         """The record of ``decision``, judged on ``evidence`` at ``now``."""
         canary_queries = evidence.canary_queries if evidence is not None else {}
+        stable_queries = evidence.stable_queries if evidence is not None else {}
         return cls(
             at=now,
             decision_id=decision.id,
@@ -234,7 +252,7 @@ class ExplainDocument:
             action=str(decision.action),
             verdict=str(decision.verdict) if decision.verdict else None,
             requests=decision.requests,
-            reasons=decision.reasons,
+            reasons=tuple(dict.fromkeys(decision.reasons)),  # one reason per decision, never repeated
             window=(
                 ExplainWindow(evidence.request.window_start, evidence.request.at)
                 if evidence is not None
@@ -244,7 +262,8 @@ class ExplainDocument:
             evidence_until=_reach(evidence),
             queries=evidence.queries if evidence is not None else 0,
             checks=tuple(
-                _check(judgement, canary_queries.get(judgement.name)) for judgement in decision.judgements
+                _check(judgement, canary_queries.get(judgement.name), stable_queries.get(judgement.name))
+                for judgement in decision.judgements
             ),
             gates=tuple(
                 ExplainGate(
@@ -273,7 +292,8 @@ class ExplainDocument:
         return replace(
             self,
             checks=tuple(
-                replace(check, query="", canary_query=None, canary_query_note="") for check in self.checks
+                replace(check, query="", canary_query=None, canary_query_note="", stable_query=None)
+                for check in self.checks
             ),
         )
 
@@ -285,7 +305,10 @@ class ExplainDocument:
         if len(text.encode()) <= max_bytes:
             return text
         grouped = tuple(replace(check, query="") for check in self.checks)
-        bare = tuple(replace(check, query="", canary_query=None, canary_query_note="") for check in grouped)
+        bare = tuple(
+            replace(check, query="", canary_query=None, canary_query_note="", stable_query=None)
+            for check in grouped
+        )
         for what, checks in (("the grouped queries", grouped), ("every query", bare)):
             text = self._noted(checks, f"{what} of {len(checks)} checks")
             if len(text.encode()) <= max_bytes:
@@ -331,7 +354,11 @@ def _reach(evidence: Evidence | None) -> datetime | None:
     return evidence_until(series, evidence.request.at)
 
 
-def _check(judgement: Judgement, canary: CanaryQuery | None) -> ExplainCheck:
+def _kept(query: CanaryQuery | None) -> str | None:
+    return query.promql if query is not None and len(query.promql) <= MAX_CANARY_QUERY_CHARS else None
+
+
+def _check(judgement: Judgement, canary: CanaryQuery | None, stable: CanaryQuery | None) -> ExplainCheck:
     canary_query: str | None = None
     note = ""
     if canary is not None and len(canary.promql) > MAX_CANARY_QUERY_CHARS:
@@ -354,6 +381,9 @@ def _check(judgement: Judgement, canary: CanaryQuery | None) -> ExplainCheck:
         query=judgement.query,
         canary_query=canary_query,
         canary_query_note=note,
+        stable_query=_kept(stable),
+        max_allowed=judgement.max_allowed,
+        min_allowed=judgement.min_allowed,
     )
 
 

@@ -84,8 +84,8 @@ def test_numbers_are_rounded_and_times_are_to_the_second(cluster: Cluster) -> No
         for line in shown.splitlines()
         if line.split()[:1] in (["p99"], ["errors"], ["score"])
     }
-    assert rows["p99"][2:] == ["412ms", "max", "800ms", "400ms", "832"]
-    assert rows["errors"][2:] == ["0.123%", "max", "1%", "<none>", "8"]
+    assert rows["p99"][2:] == ["412ms", "max", "800ms", "400ms", "<none>", "832"]  # no judged bound recorded
+    assert rows["errors"][2:] == ["0.123%", "max", "1%", "<none>", "<none>", "8"]
     assert rows["score"][2:4] == ["1,235", "<none>"]
     assert "graph:" not in shown
 
@@ -146,3 +146,31 @@ def test_no_state_is_refused_in_one_line(cluster: Cluster) -> None:
     completed = run("explain", "ml/ghost", home=cluster.home, KUBECONFIG=str(cluster.kubeconfig))
     assert completed.returncode == 1
     assert completed.stderr == "no rollout state for ml/ghost: kserve-canary has not seen it\n"
+
+
+def test_the_limit_the_stable_estimate_and_the_judged_bound_each_once_and_each_reason_once(
+    cluster: Cluster,
+) -> None:
+    broken = "p99 ≤ +50% vs stable (≤ 481ms; stable's p99 ≤ 321ms) broken"
+    p99 = ExplainCheck(
+        name="p99", verdict="fail", value=0.6, unit=Unit.SECONDS, limit="≤ +50% vs stable", stable=0.25,
+        samples=900, detail=broken, max_allowed=0.4815,
+    )  # fmt: skip
+    stored = replace(document(), verdict="fail", reasons=(broken, broken, broken), checks=(p99,))
+    shown = explain(cluster, stored=stored)
+    header = next(line for line in shown.splitlines() if line.startswith("CHECK"))
+    assert header.split() == [
+        "CHECK",
+        "VERDICT",
+        "CANARY",
+        "LIMIT",
+        "STABLE",
+        "ESTIMATE",
+        "JUDGED",
+        "BOUND",
+        "SAMPLES",
+    ]
+    row = next(line for line in shown.splitlines() if line.startswith("p99 "))
+    assert "≤ +50% vs stable" in row and "250ms" in row and "≤ 482ms" in row
+    assert "375ms" not in shown  # 1.5 × the estimate is no limit the judge used
+    assert shown.count(broken) == 1, shown

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
@@ -280,6 +275,7 @@ def _explain(world: World) -> ExplainDocument:
                 1234.0,
                 detail="550ms ≤ 800ms",
                 query=f'histogram_quantile(0.99, sum by (namespace, revision, le) (x{{revision=~"{state.revision}"}}))',
+                canary_query=f'histogram_quantile(0.99, sum by (le) (x{{revision="{state.revision}"}}))',
             ),
             ExplainCheck("error-rate", "pass", 0.002, Unit.RATIO, "≤ 1%", 0.001, 1234.0, detail="0.2% ≤ 1%"),
         ),
@@ -337,72 +333,20 @@ def test_limit_lines_read_the_judges_texts() -> None:
     assert limit_values("no limit", Unit.COUNT, None) == []
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    """A Prometheus range API (an external system, not ours): one matrix for any query."""
-
-    queries: list[str] = []  # noqa: RUF012
-
-    def do_GET(self) -> None:
-        parts = urlsplit(self.path)
-        query = parse_qs(parts.query)
-        type(self).queries.append(query["query"][0])
-        start = float(query["start"][0])
-        matrix = [
-            {"metric": {"revision": CANARY}, "values": [[start, "0.61"], [start + 60, "0.62"]]},
-            {
-                "metric": {"revision": "llama-predictor-00001"},
-                "values": [[start, "0.5"], [start + 60, "NaN"]],
-            },
-            {"metric": {"revision": CANARY, "evidence_field": "samples"}, "values": [[start, "900"]]},
-        ]
-        body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": matrix}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: object) -> None:
-        return
-
-
-@pytest.fixture
-def prometheus() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def test_with_prometheus_each_check_is_drawn_from_its_promql_over_the_rollout(
-    world: World, prometheus: str
+def test_with_prometheus_unreachable_the_charts_fall_back_to_the_evaluations_seen_and_say_why(
+    world: World,
 ) -> None:
+    # Prometheus history itself is drawn from a real Prometheus: tests/dashboard/test_history.py.
     world.start_rollout()
-    document = _explain(world)
-    board = start_dashboard(world, prometheus_url=prometheus)
-    try:
-        charts = Api(board).get("/api/rollouts/ml/llama").json()["charts"]
-    finally:
-        board.stop()
-    latency = charts["checks"][0]
-    assert latency["source"] == "Prometheus range query of the check's PromQL"
-    canary = next(series for series in latency["series"] if series["label"].startswith("canary"))
-    stable = next(series for series in latency["series"] if series["label"].startswith("stable"))
-    assert [round(value, 6) for _, value in canary["points"]] == [610.0, 620.0]
-    assert [round(value, 6) for _, value in stable["points"]] == [500.0], "NaN is a gap, samples are no value"
-    assert _Prometheus.queries == [document.checks[0].query], "a check without PromQL is not queried"
-    # Prometheus unreachable: the charts fall back to the evaluations seen, and say why.
+    _explain(world)
     board = start_dashboard(world, prometheus_url=f"http://127.0.0.1:{free_port()}")
     try:
         charts = Api(board).get("/api/rollouts/ml/llama").json()["charts"]
     finally:
         board.stop()
-    assert "ConnectionError" in charts["checks"][0]["prometheusError"]
+    assert charts["checks"][0]["prometheusError"].startswith("unreachable: ")
     assert charts["checks"][0]["source"] == "evaluations seen by the dashboard"
+    assert charts["checks"][1]["prometheusError"] is None, "a check without queries asks nothing"
 
 
 def test_the_request_log_never_shows_the_token(world: World, capfd: pytest.CaptureFixture[str]) -> None:

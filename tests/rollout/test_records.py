@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
+from canary.policy.units import Unit
+from canary.report.rollout import judged_limits
+from canary.rollout.judge import CheckVerdict, Judgement
 from canary.rollout.records import (
     CommandFormatError,
     CommandOutcome,
@@ -116,3 +120,25 @@ def test_the_explain_record_of_a_decision_keeps_every_number_and_round_trips() -
         "at", "decisionId", "revision", "stableRevision", "action", "verdict", "requests", "reasons",
         "window", "profiles", "queries", "checks", "gates", "evidenceUntil",
     }  # fmt: skip
+
+
+def test_the_explain_record_keeps_the_judged_bound_and_each_reason_once() -> None:
+    # The judge failed p99 against 1.5 × the stable p99's upper bound (321 ms: 481 ms), while the
+    # stable estimate is 250 ms: the record keeps the bound it used, not 1.5 × 250 ms (issue 35, item 7).
+    harness = progressing()
+    decision = harness.run(lambda d: d.action is Action.ADVANCE)
+    broken = "p99 ≤ +50% vs stable (≤ 481ms; stable's p99 ≤ 321ms) broken"
+    judged = Judgement(
+        "p99", CheckVerdict.FAIL, 0.6, Unit.SECONDS, "≤ +50% vs stable", 0.25, 900.0, detail=broken,
+        max_allowed=0.4815,
+    )  # fmt: skip
+    record = ExplainDocument.of(
+        replace(decision, judgements=(judged,), reasons=(broken, broken, "rolling back", broken)),
+        None,
+        harness.now,
+    )
+    assert record.reasons == (broken, "rolling back")
+    (p99,) = record.checks
+    assert (p99.stable, p99.max_allowed, p99.bounds()) == (0.25, 0.4815, [("≤ 482ms", 0.4815)])
+    assert judged_limits(p99) == [("judged bound ≤ 482ms", 0.4815)]
+    assert ExplainDocument.from_json(record.to_json()) == record

@@ -14,6 +14,7 @@ import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from canary.metrics.ranges import RangeReader
 from canary.policy import Check, MetricKind, PromotionPolicy
 from canary.report.charts import (
     CANARY_COLOUR,
@@ -22,7 +23,6 @@ from canary.report.charts import (
     STYLE,
     Chart,
     Marker,
-    PrometheusRange,
     Series,
     by_revision,
     decision_rows,
@@ -74,7 +74,7 @@ def _check(policy: PromotionPolicy, metric: MetricKind) -> Check | None:
 
 
 def collect_charts(
-    prometheus: PrometheusRange,
+    prometheus: RangeReader,
     policy: PromotionPolicy,
     timeline: ModelTimeline,
     *,

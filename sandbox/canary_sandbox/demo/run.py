@@ -31,8 +31,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from canary.metrics.ranges import RangeQueryError, RangeReader
 from canary.policy import PromotionPolicy
-from canary.report.charts import PrometheusRange, decision_markers
+from canary.report.charts import decision_markers
 from canary_sandbox.demo.monitor import ModelTimeline, ModelView, notifications_for, observe
 from canary_sandbox.demo.policies import (
     DEMO_NAMESPACE,
@@ -231,7 +232,7 @@ def _write_report(
     assert stack.prometheus is not None
     end = time.time()
     start = story.origin - 4  # a few seconds of v1 alone: the baseline the canary is compared with
-    prometheus = PrometheusRange(stack.prometheus.url, start, end)
+    prometheus = RangeReader.at(stack.prometheus.url, start, end, 1.0)
     models = []
     for name, model in story.stories.items():
         view = story.views.get(name)
@@ -367,7 +368,7 @@ def _tell(story: _Story, stack: Stack, console: Console, report_path: Path, star
             )
     try:
         _write_report(story, stack, outcomes, problems, report_path)
-    except (requests.RequestException, OSError) as error:
+    except (RangeQueryError, OSError) as error:
         problems.setdefault("report", []).append(f"the report could not be written: {error}")
     # The evidence beside the report: every notification as received, and the controller's own log.
     report_path.with_name("notifications.json").write_text(json.dumps(payloads, indent=1), encoding="utf-8")
