@@ -31,6 +31,7 @@ from canary.cli.targets import resolve_target
 from canary.metrics.catalog import (
     FIELD_LABEL,
     KIND_FAMILY,
+    REVISION_LABEL,
     Family,
     RevisionKey,
     render_builtin,
@@ -245,7 +246,7 @@ def _series(
                 error_text = f"the range query failed: {error}"
                 continue
             if revision is None:  # the catalog's queries label each series with its revision
-                for owner, points in by_revision(results, "revision", skip_label=FIELD_LABEL).items():
+                for owner, points in by_revision(results, REVISION_LABEL, skip_label=FIELD_LABEL).items():
                     grouped.setdefault(owner, []).extend(points)
             else:  # a custom query rendered for this one revision
                 grouped.setdefault(revision, []).extend(p for _, ps in results for p in ps)

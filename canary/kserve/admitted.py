@@ -106,6 +106,10 @@ def why_not_ours(configmap: Mapping[str, Any], max_bytes: int) -> str | None:
     unknown = sorted(str(key)[:63] for key in data if key not in allowed)
     if unknown:
         return f"it has keys kserve-canary never writes: {', '.join(unknown[:5])}"
+    if not data:
+        # Ours, emptied (by hand, or a restore without data): kept, so that the controller sees its
+        # resourceVersion, treats the document as lost (docs/failure-modes.md) and writes it again.
+        return None
     if not str(data.get(main) or "").lstrip().startswith("{"):
         return f"it has no {main} document"
     return None

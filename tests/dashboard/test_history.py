@@ -9,6 +9,7 @@ built-in check per revision from Prometheus, not from "evaluations seen by the d
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -125,7 +126,9 @@ def test_built_in_checks_are_drawn_per_revision_from_prometheus_history(
         assert all(len(points) >= 20 for points in revisions.values()), (title, revisions)
     errors = curves["errors"]
     assert {value for _, value in errors[CANARY]} == {0.0}  # the canary answered no 5xx at all
-    assert all(0.5 < value < 4.0 for _, value in errors[STABLE]), errors[STABLE]  # 2 % 5xx, in %
+    # 2 % 5xx, in %: each window's share is a sample of a few hundred requests, so the curve wanders.
+    stable_errors = [value for _, value in errors[STABLE]]
+    assert 1.0 < statistics.mean(stable_errors) < 3.0 and max(stable_errors) < 10.0, errors[STABLE]
     stable_p99 = dict(map(tuple, curves["p99"][STABLE]))
     canary_p99 = dict(map(tuple, curves["p99"][CANARY]))
     shared = set(stable_p99) & set(canary_p99)
