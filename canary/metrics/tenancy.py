@@ -34,6 +34,7 @@ import promql_parser
 from canary.metrics.catalog import DCGM_LABELS, REQUESTS_PROFILES, RequestsMetrics
 from canary.metrics.promql import TemplateError, render_template, string_literal
 from canary.policy.model import GpuLabelStyle, PromotionPolicy
+from canary.policy.scope import option_items
 
 __all__ = [
     "TENANCY_LABELS",
@@ -87,32 +88,24 @@ class TenancyError(ValueError):
 def parse_allow(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """``["up", "team-a=kube_node_*"]`` (also comma-separated) -> namespace (``*``: every) -> globs."""
     allowed: dict[str, list[str]] = {}
-    for value in values:
-        for raw in value.split(","):
-            item = raw.strip()
-            if not item:
-                continue
-            namespace, separator, pattern = item.rpartition("=")
-            namespace = namespace.strip() if separator else "*"
-            pattern = pattern.strip()
-            if (namespace != "*" and not _NAMESPACE.match(namespace)) or not pattern:
-                raise ValueError(f"expected METRIC or NAMESPACE=METRIC (globs allowed), got {item!r}")
-            allowed.setdefault(namespace, []).append(pattern)
+    for item in option_items(values):
+        namespace, separator, pattern = item.rpartition("=")
+        namespace = namespace.strip() if separator else "*"
+        pattern = pattern.strip()
+        if (namespace != "*" and not _NAMESPACE.match(namespace)) or not pattern:
+            raise ValueError(f"expected METRIC or NAMESPACE=METRIC (globs allowed), got {item!r}")
+        allowed.setdefault(namespace, []).append(pattern)
     return {namespace: tuple(patterns) for namespace, patterns in allowed.items()}
 
 
 def parse_labels(values: Iterable[str]) -> tuple[tuple[str, str], ...]:
     """``["job:*=namespace", "kn_*=k8s_namespace_name"]`` -> (metric glob, tenancy label) pairs."""
     pairs: list[tuple[str, str]] = []
-    for value in values:
-        for raw in value.split(","):
-            item = raw.strip()
-            if not item:
-                continue
-            pattern, separator, label = item.rpartition("=")
-            if not separator or not pattern.strip() or not _LABEL.match(label.strip()):
-                raise ValueError(f"expected METRIC_GLOB=LABEL (e.g. job:*=namespace), got {item!r}")
-            pairs.append((pattern.strip(), label.strip()))
+    for item in option_items(values):
+        pattern, separator, label = item.rpartition("=")
+        if not separator or not pattern.strip() or not _LABEL.match(label.strip()):
+            raise ValueError(f"expected METRIC_GLOB=LABEL (e.g. job:*=namespace), got {item!r}")
+        pairs.append((pattern.strip(), label.strip()))
     return tuple(pairs)
 
 

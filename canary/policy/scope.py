@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -30,6 +30,7 @@ __all__ = [
     "NamespaceSource",
     "ScopeError",
     "SecretScope",
+    "option_items",
     "parse_env_allow",
 ]
 
@@ -53,19 +54,23 @@ class ScopeError(ValueError):
     """A secret reference outside what the policy's namespace may reach. Names the reference only."""
 
 
+def option_items(values: Iterable[str]) -> Iterator[str]:
+    """The items of a repeatable option, each value also comma-separated: stripped, empty ones left out."""
+    for value in values:
+        for raw in value.split(","):
+            if item := raw.strip():
+                yield item
+
+
 def parse_env_allow(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """``["ml=ML_*", "web=WEB_HOOK,WEB_KEY"]`` (also comma-separated in one value) -> namespace -> globs."""
     allowed: dict[str, list[str]] = {}
-    for value in values:
-        for raw in value.split(","):
-            item = raw.strip()
-            if not item:
-                continue
-            namespace, separator, pattern = item.partition("=")
-            namespace, pattern = namespace.strip(), pattern.strip()
-            if not separator or not _NAMESPACE.match(namespace) or not pattern:
-                raise ValueError(f"expected NAMESPACE=GLOB (e.g. ml=ML_*), got {item!r}")
-            allowed.setdefault(namespace, []).append(pattern)
+    for item in option_items(values):
+        namespace, separator, pattern = item.partition("=")
+        namespace, pattern = namespace.strip(), pattern.strip()
+        if not separator or not _NAMESPACE.match(namespace) or not pattern:
+            raise ValueError(f"expected NAMESPACE=GLOB (e.g. ml=ML_*), got {item!r}")
+        allowed.setdefault(namespace, []).append(pattern)
     return {namespace: tuple(patterns) for namespace, patterns in allowed.items()}
 
 
