@@ -109,6 +109,25 @@ _OUTER_SERIES_OR_UNSCOPED = (
     f'otel_scope_name=~"{string_literal(f"({regex_literal(QUEUE_PROXY_SERVER_SCOPE)})?")}"'
 )
 
+
+def _otel(profile: RequestsProfile, knative: str, generation_metric: str) -> RequestsMetrics:
+    """An OpenTelemetry generation: the checks read the queue-proxy's outer otelhttp histogram (its own
+    histogram, named by ``generation_metric``, only tells the generation)."""
+    return RequestsMetrics(
+        profile=profile,
+        knative=knative,
+        count_metric=f"{OUTER_HISTOGRAM}_count",
+        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
+        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
+        server_error_matcher='http_response_status_code=~"5.."',
+        namespace_label="namespace",
+        revision_label=None,
+        latency_divisor=1.0,
+        series_matcher=_OUTER_SERIES,
+        generation_metric=generation_metric,
+    )
+
+
 REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
     RequestsProfile.KNATIVE_OPENCENSUS: RequestsMetrics(
         profile=RequestsProfile.KNATIVE_OPENCENSUS,
@@ -125,31 +144,11 @@ REQUESTS_PROFILES: Mapping[RequestsProfile, RequestsMetrics] = {
         code_pattern="([1-5]xx)",
         code_replacement="$1",
     ),
-    RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: RequestsMetrics(
-        profile=RequestsProfile.KNATIVE_OTEL_QUEUEPROXY,
-        knative="1.19-1.20",
-        count_metric=f"{OUTER_HISTOGRAM}_count",
-        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
-        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
-        server_error_matcher='http_response_status_code=~"5.."',
-        namespace_label="namespace",
-        revision_label=None,
-        latency_divisor=1.0,
-        series_matcher=_OUTER_SERIES,
-        generation_metric="kn_queueproxy_app_duration_seconds_count",
+    RequestsProfile.KNATIVE_OTEL_QUEUEPROXY: _otel(
+        RequestsProfile.KNATIVE_OTEL_QUEUEPROXY, "1.19-1.20", "kn_queueproxy_app_duration_seconds_count"
     ),
-    RequestsProfile.KNATIVE_OTEL_INVOCATION: RequestsMetrics(
-        profile=RequestsProfile.KNATIVE_OTEL_INVOCATION,
-        knative=">= 1.21",
-        count_metric=f"{OUTER_HISTOGRAM}_count",
-        bucket_metric=f"{OUTER_HISTOGRAM}_bucket",
-        histogram_count_metric=f"{OUTER_HISTOGRAM}_count",
-        server_error_matcher='http_response_status_code=~"5.."',
-        namespace_label="namespace",
-        revision_label=None,
-        latency_divisor=1.0,
-        series_matcher=_OUTER_SERIES,
-        generation_metric="kn_serving_invocation_duration_seconds_count",
+    RequestsProfile.KNATIVE_OTEL_INVOCATION: _otel(
+        RequestsProfile.KNATIVE_OTEL_INVOCATION, ">= 1.21", "kn_serving_invocation_duration_seconds_count"
     ),
 }
 
