@@ -92,6 +92,12 @@ def _outcome(stack: Stack, name: str) -> str:
     return str(phase())
 
 
+def _why(stack: Stack, name: str) -> str:
+    """What the controller said when it decided: the last notification's summary and check statements."""
+    last = (_notifications(stack, name) or [{}])[-1]
+    return "\n".join([str(last.get("summary"))] + [str(c.get("statement")) for c in last.get("checks", [])])
+
+
 def _check(stack: Stack, name: str, action: str, check: str) -> dict[str, Any]:
     assert wait_until(lambda: any(n["action"] == action for n in _notifications(stack, name)), 20)
     notification = next(n for n in _notifications(stack, name) if n["action"] == action)
@@ -101,7 +107,7 @@ def _check(stack: Stack, name: str, action: str, check: str) -> dict[str, Any]:
 def test_a_healthy_canary_on_knative_otel_metrics_is_promoted(
     stack: Stack, controller: ControllerProcess
 ) -> None:
-    assert _outcome(stack, "steady") == "Succeeded", _notifications(stack, "steady")
+    assert _outcome(stack, "steady") == "Succeeded", _why(stack, "steady")
     assert stack.canary_percent(NS, "steady") is None
 
 

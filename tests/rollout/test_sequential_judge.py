@@ -221,6 +221,22 @@ def test_a_limit_far_from_every_bucket_edge_is_never_interpolated_by_a_test_only
     assert "slower than 350ms this step" in exact.statement
 
 
+def test_the_reading_inside_a_bucket_does_not_depend_on_a_request_caught_in_the_far_tail() -> None:
+    # Both revisions: log-normal, median 80ms, sigma 0.35 (p90 125ms); 26 % slower than 100ms and
+    # 0.06 % slower than 250ms, the next OTel edge. The stable revision's 6,000 requests caught four
+    # beyond 250ms, the canary's 700 none (a 66 % chance at that share). Read linearly when the upper
+    # edge had none, the canary's p90 was 190ms against stable's 125ms + 50 % = 187ms: a healthy
+    # canary rolled back at the horizon (seen end to end, tests/e2e/test_otel_overload.py).
+    policy = counted_policy({"name": "p90", "metric": "latency", "quantile": 0.9, "maxIncrease": "50%"})
+    canary = exact_tally(T0, 60, 700, 0, {0.075: 400, 0.1: 182, 0.25: 0})
+    stable = exact_tally(T0, 60, 6000, 0, {0.075: 3420, 0.1: 1560, 0.25: 4})
+    result = judge(policy, "p90", [canary], [stable], final=True, horizon=_horizon(reached=True))
+    assert result.verdict is CheckVerdict.PASS, result.statement
+    assert result.value is not None and result.stable_value is not None
+    assert abs(result.value - result.stable_value) < 0.01  # the same latencies read the same way
+    assert "interpolated geometrically inside 100ms–250ms" in result.statement
+
+
 def _horizon(*, reached: bool) -> Horizon:
     length = timedelta(minutes=4)
     return Horizon(length, length if reached else length / 2, T0 + timedelta(minutes=10))
