@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,32 +44,24 @@ from tests.backtest.support import (
     when,
     write_policy,
 )
+from tests.cli.support import invoke
 
 pytestmark = pytest.mark.integration
 
-BIN = Path(sys.executable).parent
-
 
 def backtest(prometheus: PrometheusServer, policy: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(BIN / "kserve-canary"),
-            "backtest",
-            str(policy),
-            "--from",
-            when(T0).isoformat(),
-            "--to",
-            when(END).isoformat(),
-            "--prometheus-url",
-            prometheus.url,
-            "--scrape-interval",
-            f"{SCRAPE:g}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return invoke(
+        "backtest",
+        str(policy),
+        "--from",
+        when(T0).isoformat(),
+        "--to",
+        when(END).isoformat(),
+        "--prometheus-url",
+        prometheus.url,
+        "--scrape-interval",
+        f"{SCRAPE:g}",
+        *args,
     )
 
 
@@ -246,11 +237,9 @@ def test_the_table_and_the_html_report_say_what_the_replay_cannot_do(
 
 
 def test_prometheus_unreachable_exits_3_with_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [str(BIN / "kserve-canary"), "backtest", str(write_policy(tmp_path, HEALTHY)),
-         "--from", when(T0).isoformat(), "--to", when(END).isoformat(),
-         "--prometheus-url", f"http://127.0.0.1:{free_port()}"],
-        capture_output=True, text=True, timeout=60, check=False,
+    result = invoke(
+        "backtest", str(write_policy(tmp_path, HEALTHY)), "--from", when(T0).isoformat(),
+        "--to", when(END).isoformat(), "--prometheus-url", f"http://127.0.0.1:{free_port()}",
     )  # fmt: skip
     assert result.returncode == 3
     assert result.stdout == ""
@@ -305,10 +294,9 @@ def test_rollout_reads_the_controllers_record_and_replays_that_rollout(
         path = write_policy(tmp_path, HEALTHY)
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [str(BIN / "kserve-canary"), "backtest", str(path), "--kubeconfig", str(kubeconfig),
-                 "--prometheus-url", prometheus.url, "--scrape-interval", f"{SCRAPE:g}", *args],
-                capture_output=True, text=True, timeout=60, check=False,
+            return invoke(
+                "backtest", str(path), "--kubeconfig", str(kubeconfig),
+                "--prometheus-url", prometheus.url, "--scrape-interval", f"{SCRAPE:g}", *args,
             )  # fmt: skip
 
         latest = run("--rollout", "1", "--format", "json")
@@ -354,18 +342,21 @@ def test_rollout_without_a_cluster_chooses_among_the_periods_prometheus_shows(
 ) -> None:
     home = tmp_path / "home"  # no ~/.kube/config there, and no KUBECONFIG
     home.mkdir()
-    environment = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     path = write_policy(tmp_path, HEALTHY)
-    arguments = [str(BIN / "kserve-canary"), "backtest", str(path), "--prometheus-url", prometheus.url,
+    arguments = ["backtest", str(path), "--prometheus-url", prometheus.url,
                  "--scrape-interval", f"{SCRAPE:g}", "--rollout", HEALTHY.canary_name]  # fmt: skip
 
-    ranged = subprocess.run(
-        [*arguments, "--from", when(T0).isoformat(), "--to", when(END).isoformat(), "--format", "json"],
-        capture_output=True, text=True, timeout=60, check=False, env=environment,
-    )  # fmt: skip
-    unranged = subprocess.run(
-        arguments, capture_output=True, text=True, timeout=60, check=False, env=environment
+    ranged = invoke(
+        *arguments,
+        "--from",
+        when(T0).isoformat(),
+        "--to",
+        when(END).isoformat(),
+        "--format",
+        "json",
+        home=home,
     )
+    unranged = invoke(*arguments, home=home)
 
     document = as_json(ranged)
     assert [rollout["canary"] for rollout in document["rollouts"]] == [HEALTHY.canary_name]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,8 +13,8 @@ from canary.backtest.history import TrafficPoint, find_periods
 from canary.backtest.whatif import WhatIfError, apply_what_if, parse_override
 from canary.policy import load_paths
 from tests.backtest.support import HEALTHY, write_policy
+from tests.cli.support import invoke
 
-BIN = Path(sys.executable).parent
 T = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 OLD, NEW = "m-predictor-00001", "m-predictor-00002"
 
@@ -103,15 +102,7 @@ spec:
     two.write_text(document.format(name="a") + "---\n" + document.format(name="b"), encoding="utf-8")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [
-            str(BIN / "kserve-canary"),
-            "backtest",
-            str(two),
-            "--prometheus-url",
-            "http://127.0.0.1:1",
-            *args,
-        ]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        return invoke("backtest", str(two), "--prometheus-url", "http://127.0.0.1:1", *args)
 
     ambiguous, unknown, broken = run(), run("--isvc", "ml/c"), run("--isvc", "c")
 

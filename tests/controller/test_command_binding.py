@@ -5,10 +5,7 @@ issued it, and what a ConfigMap holds reaches the terminal without control chara
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +35,7 @@ from canary.notify import NotificationDispatcher
 from canary.policy import LoadedPolicy, load_text
 from canary.rollout.records import CommandOutcome, CommandRequest, ExplainCheck, ExplainDocument
 from canary.rollout.state import CommandKind, HistoryEntry, Phase, RolloutState
+from tests.cli.support import invoke
 from tests.policy.support import valid_policy
 
 A = "llama-predictor-00002"
@@ -395,28 +393,17 @@ def test_explain_and_status_strip_control_characters(world: World) -> None:
         resource_version=current.resource_version,
         owner_uid=None,
     )
-    environment = {**os.environ, "COLUMNS": "400", "KUBECONFIG": str(world.kubeconfig)}
-    environment.pop("FORCE_COLOR", None)
+    environment = {"COLUMNS": "400", "KUBECONFIG": str(world.kubeconfig)}
     for arguments in (["status"], ["explain", "ml/llama"]):
-        shown = subprocess.run(
-            [sys.executable, "-m", "canary", *arguments],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
-            check=True,
-        ).stdout
+        plain = invoke(*arguments, **environment)
+        assert plain.returncode == 0, plain.stderr
+        shown = plain.stdout
         assert "all good" in shown and "PROMOTED" in shown, shown
         assert "[link=https://evil.example/]markup[/link]" in shown, "markup is shown, not interpreted"
         assert CONTROL.findall(shown) == [], f"{arguments}: {shown!r}"
         # On a terminal Rich adds its own styles (SGR); nothing else may come from the ConfigMap.
-        styled = subprocess.run(
-            [sys.executable, "-m", "canary", *arguments],
-            capture_output=True,
-            text=True,
-            env={**environment, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"},
-            timeout=60,
-            check=True,
-        ).stdout
+        coloured = invoke(*arguments, **environment, FORCE_COLOR="1", TTY_COMPATIBLE="1")
+        assert coloured.returncode == 0, coloured.stderr
+        styled = coloured.stdout
         assert CONTROL.findall(re.sub(r"\x1b\[[0-9;]*m", "", styled)) == [], f"{arguments}: {styled!r}"
         assert "evil.example/\x1b" not in styled and "\x1b]" not in styled

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from canary.metrics.catalog import REQUESTS_PROFILES
+from tests.cli.support import invoke
 from tests.deploy.manifests import (
     CHART,
     DEPLOY,
@@ -406,12 +407,7 @@ def test_the_own_overlay_example_renders(tmp_path: Path) -> None:
     # Validated as the controller reads them: with the secret scope its arguments grant.
     scope = [a for a in container["args"] if a.startswith(("--secret-env-allow=", "--secret-file-root="))]
     assert scope, "the example shows how to grant secrets per namespace"
-    completed = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", *scope, str(tmp_path / "policies")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    completed = invoke("validate", *scope, str(tmp_path / "policies"))
     assert completed.returncode == 0, completed.stdout
 
 

@@ -3,8 +3,6 @@ values variant validated against Kubernetes' schemas, and the same install as th
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import helm_python as helm
@@ -12,6 +10,7 @@ import pytest
 import yaml
 
 from canary.policy import load_paths
+from tests.cli.support import invoke
 from tests.deploy.manifests import (
     CHART,
     CHART_VARIANTS,
@@ -311,15 +310,9 @@ def test_secret_scope_values_become_flags_and_per_namespace_mounts(tmp_path: Any
         for name, text in configmap["data"].items():
             (tmp_path / namespace / name).write_text(text)
     scope = [a for a in args if a.startswith(("--secret-env-allow=", "--secret-file-root="))]
-    completed = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", *scope, str(tmp_path)],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    completed = invoke("validate", *scope, str(tmp_path))
     assert completed.returncode == 0, completed.stdout
     # With a scope that opens less (only the file root), the same policies are refused, as the
     # controller would refuse them; without any scope, validate leaves the decision to the controller.
-    narrower = subprocess.run(
-        [sys.executable, "-m", "canary", "validate", "--secret-file-root=/nonexistent", str(tmp_path)],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    narrower = invoke("validate", "--secret-file-root=/nonexistent", str(tmp_path))
     assert narrower.returncode == 1, "with a narrower scope the same policies are refused"

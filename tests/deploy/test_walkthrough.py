@@ -25,6 +25,7 @@ from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from kubernetes import client, config
 
 from canary.policy import load_paths
+from tests.cli.support import invoke
 from tests.deploy.manifests import (
     CHART,
     DEPLOY,
@@ -208,10 +209,7 @@ def test_the_policy_validates_and_targets_the_sample_model() -> None:
     (loaded,) = result.policies
     isvc = yaml.safe_load((HERE / "sklearn-iris.yaml").read_text())
     assert loaded.policy.key == f"{isvc['metadata']['namespace']}/{isvc['metadata']['name']}"
-    validated = subprocess.run(
-        [str(BIN / "kserve-canary"), "validate", str(HERE / "policies")],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    validated = invoke("validate", str(HERE / "policies"))
     assert validated.returncode == 0, validated.stdout + validated.stderr
     assert "1 valid policy, 0 errors" in validated.stdout
 
