@@ -7,45 +7,31 @@ rollout must not wait for any of them.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from canary_sandbox.fleet.behaviour import RevisionBehaviour
-from canary_sandbox.fleet.world import ModelTraffic
-from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
+from canary_sandbox.stack import ControllerProcess, Stack, wait_until
 from typer.testing import CliRunner
 
 from canary.cli import app
 from canary.controller.gates import GATE_HEADER
 from canary.notify.webhook import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_signature
-from tests.e2e.test_rollouts import NS, V1, V2, notifications, phase, wait_for_phase, written_percentages
+from tests.e2e.support import HEALTHY, finished, notifications, phase, roll_out, serving, written_percentages
+from tests.e2e.support import policy as e2e_policy
 from tests.notify.outage import OutageReceiver, Received
 
+NS = "e2e"
 GATE_KEY = "gate-signing-key-0123456789"
-HEALTHY = RevisionBehaviour(median_ms=80, ready_after_s=1.0)
+CHECKS = (
+    "{name: p90, metric: latency, quantile: 0.9, max: 2s, maxIncrease: 50%}",
+    "{name: errors, metric: error-rate, max: 5%}",
+)
 RECEIVERS = ("pass", "fail", "slow", "down")
 
 
 def policy(name: str, gates: str) -> str:
-    return f"""\
-apiVersion: kserve-canary.dev/v1alpha1
-kind: PromotionPolicy
-metadata: {{name: {name}, namespace: {NS}}}
-spec:
-  target: {{inferenceService: {name}}}
-  steps: [10, 50, 100]
-  window: 3s
-  interval: 1s
-  minRequests: 10
-  progressDeadline: 20s
-  checks:
-    - {{name: p90, metric: latency, quantile: 0.9, max: 2s, maxIncrease: 50%}}
-    - {{name: errors, metric: error-rate, max: 5%}}
-  notify:
-    - webhook: {{urlFrom: {{env: HOOK_URL}}}}
-{gates}"""
+    return e2e_policy(NS, name, CHECKS, window="3s", tail=gates)
 
 
 def hook(receiver: str, timeout: str = "2s") -> str:
@@ -97,30 +83,18 @@ def receivers() -> Iterator[dict[str, OutageReceiver]]:
 
 @pytest.fixture(scope="module")
 def stack(receivers: dict[str, OutageReceiver]) -> Iterator[Stack]:
-    models = [
-        ModelTraffic(NS, name, 60.0, {V1: RevisionBehaviour(median_ms=80), V2: HEALTHY}) for name in POLICIES
-    ]
-    with Stack(models, {f"{name}.yaml": text for name, text in POLICIES.items()}) as started:
-        started.env = {
-            "HOOK_URL": f"{started.receiver.url}/hook",
-            "GATE_KEY": GATE_KEY,
-            **{f"GATE_{name.upper()}_URL": f"{receiver.url}/gate" for name, receiver in receivers.items()},
-        }
-        for name in POLICIES:
-            started.apply(inference_service(NS, name, V1))
-        assert wait_until(
-            lambda: all(started.predictor_status(NS, n).get("latestRolledoutRevision") for n in POLICIES), 30
-        )
+    env = {
+        "GATE_KEY": GATE_KEY,
+        **{f"GATE_{name.upper()}_URL": f"{receiver.url}/gate" for name, receiver in receivers.items()},
+    }
+    policies = {f"{name}.yaml": text for name, text in POLICIES.items()}
+    with serving(NS, dict.fromkeys(POLICIES, HEALTHY), policies, env=env) as started:
         yield started
 
 
 @pytest.fixture(scope="module")
 def controller(stack: Stack) -> ControllerProcess:
-    started = stack.start_controller("gates")
-    time.sleep(2)  # let Prometheus see the stable revisions first
-    for name in POLICIES:
-        stack.set_storage_uri(NS, name, V2)  # a new version without a percentage: the GitOps way
-    return started
+    return roll_out(stack, "gates", NS, POLICIES, settle=2)  # a new version without a percentage
 
 
 def gate_requests(receiver: OutageReceiver, model: str) -> list[Received]:
@@ -135,7 +109,7 @@ def state_gates(stack: Stack, name: str) -> list[dict[str, Any]]:
 def test_a_passing_gate_is_called_signed_before_each_step_and_the_rollout_promotes(
     stack: Stack, controller: ControllerProcess, receivers: dict[str, OutageReceiver]
 ) -> None:
-    assert wait_for_phase(stack, "gate-pass", {"Succeeded", "RolledBack"}, timeout=50) == "Succeeded"
+    assert finished(stack, NS, "gate-pass", 50) == "Succeeded"
     written = written_percentages(stack, "gate-pass")
     assert written[:2] == [0, 10], "0 at once, the first step only after the pre-rollout gate"
     assert written[-1] is None
@@ -166,7 +140,7 @@ def test_a_passing_gate_is_called_signed_before_each_step_and_the_rollout_promot
 def test_a_failing_gate_holds_at_0_with_retries_then_rolls_back_at_its_deadline(
     stack: Stack, controller: ControllerProcess, receivers: dict[str, OutageReceiver]
 ) -> None:
-    assert wait_for_phase(stack, "gate-fail", {"Succeeded", "RolledBack"}, timeout=40) == "RolledBack"
+    assert finished(stack, NS, "gate-fail", 40) == "RolledBack"
     assert set(written_percentages(stack, "gate-fail")) == {0}, "never any traffic"
     assert len(gate_requests(receivers["fail"], "gate-fail")) >= 2, "retried before the deadline"
     rolled_back = next(n for n in notifications(stack, "gate-fail") if n["action"] == "rolled-back")
@@ -180,9 +154,9 @@ def test_a_slow_gate_holds_only_its_own_rollout_and_passes_once_it_answers_in_ti
     stack: Stack, controller: ControllerProcess, receivers: dict[str, OutageReceiver]
 ) -> None:
     # The rollout without gates runs on while the slow gate times out, attempt after attempt.
-    assert wait_for_phase(stack, "plain", {"Succeeded", "RolledBack"}, timeout=50) == "Succeeded"
+    assert finished(stack, NS, "plain", 50) == "Succeeded"
     assert set(written_percentages(stack, "gate-slow")) == {0}
-    assert phase(stack, "gate-slow") == "Pending"
+    assert phase(stack, NS, "gate-slow") == "Pending"
     gates = state_gates(stack, "gate-slow")
     assert gates and gates[0]["attempts"] >= 2 and gates[0]["lastStatus"] is None
     assert "timed out" in gates[0]["lastDetail"]
@@ -206,11 +180,11 @@ def test_a_gate_that_is_down_holds_the_promotion_past_its_deadline_until_it_is_b
         stack.state(NS, "gate-down")
     )
     assert written_percentages(stack, "gate-down") == [10, 50], "the steps ran; the promotion waits"
-    assert phase(stack, "gate-down") == "Progressing"
+    assert phase(stack, NS, "gate-down") == "Progressing"
     assert "connection failed" in state_gates(stack, "gate-down")[0]["lastDetail"]
     assert wait_until(
         lambda: any(n["action"] == "gate-failed" for n in notifications(stack, "gate-down")), 20
     )
     receivers["down"].come_up(status=200)
-    assert wait_for_phase(stack, "gate-down", {"Succeeded", "RolledBack"}, timeout=50) == "Succeeded"
+    assert finished(stack, NS, "gate-down", 50) == "Succeeded"
     assert written_percentages(stack, "gate-down") == [10, 50, None]

@@ -11,86 +11,61 @@ made the revision Ready at 15 s and the model was promoted.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
-from canary_sandbox.fleet.world import ModelTraffic
-from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
+from canary_sandbox.stack import ControllerProcess, Stack, wait_until
 from typer.testing import CliRunner
 
 from canary.cli import app
+from tests.e2e.support import notifications as notifications_about
+from tests.e2e.support import policy, roll_out, serving
+from tests.e2e.support import writes as writes_to
 
 NS = "e2e-knative"
 NAME = "llama-70b"
-V1, V2 = "s3://models/v1", "s3://models/v2"
 KNATIVE_DEADLINE = "6s"
 LOADS_15_S = RevisionBehaviour(median_ms=80, ready_after_s=15.0)
+CHECKS = (
+    "{name: p90, metric: latency, quantile: 0.9, max: 2s}",
+    "{name: oom, metric: oom-kills, max: 0, critical: true}",
+)
 
-POLICY = f"""\
-apiVersion: kserve-canary.dev/v1alpha1
-kind: PromotionPolicy
-metadata: {{name: {NAME}, namespace: {NS}}}
-spec:
-  target: {{inferenceService: {NAME}}}
-  steps: [10, 50, 100]
-  window: 4s
-  interval: 1s
-  minRequests: 10
-  progressDeadline: 60s
-  checks:
-    - {{name: p90, metric: latency, quantile: 0.9, max: 2s}}
-    - {{name: oom, metric: oom-kills, max: 0, critical: true}}
-  notify:
-    - webhook: {{urlFrom: {{env: HOOK_URL}}}}
-"""
+
+def knative_config(stack: Stack) -> None:
+    """The cluster's Knative: a 6 s progress deadline in knative-serving/config-deployment."""
+    stack.emulator.create_namespace("knative-serving")
+    stack.emulator.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "config-deployment", "namespace": "knative-serving"},
+            "data": {"progress-deadline": KNATIVE_DEADLINE},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    models = [ModelTraffic(NS, NAME, 40.0, {V1: RevisionBehaviour(median_ms=80), V2: LOADS_15_S})]
-    with Stack(models, {f"{NAME}.yaml": POLICY}) as started:
-        started.env = {"HOOK_URL": f"{started.receiver.url}/hook"}
-        started.emulator.create_namespace("knative-serving")
-        started.emulator.create(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "config-deployment", "namespace": "knative-serving"},
-                "data": {"progress-deadline": KNATIVE_DEADLINE},
-            }
-        )
-        started.apply(inference_service(NS, NAME, V1))
-        assert wait_until(lambda: started.predictor_status(NS, NAME).get("latestRolledoutRevision"), 30)
+    policies = {f"{NAME}.yaml": policy(NS, NAME, CHECKS, deadline="60s")}
+    with serving(NS, {NAME: LOADS_15_S}, policies, rps=40.0, prepare=knative_config) as started:
         yield started
 
 
 @pytest.fixture(scope="module")
 def controller(stack: Stack) -> ControllerProcess:
-    started = stack.start_controller("e2e-knative")
-    time.sleep(2)  # let Prometheus see the stable revision before anything changes
-    stack.set_storage_uri(NS, NAME, V2)
-    return started
+    return roll_out(stack, "e2e-knative", NS, [NAME], settle=2)
 
 
 def notifications(stack: Stack) -> list[dict[str, Any]]:
-    return [r.json() for r in stack.receiver.requests if r.json()["inferenceService"]["name"] == NAME]
+    return notifications_about(stack, NAME)
 
 
 def writes(stack: Stack) -> list[tuple[float, Any]]:
     """(time, canaryTrafficPercent) of every write the controller made to the InferenceService."""
-    found = []
-    for entry in stack.emulator.requests.entries(method="PATCH", path_contains=f"/inferenceservices/{NAME}"):
-        if (
-            entry.status == 200
-            and entry.user_agent.startswith("kserve-canary/")
-            and isinstance(entry.body, dict)
-        ):
-            predictor = (entry.body.get("spec") or {}).get("predictor") or {}
-            found.append((entry.time, predictor.get("canaryTrafficPercent", "<absent>")))
-    return found
+    return writes_to(stack, NAME)
 
 
 def test_a_model_loading_longer_than_knatives_deadline_is_rolled_back_with_knatives_reason(

@@ -17,7 +17,8 @@ from kubernetes import client
 
 from canary.kserve.outbox import OUTBOX_KEY, outbox_configmap_name
 from canary.notify.webhook import IDEMPOTENCY_HEADER
-from tests.e2e.test_rollouts import V1, V2, policy
+from tests.e2e.support import V1, V2
+from tests.e2e.test_rollouts import policy
 from tests.notify.outage import OutageReceiver, Received
 
 NS = "e2e"

@@ -19,7 +19,8 @@ from canary_sandbox.fleet.behaviour import RevisionBehaviour
 from canary_sandbox.fleet.world import ModelTraffic
 from canary_sandbox.stack import Stack, inference_service, wait_until
 
-from tests.e2e.test_rollouts import V1, V2, policy, written_percentages
+from tests.e2e.support import V1, V2, written_percentages
+from tests.e2e.test_rollouts import policy
 
 NS = "e2e"
 HEALTHY = {V1: RevisionBehaviour(median_ms=80), V2: RevisionBehaviour(median_ms=80)}

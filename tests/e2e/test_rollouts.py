@@ -11,22 +11,28 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import requests
 from canary_sandbox.fleet.behaviour import RevisionBehaviour
-from canary_sandbox.fleet.world import ModelTraffic
-from canary_sandbox.stack import ControllerProcess, Stack, inference_service, wait_until
+from canary_sandbox.stack import ControllerProcess, Stack, wait_until
 from typer.testing import CliRunner
 
 from canary.cli import app
+from tests.e2e import support
+from tests.e2e.support import (
+    HEALTHY,
+    V1,  # noqa: F401 - tests/e2e/test_hostile_configmaps.py imports it from here
+    V2,
+    decided,
+    notifications,
+    serving,
+    story,
+    written_percentages,
+)
 
 NS = "e2e"
 RPS = 60.0
-V1, V2 = "s3://models/v1", "s3://models/v2"
-
-HEALTHY = RevisionBehaviour(median_ms=80, ready_after_s=1.0)
 SLOW_TO_LOAD = RevisionBehaviour(median_ms=80, ready_after_s=4.0)  # a GPU model loading its weights
 REGRESSES_UNDER_LOAD = RevisionBehaviour(median_ms=80, load_sensitivity=3.0)  # p99 grows with its share
 LEAKS_GPU_MEMORY = RevisionBehaviour(gpu_base_mib=30000, gpu_mib_per_request=400, oom_at_mib=40000)
@@ -82,18 +88,9 @@ SCENARIOS: dict[str, tuple[RevisionBehaviour, str]] = {
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    models = [
-        ModelTraffic(NS, name, RPS, {V1: RevisionBehaviour(median_ms=80), V2: behaviour})
-        for name, (behaviour, _) in SCENARIOS.items()
-    ]
+    canaries = {name: behaviour for name, (behaviour, _) in SCENARIOS.items()}
     policies = {f"{name}.yaml": text for name, (_, text) in SCENARIOS.items()}
-    with Stack(models, policies) as started:
-        started.env = {"HOOK_URL": f"{started.receiver.url}/hook"}
-        for name in SCENARIOS:
-            started.apply(inference_service(NS, name, V1))
-        assert wait_until(
-            lambda: all(started.predictor_status(NS, n).get("latestRolledoutRevision") for n in SCENARIOS), 30
-        )
+    with serving(NS, canaries, policies, rps=RPS) as started:
         yield started
 
 
@@ -121,8 +118,7 @@ def controller(stack: Stack) -> ControllerProcess:
 
 
 def phase(stack: Stack, name: str) -> str | None:
-    state = stack.state(NS, name)
-    return None if state is None else str(state.get("phase"))
+    return support.phase(stack, NS, name)
 
 
 def wait_for_phase(stack: Stack, name: str, phases: set[str], timeout: float = 90) -> str:
@@ -132,48 +128,8 @@ def wait_for_phase(stack: Stack, name: str, phases: set[str], timeout: float = 9
     return str(phase(stack, name))
 
 
-def story(stack: Stack, name: str) -> str:
-    """What happened to a model, for assertion messages: every notification with its reasons."""
-    return "\n".join(
-        f"{n['action']}: {n['summary']} {n['reasons']} {[(c['name'], c['verdict'], c['value'], c['stable']) for c in n['checks']]}"
-        for n in notifications(stack, name)
-    )
-
-
 def assert_outcome(stack: Stack, name: str, expected: str) -> None:
-    final = wait_for_phase(stack, name, {"Succeeded", "RolledBack"})
-    assert final == expected, story(stack, name)
-
-
-def written_percentages(stack: Stack, name: str) -> list[Any]:
-    """Every canaryTrafficPercent the controller wrote to this InferenceService, from the API's log."""
-    values = []
-    for entry in stack.emulator.requests.entries(method="PATCH", path_contains=f"/inferenceservices/{name}"):
-        if (
-            entry.status == 200
-            and entry.user_agent.startswith("kserve-canary/")
-            and isinstance(entry.body, dict)
-        ):
-            predictor = (entry.body.get("spec") or {}).get("predictor") or {}
-            values.append(predictor.get("canaryTrafficPercent", "<absent>"))
-    return values
-
-
-def notifications(stack: Stack, name: str) -> list[dict[str, Any]]:
-    return [
-        request.json()
-        for request in stack.receiver.requests
-        if request.json()["inferenceService"]["name"] == name
-    ]
-
-
-def delivered(stack: Stack, name: str, action: str, timeout: float = 20.0) -> dict[str, Any]:
-    """The first ``action`` notification of ``name`` the receiver got: delivery runs in the
-    background, so it may arrive a little after the state shows the decision."""
-    assert wait_until(lambda: any(n["action"] == action for n in notifications(stack, name)), timeout), (
-        f"no {action} notification for {name}: {[n['action'] for n in notifications(stack, name)]}"
-    )
-    return next(n for n in notifications(stack, name) if n["action"] == action)
+    assert support.finished(stack, NS, name) == expected, story(stack, name)
 
 
 # First: it must catch its model at step 1 while the other rollouts run.
@@ -187,7 +143,7 @@ def test_a_human_change_pauses_the_rollout_and_resume_continues(
     assert wait_for_phase(stack, "human", {"Paused"}, timeout=20) == "Paused"
     time.sleep(3)
     assert stack.canary_percent(NS, "human") == 40, "a paused rollout is not fought over"
-    paused = delivered(stack, "human", "paused")
+    paused = decided(stack, "human", "paused")
     assert "40" in paused["summary"] + " ".join(paused["reasons"])
     result = CliRunner().invoke(app, ["resume", f"{NS}/human", "--kubeconfig", str(stack.kubeconfig)])
     assert result.exit_code == 0, result.output
@@ -221,7 +177,7 @@ def test_a_canary_whose_p99_regresses_under_load_is_rolled_back(
 ) -> None:
     assert_outcome(stack, "regress", "RolledBack")
     assert stack.canary_percent(NS, "regress") == 0
-    rollback = delivered(stack, "regress", "rolled-back")
+    rollback = decided(stack, "regress", "rolled-back")
     p99 = next(check for check in rollback["checks"] if check["name"] == "p99")
     assert p99["verdict"] == "fail"
     # Broken by the sequential test, or on the step's estimate with its own error stated: the canary
@@ -237,7 +193,7 @@ def test_an_oom_kill_rolls_back_within_one_interval_of_being_visible(
     stack: Stack, controller: ControllerProcess
 ) -> None:
     assert_outcome(stack, "oom", "RolledBack")
-    rollback = delivered(stack, "oom", "rolled-back")
+    rollback = decided(stack, "oom", "rolled-back")
     oom = next(check for check in rollback["checks"] if check["name"] == "oom")
     assert (oom["verdict"], oom["critical"]) == ("fail", True)
     # The 30s window never elapsed: a critical failure does not wait for the window or failureLimit.
@@ -252,7 +208,7 @@ def test_a_model_oom_killed_while_loading_is_rolled_back_on_the_alarm_not_at_an_
     from its birth, so the first kill is an alarm: the rollback comes within seconds of it, long
     before the first evaluation an interval after the start would have come."""
     assert_outcome(stack, "loadoom", "RolledBack")
-    rollback = delivered(stack, "loadoom", "rolled-back")
+    rollback = decided(stack, "loadoom", "rolled-back")
     oom = next(check for check in rollback["checks"] if check["name"] == "oom")
     assert (oom["verdict"], oom["critical"]) == ("fail", True), story(stack, "loadoom")
     assert written_percentages(stack, "loadoom") == [10, 0]
@@ -278,7 +234,7 @@ def test_a_canary_that_never_becomes_ready_is_rolled_back_at_its_deadline(
 ) -> None:
     assert_outcome(stack, "neverready", "RolledBack")
     assert written_percentages(stack, "neverready") == [10, 0]
-    rollback = delivered(stack, "neverready", "rolled-back")
+    rollback = decided(stack, "neverready", "rolled-back")
     assert "12s" in rollback["summary"] + " ".join(rollback["reasons"])
 
 

@@ -20,7 +20,8 @@ from canary_sandbox.fleet.world import ModelTraffic
 from canary_sandbox.stack import Stack, inference_service, wait_until
 from kubernetes import client
 
-from tests.e2e.test_rollouts import V1, V2, policy
+from tests.e2e.support import V1, V2
+from tests.e2e.test_rollouts import policy
 
 NS = "e2e"
 STABLE = RevisionBehaviour(median_ms=80)
