@@ -15,12 +15,14 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
 from kubernetes import client, config
 
@@ -126,12 +128,28 @@ def invoke(*arguments: str, home: Path | None = None, **env: str) -> subprocess.
     if home is not None:
         variables["HOME"] = str(home)
     variables.update(env)
-    result = CliRunner().invoke(app, list(arguments), env=variables, prog_name="kserve-canary")
+    with _own_logging():
+        result = CliRunner().invoke(app, list(arguments), env=variables, prog_name="kserve-canary")
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         assert result.exc_info is not None
         stderr += "".join(traceback.format_exception(*result.exc_info))
     return subprocess.CompletedProcess(["kserve-canary", *arguments], result.exit_code, result.stdout, stderr)
+
+
+@contextmanager
+def _own_logging() -> Iterator[None]:
+    """structlog's configuration as it was before the command: a command may configure it for its
+    process (``backtest`` sends only errors to stderr), and here its process is the test's, its
+    stderr the runner's, closed once the command has returned."""
+    configured, saved = structlog.is_configured(), structlog.get_config()
+    try:
+        yield
+    finally:
+        if configured:
+            structlog.configure(**saved)
+        else:
+            structlog.reset_defaults()
 
 
 def spawn(

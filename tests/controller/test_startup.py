@@ -43,7 +43,7 @@ def kubeconfig(tmp_path: Path) -> Path:
     return path
 
 
-def run(home: Path, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+def run(home: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     environment = {
         key: value
         for key, value in os.environ.items()
@@ -78,7 +78,7 @@ def test_missing_kubeconfig_from_the_environment_names_the_variable(home: Path, 
     environment = {**os.environ, "KUBECONFIG": str(missing), "HOME": str(home)}
     result = subprocess.run(
         [sys.executable, "-m", "canary", "run", "--policies", str(home), "--metrics-port=-1"],
-        capture_output=True, text=True, timeout=20, env=environment, check=False,
+        capture_output=True, text=True, timeout=60, env=environment, check=False,
     )  # fmt: skip
     assert_one_line(result, str(missing), "KUBECONFIG")
 
