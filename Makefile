@@ -12,7 +12,7 @@ PYTEST_PARALLEL ?= -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 # The slowest tests of every run, to see where the time goes.
 PYTEST_REPORT ?= --durations=30
 
-.PHONY: setup prometheus browser demo test test-fast test-faults release-check lint typecheck bench schema clean
+.PHONY: setup prometheus browser demo test test-fast test-faults test-fuzz release-check lint typecheck bench schema clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -58,7 +58,7 @@ PYTEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 
 # The suites that run after it, each a target of its own with its budget (CI runs them all after
 # `make test`, in .ci/run): their coverage is added to this run's (coverage combine --append).
-AFTER_TEST := tests/faults
+AFTER_TEST := tests/faults tests/fuzz
 
 test: setup browser lint typecheck
 	$(VENV)/bin/coverage erase
@@ -69,20 +69,26 @@ test: setup browser lint typecheck
 	$(VENV)/bin/coverage report --precision=1 --include='canary/rollout/*' --fail-under=95
 
 # A suite that runs after `make test`: its tests in parallel under coverage, its measurement added to
-# the one `make test` left (.coverage), and the coverage of both together reported.
+# the one `make test` left (.coverage), and the coverage of all that ran reported.
 define suite_after_test
 	$(PYTEST_ENV) $(VENV)/bin/coverage run -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_REPORT) $(1)
 	$(VENV)/bin/coverage combine -q --append
-	@echo "coverage of make test and $(1) together:"
+	@echo "coverage of make test with $(1) added (and any suite run after it before):"
 	@$(VENV)/bin/coverage report --precision=1 | tail -n 1
 	@$(VENV)/bin/coverage report --precision=1 --include='canary/rollout/*' | tail -n 1
 endef
 
 # The fault suite: the e2e stack with faults injected (Prometheus, the API, the receiver, kills,
-# state loss), the never-happen invariants checked from the API's records. Budget: 6 minutes on the
+# state loss), the never-happen invariants checked from the API's records. Budget: 4 minutes on the
 # two-core machine (docs/performance.md).
 test-faults: setup
 	$(call suite_after_test,tests/faults)
+
+# The fuzz suite: thousands of generated and mutated policies, states, commands and Prometheus answers
+# (FUZZ_SCALE scales it), and the judge's error rates simulated. Budget: 3 minutes on the two-core
+# machine (docs/performance.md).
+test-fuzz: setup
+	$(call suite_after_test,tests/fuzz)
 
 # Everything but the slow suites: tests/integration (real Prometheus), tests/e2e (the controller as
 # a process), tests/faults (the same with faults injected) and tests/fuzz, marked by directory in
