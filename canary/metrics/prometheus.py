@@ -55,7 +55,6 @@ from canary.metrics.client import (
     PrometheusConfig,
     QueryFailure,
     QueryOutcome,
-    VectorEnvelope,
     redact_url,
 )
 from canary.metrics.counting.counts import CountsPipeline
@@ -70,6 +69,7 @@ from canary.metrics.detect import (
     DetectionReport,
     ProfileDetector,
 )
+from canary.metrics.envelope import VectorEnvelope
 from canary.metrics.explain_queries import canary_queries, stable_queries
 from canary.metrics.labels import KSM_LABELS
 from canary.metrics.plan import (
