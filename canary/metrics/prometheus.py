@@ -49,7 +49,7 @@ from canary.metrics.budget import (
     deferred_detail,
     namespace_deferred_detail,
 )
-from canary.metrics.catalog import BuiltinQuery, CounterQuery, Family, RevisionKey, render_builtin
+from canary.metrics.catalog import BuiltinQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
@@ -90,6 +90,7 @@ from canary.metrics.plan import (
 )
 from canary.metrics.split import Splitter
 from canary.metrics.tenancy import Tenancy
+from canary.metrics.tick_queries import CounterQuery
 from canary.policy.model import KubeStateLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
 from canary.repeats import Repeats
 
