@@ -49,7 +49,7 @@ from canary.metrics.budget import (
     deferred_detail,
     namespace_deferred_detail,
 )
-from canary.metrics.catalog import BuiltinQuery, Family, RevisionKey, render_builtin
+from canary.metrics.catalog import BuiltinQuery, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
@@ -61,17 +61,11 @@ from canary.metrics.counting.counts import CountsPipeline
 from canary.metrics.counting.decode import COUNTER_VECTOR
 from canary.metrics.counting.peaks import PeaksPipeline
 from canary.metrics.detect import (
-    GPU_FAMILY,
-    KUBE_STATE_FAMILY,
-    REQUEST_LABELS_FAMILY,
-    REQUESTS_FAMILY,
-    Detection,
     DetectionReport,
     ProfileDetector,
 )
 from canary.metrics.envelope import VectorEnvelope
 from canary.metrics.explain_queries import canary_queries, stable_queries
-from canary.metrics.labels import KSM_LABELS
 from canary.metrics.plan import (
     COUNTED_MEASURES,
     CountsAsk,
@@ -79,19 +73,16 @@ from canary.metrics.plan import (
     Need,
     PeaksAsk,
     QueryGrouping,
-    Resolution,
     Side,
     SingleAsk,
-    families_needed,
-    family_labels,
     measurement_for,
     merge_asks,
     plan_rollout,
 )
+from canary.metrics.resolve import FamilyResolver
 from canary.metrics.split import Splitter
 from canary.metrics.tenancy import Tenancy
-from canary.metrics.tick_queries import CounterQuery
-from canary.policy.model import KubeStateLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.policy.model import MetricKind, PromotionPolicy, RequestsProfile
 from canary.repeats import Repeats
 
 __all__ = ["PrometheusEvidenceSource"]
@@ -100,11 +91,28 @@ _log = structlog.get_logger("canary.metrics")
 
 Parsed = GroupedAnswer | float | QueryFailure | None
 
-_AUTO = "auto"  # every profile and label style setting's "detect it"
-
 
 class PrometheusEvidenceSource:
-    """Answers evidence requests from one Prometheus-compatible server (an :class:`EvidenceSource`)."""
+    """Answers evidence requests from one Prometheus-compatible server (an :class:`EvidenceSource`).
+
+    :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
+    :param min_window: overrides ``2 * scrape_interval``.
+    :param min_requests: a latency or error rate computed from fewer requests is no-data.
+    :param max_parallel_queries: queries of one collect call in flight at once.
+    :param grouping: how far the other families' queries are shared (``per-revision`` is the
+        naive baseline); the counted measures are always sampled once per tick.
+    :param max_single_queries_per_tick: custom ``promql`` checks and overrides asked per tick (one
+        query per revision each); the others are ``error``/``deferred`` until a later tick.
+    :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
+        ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
+        memory: an answer decodes to about 150 bytes of Python objects per point while it is
+        read, and the process' RSS keeps that peak; a smaller budget costs more queries.
+    :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
+    :param tenancy: how custom queries are scoped to their policy's namespace (default: every
+        selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
+    :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
+        per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
+    """
 
     def __init__(
         self,
@@ -125,25 +133,6 @@ class PrometheusEvidenceSource:
         tenancy: Tenancy | None = None,
         namespace_query_seconds: float | None = None,
     ) -> None:
-        """
-        :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
-        :param min_window: overrides ``2 * scrape_interval``.
-        :param min_requests: a latency or error rate computed from fewer requests is no-data.
-        :param max_parallel_queries: queries of one collect call in flight at once.
-        :param grouping: how far the other families' queries are shared (``per-revision`` is the
-            naive baseline); the counted measures are always sampled once per tick.
-        :param max_single_queries_per_tick: custom ``promql`` checks and overrides asked per tick (one
-            query per revision each); the others are ``error``/``deferred`` until a later tick.
-        :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
-            ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
-            memory: an answer decodes to about 150 bytes of Python objects per point while it is
-            read, and the process' RSS keeps that peak; a smaller budget costs more queries.
-        :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
-        :param tenancy: how custom queries are scoped to their policy's namespace (default: every
-            selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
-        :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
-            per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
-        """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
         if max_single_queries_per_tick < 0:
@@ -165,6 +154,7 @@ class PrometheusEvidenceSource:
             retry_missing_after=scrape_interval,
             clock=clock or time.monotonic,
         )
+        self._resolver = FamilyResolver(self.detector)
         self._max_parallel = max_parallel_queries
         self._repeats = Repeats()  # failing queries are logged once per change
         self._pool: ThreadPoolExecutor | None = None
@@ -267,7 +257,7 @@ class PrometheusEvidenceSource:
         profiles: list[dict[str, str]] = []
         detection_cost = [0] * len(rollouts)
         for index, (policy, request) in enumerate(rollouts):
-            resolutions, used, cost = self._resolve(policy, request)
+            resolutions, used, cost = self._resolver.resolve(policy, request.at)
             detection_cost[index] = cost
             profiles.append(used)
             needs.extend(
@@ -321,16 +311,9 @@ class PrometheusEvidenceSource:
             return
         namespace = policy.metadata.namespace
         who = (namespace, policy.spec.target.inference_service)
-        self.counts.watch(RevisionKey(namespace, revision), who, born, at, self._restarts_counter(policy, at))
-
-    def _restarts_counter(self, policy: PromotionPolicy, at: datetime) -> CounterQuery:
-        """The restart counters in ``policy``'s kube-state-metrics label style (configured or detected)."""
-        metrics = policy.spec.metrics
-        style = metrics.kube_state_labels.value
-        if style == _AUTO:
-            style = self.detector.kube_state_labels(at)[0].choice or KubeStateLabelStyle.POD.value
-        labels = family_labels(metrics, None, None, None, style).get(Family.KUBE_STATE)
-        return CounterQuery(None, labels=None if labels == KSM_LABELS else labels)
+        self.counts.watch(
+            RevisionKey(namespace, revision), who, born, at, self._resolver.restarts_counter(policy, at)
+        )
 
     def sample_warm_up(self, at: datetime) -> None:
         """The tick's sample of the restart counters, if no collect has taken one within half a
@@ -383,84 +366,6 @@ class PrometheusEvidenceSource:
         self.close()
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _resolve(
-        self, policy: PromotionPolicy, request: EvidenceRequest
-    ) -> tuple[dict[Family, Resolution], dict[str, str], int]:
-        """Profiles and label styles per family for this policy: configured, or detected; and the
-        detection round trips."""
-        needed = families_needed(policy)
-        used, unavailable, cost = self._choose(policy, needed, request.at)
-        labels = family_labels(
-            policy.spec.metrics,
-            used.get(REQUESTS_FAMILY),
-            used.get(REQUEST_LABELS_FAMILY),
-            used.get(GPU_FAMILY),
-            used.get(KUBE_STATE_FAMILY),
-        )
-        ksm = labels.get(Family.KUBE_STATE)
-        resolutions = {
-            Family.REQUESTS: Resolution(used.get(REQUESTS_FAMILY), labels=labels.get(Family.REQUESTS)),
-            Family.DCGM: Resolution(used.get(GPU_FAMILY), labels=labels.get(Family.DCGM)),
-            Family.KUBE_STATE: Resolution(labels=None if ksm == KSM_LABELS else ksm),  # None: the default
-        }
-        resolutions = {
-            family: unavailable.get(family) or resolution
-            for family, resolution in resolutions.items()
-            if family in needed
-        }
-        # The other families have one profile each; report them for explain all the same.
-        for family in needed - set(resolutions):
-            used[family.value] = "builtin"
-        return resolutions, used, cost
-
-    def _choose(
-        self, policy: PromotionPolicy, needed: set[Family], at: datetime
-    ) -> tuple[dict[str, str], dict[Family, Resolution], int]:
-        """Each setting's choice (configured, or detected: ``none`` when nothing fits), the families
-        that cannot be read (and why), and the detection round trips."""
-        metrics = policy.spec.metrics
-        settings = (
-            (Family.REQUESTS, REQUESTS_FAMILY, metrics.requests.value, self._detect_profile),
-            (
-                Family.REQUESTS,
-                REQUEST_LABELS_FAMILY,
-                metrics.request_labels.value,
-                self._detect_request_labels,
-            ),
-            (Family.DCGM, GPU_FAMILY, metrics.gpu_labels.value, self._detect_gpu),
-            (Family.KUBE_STATE, KUBE_STATE_FAMILY, metrics.kube_state_labels.value, self._detect_kube_state),
-        )
-        used: dict[str, str] = {}
-        unavailable: dict[Family, Resolution] = {}
-        cost = 0
-        for family, report_name, configured, detect in settings:
-            if family not in needed or family in unavailable:
-                continue
-            if configured != _AUTO:
-                used[report_name] = configured
-                continue
-            detection, spent = detect(used, at)
-            cost += spent
-            resolution = _resolution_from(detection)
-            if family is Family.KUBE_STATE and detection.failure is None and not detection.found:
-                resolution = Resolution(KubeStateLabelStyle.POD.value)  # not scraped yet: the standard labels
-            if resolution.unavailable is not None:
-                unavailable[family] = resolution
-            used[report_name] = resolution.choice or "none"
-        return used, unavailable, cost
-
-    def _detect_profile(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.requests_profile(at)
-
-    def _detect_request_labels(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.request_labels(RequestsProfile(used[REQUESTS_FAMILY]), at)
-
-    def _detect_gpu(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.gpu_labels(at)
-
-    def _detect_kube_state(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.kube_state_labels(at)
 
     def _run(
         self,
@@ -626,18 +531,6 @@ def _tenants(
         if isinstance(need.ask, SingleAsk) and need.ask not in owners:
             owners[need.ask] = rollouts[need.rollout][1].namespace
     return owners
-
-
-def _resolution_from(detection: Detection) -> Resolution:
-    if detection.failure is not None:
-        return Resolution(
-            unavailable=Measurement.error(
-                detection.failure.error_class, f"metric profile detection failed: {detection.failure.detail}"
-            )
-        )
-    if detection.choice is None:
-        return Resolution(unavailable=Measurement.no_data(detection.detail))
-    return Resolution(detection.choice)
 
 
 def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int) -> dict[str, CountSeries]:
