@@ -454,84 +454,42 @@ def _command(
     issue_command(CommandKind(kind), target, options)
 
 
-@app.command()
-def pause(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
+def _operator_command(kind: str, summary: str) -> None:
+    """Register ``kind`` (pause, resume, approve, abort, promote): one signature, its own help."""
+
+    def command(
+        target: TargetArgument,
+        reason: ReasonOption = None,
+        wait: WaitOption = DEFAULT_WAIT,
+        no_wait: NoWaitOption = False,
+        revision: RevisionOption = None,
+        namespace: NamespaceOption = None,
+        kubeconfig: KubeconfigOption = None,
+        context: ContextOption = None,
+    ) -> None:
+        _command(kind, target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
+
+    command.__doc__ = summary
+    app.command(kind)(command)
+
+
+_operator_command(
+    "pause",
     """Stop the rollout where it is (nothing is written to the InferenceService).
 
     Waits for the controller's answer and prints it. Exit 0: accepted; 1: refused, with the reason
     (at once when the CLI can tell: no rollout in progress, already paused, ...); 3: the controller
     did not answer within --wait (the command stays queued), or the cluster is unreachable.
-    """
-    _command("pause", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def resume(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Continue a paused rollout (exit codes as for pause)."""
-    _command("resume", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def approve(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Let a step with `approval: manual` proceed, now or when it passes (exit codes as for pause)."""
-    _command("approve", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def abort(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Roll back now (canaryTrafficPercent: 0) (exit codes as for pause)."""
-    _command("abort", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def promote(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."""
-    _command("promote", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
+    """,
+)
+_operator_command("resume", "Continue a paused rollout (exit codes as for pause).")
+_operator_command(
+    "approve", "Let a step with `approval: manual` proceed, now or when it passes (exit codes as for pause)."
+)
+_operator_command("abort", "Roll back now (canaryTrafficPercent: 0) (exit codes as for pause).")
+_operator_command(
+    "promote", "Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."
+)
 
 
 # ---------------------------------------------------------------------------------------------
