@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -717,13 +716,3 @@ class Controller:
         if objects.state is CrdState.FORBIDDEN:
             return "; listing PromotionPolicy objects is forbidden: they are not read"
         return "; asking whether the PromotionPolicy CRD is served"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` (for tests and the demo)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -10,7 +10,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
 
 import requests
 from requests.auth import AuthBase, HTTPBasicAuth
@@ -63,35 +62,6 @@ class PrometheusConfig:
             raise ValueError("give the bearer token as a file or an environment variable, not both")
         if (self.basic_auth_password_file or self.basic_auth_password_env) and not self.basic_auth_username:
             raise ValueError("a basic-auth password needs basic_auth_username")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """Read ``PROMETHEUS_URL``, ``PROMETHEUS_HEADERS`` (``K=V,K2=V2``), ``PROMETHEUS_TOKEN_FILE``,
-        ``PROMETHEUS_TOKEN_ENV`` (the *name* of a variable holding the token), ``PROMETHEUS_USERNAME``,
-        ``PROMETHEUS_PASSWORD_FILE``, ``PROMETHEUS_PASSWORD_ENV``, ``PROMETHEUS_CA_FILE``,
-        ``PROMETHEUS_INSECURE_SKIP_VERIFY``, ``PROMETHEUS_TIMEOUT`` (seconds) and
-        ``PROMETHEUS_MAX_ANSWER_BYTES``."""
-        env = os.environ if environ is None else environ
-        headers: dict[str, str] = {}
-        for item in filter(None, (part.strip() for part in env.get("PROMETHEUS_HEADERS", "").split(","))):
-            name, separator, value = item.partition("=")
-            if not separator or not name.strip():
-                raise ValueError(f"PROMETHEUS_HEADERS entries look like Name=value, got {name.strip()!r}")
-            headers[name.strip()] = value.strip()
-        return cls(
-            url=env.get("PROMETHEUS_URL", "http://localhost:9090"),
-            headers=headers,
-            bearer_token_file=env.get("PROMETHEUS_TOKEN_FILE") or None,
-            bearer_token_env=env.get("PROMETHEUS_TOKEN_ENV") or None,
-            basic_auth_username=env.get("PROMETHEUS_USERNAME") or None,
-            basic_auth_password_file=env.get("PROMETHEUS_PASSWORD_FILE") or None,
-            basic_auth_password_env=env.get("PROMETHEUS_PASSWORD_ENV") or None,
-            ca_file=env.get("PROMETHEUS_CA_FILE") or None,
-            insecure_skip_verify=env.get("PROMETHEUS_INSECURE_SKIP_VERIFY", "").lower()
-            in {"1", "true", "yes"},
-            timeout=float(env.get("PROMETHEUS_TIMEOUT", "10")),
-            max_answer_bytes=int(env.get("PROMETHEUS_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES),
-        )
 
 
 def _read_secret(file: str | None, env: str | None) -> str:

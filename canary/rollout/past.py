@@ -144,11 +144,6 @@ class PastRollout:
     decisions_dropped: int = 0
     checks: tuple[ExplainCheck, ...] = ()
 
-    @property
-    def last_weight(self) -> int | None:
-        """The highest weight written to the canary during the rollout."""
-        return max((step.weight for step in self.steps), default=None)
-
     def to_json(self) -> str:
         return _dump(_ROLLOUT, self)
 
