@@ -11,41 +11,6 @@ from typing import Annotated
 
 import typer
 
-__all__ = [
-    "AllowCustomPromqlFromCrds",
-    "ClusterName",
-    "DashboardUrl",
-    "DryRun",
-    "Kubeconfig",
-    "LeaderElect",
-    "LeaseDuration",
-    "LeaseName",
-    "LeaseNamespace",
-    "LogFormat",
-    "LogFormatOption",
-    "MaxWorkers",
-    "MetricsBindAddress",
-    "MetricsPort",
-    "MinSamples",
-    "Namespace",
-    "NamespaceQueryBudget",
-    "NotifyAllowHost",
-    "NotifyInfoRetryFor",
-    "NotifyRetryFor",
-    "Policies",
-    "PolicySource",
-    "PrometheusCaFile",
-    "PrometheusHeader",
-    "PrometheusTimeout",
-    "PrometheusTokenFile",
-    "PrometheusUrl",
-    "RenewDeadline",
-    "RetryPeriod",
-    "ScrapeInterval",
-    "Shards",
-    "Tick",
-]
-
 
 class LogFormat(StrEnum):
     AUTO = "auto"

@@ -45,7 +45,7 @@ from canary.controller.delivery import Delivery
 from canary.controller.evidence import TickEvidenceSource
 from canary.controller.failures import ReconcileFailures
 from canary.controller.gates import GateRunner
-from canary.controller.leader import LeaderElector
+from canary.controller.leader import ElectorOptions, LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
 from canary.controller.policies import PolicyRegistry, ReloadReport
 from canary.controller.projection import PolicyView, previous_status, project_status
@@ -302,32 +302,25 @@ class Controller:
         settings, lease = self.settings, self.settings.leasing
         elector: LeaderElector | None = None
         sharded: ShardedElector | None = None
+        options = ElectorOptions(
+            name=lease.name,
+            namespace=lease.namespace,
+            identity=lease.identity,
+            lease_duration=lease.duration,
+            renew_deadline=lease.renew_deadline,
+            retry_period=lease.retry_period,
+            request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
+        )
         if lease.elect and not settings.cluster.dry_run and lease.shards > 1:
             sharded = ShardedElector(
                 api_client,
-                name=lease.name,
-                namespace=lease.namespace,
-                identity=lease.identity,
                 shards=lease.shards,
-                lease_duration=lease.duration,
-                renew_deadline=lease.renew_deadline,
-                retry_period=lease.retry_period,
-                request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
                 on_change=self._shards_changed,
                 in_flight=self._in_flight,
+                **options,
             )
         elif lease.elect and not settings.cluster.dry_run:
-            elector = LeaderElector(
-                api_client,
-                name=lease.name,
-                namespace=lease.namespace,
-                identity=lease.identity,
-                lease_duration=lease.duration,
-                renew_deadline=lease.renew_deadline,
-                retry_period=lease.retry_period,
-                request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
-                on_change=self._leadership_changed,
-            )
+            elector = LeaderElector(api_client, on_change=self._leadership_changed, **options)
         if elector is None and sharded is None and not settings.cluster.dry_run:
             # A single replica without election acts alone: it is the leader (for dashboards and the
             # no-leader alert). A dry run never acts, so it never leads.

@@ -143,17 +143,7 @@ class PrometheusEvidenceSource:
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
         self.min_requests = min_requests
         self.grouping = grouping
-        # "Nothing found" is stale as soon as the next scrape lands (a fresh install, or a controller
-        # that started before Prometheus' first scrape): asking again after one scrape interval costs
-        # one label look-up per interval for the whole controller, while a minute's negative cache held
-        # every rollout's first step that long.
-        self.detector = ProfileDetector(
-            self.client,
-            lookback=detection_lookback,
-            ttl=detection_ttl,
-            retry_missing_after=scrape_interval,
-            clock=clock or time.monotonic,
-        )
+        self.detector = _detector(self.client, scrape_interval, detection_lookback, detection_ttl, clock)
         self._resolver = FamilyResolver(self.detector)
         self._max_parallel = max_parallel_queries
         self._repeats = Repeats()  # failing queries are logged once per change
@@ -463,12 +453,7 @@ class PrometheusEvidenceSource:
         return outcome, GroupedAnswer(values, split.failures)
 
     def _ask_range(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
-        try:
-            return self.client.range_query(promql, start, end, step)
-        except Exception as error:  # as _ask: a backfill never crashes an evaluation
-            _log.exception("unexpected error while querying Prometheus", query=promql)
-            failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
-            return QueryOutcome(promql, None, failure, 1, 0.0)
+        return _guarded(promql, lambda: self.client.range_query(promql, start, end, step))
 
     def _ask(
         self,
@@ -477,14 +462,9 @@ class PrometheusEvidenceSource:
         typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
         within: float | None = None,
     ) -> QueryOutcome:
-        try:
-            if within is not None:
-                return self.client.instant(promql, at, typed=typed, within=within)
-            return self.client.instant(promql, at, typed=typed)
-        except Exception as error:  # the last line of defence: a query never crashes an evaluation
-            _log.exception("unexpected error while querying Prometheus", query=promql)
-            failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
-            return QueryOutcome(promql, None, failure, 1, 0.0)
+        if within is not None:
+            return _guarded(promql, lambda: self.client.instant(promql, at, typed=typed, within=within))
+        return _guarded(promql, lambda: self.client.instant(promql, at, typed=typed))
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -520,6 +500,32 @@ class PrometheusEvidenceSource:
                         query=measurement.query,
                         previousRepeated=repeated or None,
                     )
+
+
+def _detector(
+    client: PrometheusClient,
+    scrape_interval: float,
+    lookback: float,
+    ttl: float,
+    clock: Callable[[], float] | None,
+) -> ProfileDetector:
+    # "Nothing found" is stale as soon as the next scrape lands (a fresh install, or a controller
+    # that started before Prometheus' first scrape): asking again after one scrape interval costs
+    # one label look-up per interval for the whole controller, while a minute's negative cache held
+    # every rollout's first step that long.
+    return ProfileDetector(
+        client, lookback=lookback, ttl=ttl, retry_missing_after=scrape_interval, clock=clock or time.monotonic
+    )
+
+
+def _guarded(promql: str, ask: Callable[[], QueryOutcome]) -> QueryOutcome:
+    """``ask()``, or a failed outcome: the last line of defence, a query never crashes an evaluation."""
+    try:
+        return ask()
+    except Exception as error:
+        _log.exception("unexpected error while querying Prometheus", query=promql)
+        failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
+        return QueryOutcome(promql, None, failure, 1, 0.0)
 
 
 def _tenants(
