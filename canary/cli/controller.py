@@ -34,19 +34,11 @@ from canary.controller.settings import (
     TickSettings,
 )
 from canary.controller.startup import preflight_or_exit
-from canary.metrics.tenancy import Tenancy
 from canary.notify import redact_processor
 from canary.policy.scope import NamespaceSource
 from canary.policy.units import parse_duration
 
-__all__ = [
-    "controller_settings",
-    "duration",
-    "headers",
-    "policy_settings",
-    "run_controller",
-    "serving_settings",
-]
+__all__ = ["controller_settings", "duration", "headers", "run_controller"]
 
 
 def headers(values: list[str]) -> dict[str, str]:
@@ -80,41 +72,19 @@ def duration(text: str, option: str) -> float:
         raise typer.BadParameter(str(error), param_hint=option) from None
 
 
-def policy_settings(
-    paths: list[Path],
-    source: str,
-    namespaces: str,
-    secret_file_root: Path | None,
-    secret_env_allow: list[str],
-    promql: Tenancy | None = None,
-) -> PolicySettings:
-    """``--policies``, ``--policy-source``, ``--policy-namespaces``, the secret scope and the scope
-    of custom PromQL."""
-    return PolicySettings(
-        paths=tuple(paths),
-        sources=_policy_sources(source),
-        namespaces=NamespaceSource(namespaces),
-        secrets=secret_scope(secret_file_root, secret_env_allow),
-        promql=promql or Tenancy(),
-    )
-
-
-def serving_settings(port: int, bind_address: str | None) -> ServingSettings:
-    """``--metrics-port`` and ``--metrics-bind-address`` (default: $POD_IP, else loopback)."""
-    return ServingSettings(port=port, host=bind_address or default_bind_address())
-
-
 def controller_settings(flags: Mapping[str, Any]) -> ControllerSettings:
     """``run``'s parsed flags (``typer.Context.params``: the option names of
     :mod:`canary.cli.run_options`), as settings groups."""
     return ControllerSettings(
-        policies=policy_settings(
-            [Path(path) for path in flags["policies"]],
-            flags["policy_source"],
-            str(flags["policy_namespaces"]),
-            None if flags["secret_file_root"] is None else Path(flags["secret_file_root"]),
-            list(flags["secret_env_allow"]),
-            promql_tenancy(
+        policies=PolicySettings(
+            paths=tuple(Path(path) for path in flags["policies"]),
+            sources=_policy_sources(flags["policy_source"]),
+            namespaces=NamespaceSource(str(flags["policy_namespaces"])),
+            secrets=secret_scope(
+                None if flags["secret_file_root"] is None else Path(flags["secret_file_root"]),
+                list(flags["secret_env_allow"]),
+            ),
+            promql=promql_tenancy(
                 list(flags["custom_promql_allow_metric"]), list(flags["custom_promql_tenancy_label"])
             ),
         ),
@@ -146,7 +116,9 @@ def controller_settings(flags: Mapping[str, Any]) -> ControllerSettings:
             cluster_name=flags["cluster_name"],
             dashboard_url=flags["dashboard_url"],
         ),
-        serving=serving_settings(flags["metrics_port"], flags["metrics_bind_address"]),
+        serving=ServingSettings(
+            flags["metrics_port"], flags["metrics_bind_address"] or default_bind_address()
+        ),
         cluster=ClusterSettings(namespaces=tuple(flags["namespace"]), dry_run=flags["dry_run"]),
     )
 

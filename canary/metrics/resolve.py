@@ -8,6 +8,7 @@ into a :class:`~canary.metrics.plan.Resolution` per family needed (the ``auto`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from canary.evidence import Measurement
@@ -28,6 +29,7 @@ from canary.policy.model import KubeStateLabelStyle, PromotionPolicy, RequestsPr
 __all__ = ["FamilyResolver"]
 
 _AUTO = "auto"  # every profile and label style setting's "detect it"
+_Detect = Callable[[dict[str, str]], tuple[Detection, int]]  # the choices so far -> detection, round trips
 
 
 class FamilyResolver:
@@ -72,16 +74,27 @@ class FamilyResolver:
         """Each setting's choice (configured, or detected: ``none`` when nothing fits), the families
         that cannot be read (and why), and the detection round trips."""
         metrics = policy.spec.metrics
-        settings = (
-            (Family.REQUESTS, REQUESTS_FAMILY, metrics.requests.value, self._detect_profile),
+        detector = self.detector
+        settings: tuple[tuple[Family, str, str, _Detect], ...] = (
+            (
+                Family.REQUESTS,
+                REQUESTS_FAMILY,
+                metrics.requests.value,
+                lambda _: detector.requests_profile(at),
+            ),
             (
                 Family.REQUESTS,
                 REQUEST_LABELS_FAMILY,
                 metrics.request_labels.value,
-                self._detect_request_labels,
+                lambda used: detector.request_labels(RequestsProfile(used[REQUESTS_FAMILY]), at),
             ),
-            (Family.DCGM, GPU_FAMILY, metrics.gpu_labels.value, self._detect_gpu),
-            (Family.KUBE_STATE, KUBE_STATE_FAMILY, metrics.kube_state_labels.value, self._detect_kube_state),
+            (Family.DCGM, GPU_FAMILY, metrics.gpu_labels.value, lambda _: detector.gpu_labels(at)),
+            (
+                Family.KUBE_STATE,
+                KUBE_STATE_FAMILY,
+                metrics.kube_state_labels.value,
+                lambda _: detector.kube_state_labels(at),
+            ),
         )
         used: dict[str, str] = {}
         unavailable: dict[Family, Resolution] = {}
@@ -92,7 +105,7 @@ class FamilyResolver:
             if configured != _AUTO:
                 used[report_name] = configured
                 continue
-            detection, spent = detect(used, at)
+            detection, spent = detect(used)
             cost += spent
             resolution = _resolution_from(detection)
             if family is Family.KUBE_STATE and detection.failure is None and not detection.found:
@@ -101,18 +114,6 @@ class FamilyResolver:
                 unavailable[family] = resolution
             used[report_name] = resolution.choice or "none"
         return used, unavailable, cost
-
-    def _detect_profile(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.requests_profile(at)
-
-    def _detect_request_labels(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.request_labels(RequestsProfile(used[REQUESTS_FAMILY]), at)
-
-    def _detect_gpu(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.gpu_labels(at)
-
-    def _detect_kube_state(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.kube_state_labels(at)
 
     def restarts_counter(self, policy: PromotionPolicy, at: datetime) -> CounterQuery:
         """The restart counters in ``policy``'s kube-state-metrics label style (configured or detected)."""
