@@ -401,25 +401,32 @@ def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -
 
 
 def _gpu_memory_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
-    if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
-        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
-    selection = Selection(query.labels or DCGM_LABELS[query.gpu_labels].join_labels)
-    matchers = selection.matchers(revisions)
-    window = query.window
-
-    def over_window(function: str, metric: str) -> str:
-        return f"{function}({metric}{{{matchers}}}[{window}])"
-
-    peak_mib = over_window("max_over_time", DCGM_USED)
-    # used + free + reserved is the GPU's framebuffer size: constant, so window averages add up to it.
-    total_mib = (
-        f"({over_window('avg_over_time', DCGM_USED)} + {over_window('avg_over_time', DCGM_FREE)} + "
-        f"({over_window('avg_over_time', DCGM_RESERVED)} or 0 * {over_window('avg_over_time', DCGM_USED)}))"
-    )
+    selection, peak_mib, total_mib = gpu_memory(query.gpu_labels, query.labels, revisions, query.window)
     peak_bytes = f"max by ({GROUP}) ({selection.by_revision(peak_mib, revisions)}) * {MIB}"
     fraction = f"max by ({GROUP}) ({selection.by_revision(f'{peak_mib} / {total_mib}', revisions)})"
     gpus = f"count by ({GROUP}) ({selection.by_revision(peak_mib, revisions)})"
     return union(peak_bytes, with_field(fraction, FIELD_FRACTION), with_field(gpus, FIELD_SAMPLES))
+
+
+def gpu_memory(
+    style: GpuLabelStyle | None, labels: JoinLabels | None, revisions: Collection[RevisionKey], span: str
+) -> tuple[Selection, str, str]:
+    """DCGM's selection in label ``style`` (or the resolved ``labels``), each GPU's peak framebuffer
+    use over ``span`` and its framebuffer size, in MiB, per series."""
+    if style is None or style not in DCGM_LABELS:
+        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {style}")
+    selection = Selection(labels or DCGM_LABELS[style].join_labels)
+    matchers = selection.matchers(revisions)
+
+    def over(function: str, metric: str) -> str:
+        return f"{function}({metric}{{{matchers}}}[{span}])"
+
+    # used + free + reserved is the GPU's framebuffer size: constant, so window averages add up to it.
+    total_mib = (
+        f"({over('avg_over_time', DCGM_USED)} + {over('avg_over_time', DCGM_FREE)} + "
+        f"({over('avg_over_time', DCGM_RESERVED)} or 0 * {over('avg_over_time', DCGM_USED)}))"
+    )
+    return selection, over("max_over_time", DCGM_USED), total_mib
 
 
 def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:

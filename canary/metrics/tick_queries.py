@@ -18,10 +18,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from canary.metrics.catalog import (
-    DCGM_FREE,
-    DCGM_LABELS,
-    DCGM_RESERVED,
-    DCGM_USED,
     FIELD_FRACTION,
     GROUP,
     KSM_CREATED,
@@ -44,6 +40,7 @@ from canary.metrics.catalog import (
     RequestsMetrics,
     RevisionKey,
     Selection,
+    gpu_memory,
     pod_peak,
     relabel,
     requests_labels,
@@ -246,19 +243,7 @@ def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str
         return with_field(POD_SELECTION.by_revision(each_pod, revisions), PEAK_FIELD)
     if query.measure != MetricKind.GPU_MEMORY_PEAK.value:
         raise ValueError(f"{query.measure} has no per-tick peak")
-    if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
-        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
-    selection = Selection(query.labels or DCGM_LABELS[query.gpu_labels].join_labels)
-    matchers = selection.matchers(revisions)
-
-    def over(function: str, metric: str) -> str:
-        return f"{function}({metric}{{{matchers}}}[{span}])"
-
-    peak_mib = over("max_over_time", DCGM_USED)
-    total_mib = (
-        f"({over('avg_over_time', DCGM_USED)} + {over('avg_over_time', DCGM_FREE)} + "
-        f"({over('avg_over_time', DCGM_RESERVED)} or 0 * {over('avg_over_time', DCGM_USED)}))"
-    )
+    selection, peak_mib, total_mib = gpu_memory(query.gpu_labels, query.labels, revisions, span)
     peak_bytes = f"{selection.by_revision(peak_mib, revisions)} * {MIB}"
     fraction = selection.by_revision(f"{peak_mib} / {total_mib}", revisions)
     return union(with_field(peak_bytes, PEAK_FIELD), with_field(fraction, FIELD_FRACTION))
