@@ -436,24 +436,6 @@ RevisionOption = Annotated[
 DEFAULT_WAIT = 90.0  # more than the default evaluation interval (60 s)
 
 
-def _command(
-    kind: str,
-    target: str,
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    reason: str | None,
-    wait: float,
-    no_wait: bool,
-    revision: str | None,
-) -> None:
-    from canary.cli.rollouts import CommandOptions, issue_command  # noqa: PLC0415 - lazy: start-up time
-    from canary.rollout.state import CommandKind  # noqa: PLC0415
-
-    options = CommandOptions(namespace, kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
-    issue_command(CommandKind(kind), target, options)
-
-
 def _operator_command(kind: str, summary: str) -> None:
     """Register ``kind`` (pause, resume, approve, abort, promote): one signature, its own help."""
 
@@ -467,7 +449,11 @@ def _operator_command(kind: str, summary: str) -> None:
         kubeconfig: KubeconfigOption = None,
         context: ContextOption = None,
     ) -> None:
-        _command(kind, target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
+        from canary.cli.rollouts import CommandOptions, issue_command  # noqa: PLC0415 - lazy: start-up time
+        from canary.rollout.state import CommandKind  # noqa: PLC0415
+
+        options = CommandOptions(namespace, kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
+        issue_command(CommandKind(kind), target, options)
 
     command.__doc__ = summary
     app.command(kind)(command)
