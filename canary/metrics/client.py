@@ -147,11 +147,11 @@ class PrometheusClient:
             body = f"query={self._quoted(promql)}&{urlencode(params)}"
             if len(body) <= self.config.max_get_length:
                 query = {"query": promql, **params}
-                return self._session.get(f"{self._url}/api/v1/query", params=query, timeout=http_timeout)
+                return self._send("GET", f"{self._url}/api/v1/query", params=query, timeout=http_timeout)
             # Long URLs fail behind proxies (414, or silently truncated): a form body instead.
             form = {"Content-Type": _FORM}
-            return self._session.post(
-                f"{self._url}/api/v1/query", data=body, headers=form, timeout=http_timeout
+            return self._send(
+                "POST", f"{self._url}/api/v1/query", data=body, headers=form, timeout=http_timeout
             )
 
         return self._outcome(promql, call, typed)
@@ -211,8 +211,8 @@ class PrometheusClient:
         def call() -> requests.Response:
             form = {"query": promql, **params}
             if len(urlencode(form)) <= self.config.max_get_length:
-                return self._session.get(url, params=form, timeout=self._http_timeout)
-            return self._session.post(url, data=form, timeout=self._http_timeout)
+                return self._send("GET", url, params=form, timeout=self._http_timeout)
+            return self._send("POST", url, data=form, timeout=self._http_timeout)
 
         return self._outcome(promql, call)
 
@@ -232,6 +232,10 @@ class PrometheusClient:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        # `verify` as configured: left to the session, $REQUESTS_CA_BUNDLE would override it.
+        return self._session.request(method, url, verify=self._session.verify, **kwargs)
+
     def _range_params(self, matches: Sequence[str], start: datetime, end: datetime) -> dict[str, Any]:
         return {
             "match[]": list(matches),
@@ -240,7 +244,7 @@ class PrometheusClient:
         }
 
     def _list_call(self, url: str, params: dict[str, Any]) -> tuple[list[str] | QueryFailure, int]:
-        call = functools.partial(self._session.get, url, params=params, timeout=self._http_timeout)
+        call = functools.partial(self._send, "GET", url, params=params, timeout=self._http_timeout)
         attempt, http_requests = self._with_retries(call)
         if attempt.failure is not None:
             return attempt.failure, http_requests

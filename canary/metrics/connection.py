@@ -1,8 +1,5 @@
-"""Where Prometheus (or Thanos, Mimir, Cortex) is and the credentials it takes, as settings.
-
-Secrets are referenced (a file, the name of an environment variable), never held, and read when each
-request is made, so rotated tokens keep working. :mod:`canary.metrics.client` asks with them.
-"""
+"""Where Prometheus (or Thanos, Mimir, Cortex) is and the credentials it takes, as settings
+(:mod:`canary.metrics.client` asks with them)."""
 
 from __future__ import annotations
 
@@ -72,39 +69,28 @@ def _read_secret(file: str | None, env: str | None) -> str:
     return ""
 
 
-class _BearerToken(AuthBase):
-    """``Authorization: Bearer`` from a file or an environment variable, read when each request is made."""
+class _Credentials(AuthBase):
+    """A bearer token, else basic auth, read from its file or environment variable at each request."""
 
-    def __init__(self, file: str | None, env: str | None) -> None:
-        self._file = file
-        self._env = env
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        token = _read_secret(self._file, self._env)
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        return request
-
-
-class _BasicAuth(AuthBase):
-    def __init__(self, username: str, file: str | None, env: str | None) -> None:
-        self._username = username
-        self._file = file
-        self._env = env
+    def __init__(self, config: PrometheusConfig) -> None:
+        self._config = config
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        prepared: requests.PreparedRequest = HTTPBasicAuth(
-            self._username, _read_secret(self._file, self._env)
-        )(request)
+        config = self._config
+        if config.bearer_token_file or config.bearer_token_env:
+            token = _read_secret(config.bearer_token_file, config.bearer_token_env)
+            if token:
+                request.headers["Authorization"] = f"Bearer {token}"
+            return request
+        password = _read_secret(config.basic_auth_password_file, config.basic_auth_password_env)
+        prepared: requests.PreparedRequest = HTTPBasicAuth(config.basic_auth_username or "", password)(
+            request
+        )
         return prepared
 
 
 def credentials(config: PrometheusConfig) -> AuthBase | None:
     """The session's auth for ``config``: a bearer token, basic auth, or none."""
-    if config.bearer_token_file or config.bearer_token_env:
-        return _BearerToken(config.bearer_token_file, config.bearer_token_env)
-    if config.basic_auth_username:
-        return _BasicAuth(
-            config.basic_auth_username, config.basic_auth_password_file, config.basic_auth_password_env
-        )
+    if config.bearer_token_file or config.bearer_token_env or config.basic_auth_username:
+        return _Credentials(config)
     return None
