@@ -34,6 +34,7 @@ from canary.controller.settings import (
     TickSettings,
 )
 from canary.controller.startup import preflight_or_exit
+from canary.metrics.connection import parse_headers
 from canary.notify import redact_processor
 from canary.policy.scope import NamespaceSource
 from canary.policy.units import parse_duration
@@ -42,14 +43,11 @@ __all__ = ["controller_settings", "duration", "headers", "run_controller"]
 
 
 def headers(values: list[str]) -> dict[str, str]:
-    """``--prometheus-header K=V`` (repeated)."""
-    parsed: dict[str, str] = {}
-    for value in values:
-        name, separator, content = value.partition("=")
-        if not separator or not name.strip():
-            raise typer.BadParameter(f"expected K=V, got {value!r}", param_hint="--prometheus-header")
-        parsed[name.strip()] = content.strip()
-    return parsed
+    """``--prometheus-header NAME=VALUE`` (repeated)."""
+    try:
+        return parse_headers(values)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--prometheus-header") from None
 
 
 def _policy_sources(text: str) -> frozenset[PolicySource]:

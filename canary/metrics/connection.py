@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +13,7 @@ from requests.auth import AuthBase, HTTPBasicAuth
 
 from canary.retrying import RetryPolicy
 
-__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "PrometheusConfig", "credentials"]
+__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "PrometheusConfig", "credentials", "parse_headers"]
 
 # Bytes of one 2xx answer read at most, by default. The largest answer this controller asks for is the
 # per-tick counter sample: at 1,000 rollouts (benchmarks/scale.py) about 100,000 series, each about
@@ -94,3 +94,15 @@ def credentials(config: PrometheusConfig) -> AuthBase | None:
     if config.bearer_token_file or config.bearer_token_env or config.basic_auth_username:
         return _Credentials(config)
     return None
+
+
+def parse_headers(values: Iterable[str]) -> dict[str, str]:
+    """``NAME=VALUE`` each (``--prometheus-header``). A malformed one is refused without being
+    quoted: a header is where a credential travels."""
+    parsed: dict[str, str] = {}
+    for value in values:
+        name, separator, content = value.partition("=")
+        if not separator or not name.strip():
+            raise ValueError("expected NAME=VALUE: a name, '=' and the value")
+        parsed[name.strip()] = content.strip()
+    return parsed

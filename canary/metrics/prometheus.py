@@ -218,6 +218,7 @@ class PrometheusEvidenceSource:
                 + counted.http_requests.get(index, 0)
                 + peaked.http_requests.get(index, 0)
             )
+            shown = (policy, request, profiles[index])
             evidence.append(
                 Evidence(
                     request=request,
@@ -227,12 +228,8 @@ class PrometheusEvidenceSource:
                     profile=profiles[index],
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                     # For people only (kserve-canary explain): each check's canary value as one query.
-                    canary_queries=canary_queries(
-                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
-                    ),
-                    stable_queries=stable_queries(
-                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
-                    ),
+                    canary_queries=canary_queries(*shown, min_window=self.min_window, tenancy=self.tenancy),
+                    stable_queries=stable_queries(*shown, min_window=self.min_window, tenancy=self.tenancy),
                 )
             )
             self._log_failures(request, canary[index], stable[index])

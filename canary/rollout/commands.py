@@ -100,11 +100,9 @@ def apply_command(
 
 
 def _pause(state: RolloutState, now: datetime, who: str) -> CommandResult:
-    phase, pending = state.phase, state.command
+    phase, pending, kind = state.phase, state.command, CommandKind.PAUSE
     if phase is Phase.PAUSED and pending is not None and pending.kind is CommandKind.RESUME:
-        return _accept(
-            replace(state, command=None), CommandKind.PAUSE, now, who, "the pending resume was cancelled"
-        )
+        return _accept(replace(state, command=None), kind, now, who, "the pending resume was cancelled")
     if phase is Phase.PAUSED:
         # A stored state may say Paused without saying why (someone edited the ConfigMap).
         return _refuse(state, "already paused" + (f": {state.pause.reason}" if state.pause else ""))
@@ -115,14 +113,13 @@ def _pause(state: RolloutState, now: datetime, who: str) -> CommandResult:
         phase=Phase.PAUSED,
         pause=Pause(PauseKind.MANUAL, f"Paused by {who} at {describe_time(now)}.", now, resume_phase=phase),
     )
-    return _accept(paused, CommandKind.PAUSE, now, who, f"rollout of {state.revision} paused")
+    return _accept(paused, kind, now, who, f"rollout of {state.revision} paused")
 
 
 def _approve(
     state: RolloutState, now: datetime, who: str, approval_steps: Collection[int] | None
 ) -> CommandResult:
-    phase = state.phase
-    step = state.step
+    phase, step, kind = state.phase, state.step, CommandKind.APPROVE
     approvable = phase in (Phase.PENDING, Phase.PROGRESSING) or (
         phase is Phase.PAUSED
         and state.pause is not None
@@ -145,9 +142,7 @@ def _approve(
     if waiting:
         assert state.pause is not None
         approved = replace(approved, phase=state.pause.resume_phase, pause=None)
-    return _accept(
-        approved, CommandKind.APPROVE, now, who, f"step {step.weight}% of {state.revision} approved"
-    )
+    return _accept(approved, kind, now, who, f"step {step.weight}% of {state.revision} approved")
 
 
 def binding_refusal(state: RolloutState, command: CommandRequest, now: datetime) -> str | None:

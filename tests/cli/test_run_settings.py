@@ -10,7 +10,7 @@ import typer
 from typer.main import get_command
 
 from canary.cli import app
-from canary.cli.controller import controller_settings
+from canary.cli.controller import controller_settings, headers
 from canary.controller.settings import (
     ClusterSettings,
     ControllerSettings,
@@ -101,3 +101,13 @@ def test_a_flag_it_cannot_read_names_the_flag() -> None:
     with pytest.raises(typer.BadParameter) as refused:
         settings("--notify-info-retry-for", "soon")
     assert refused.value.param_hint == "--notify-info-retry-for"
+
+
+@pytest.mark.parametrize("header", ["Authorization: Bearer s3cr3t-t0ken", "=s3cr3t-t0ken"])
+def test_a_malformed_prometheus_header_is_refused_without_quoting_it(header: str) -> None:
+    """A header is where a credential travels: the error (stderr, the pod's log) names the flag and
+    the shape expected, never the value given."""
+    with pytest.raises(typer.BadParameter) as refused:
+        headers([header])
+    assert refused.value.param_hint == "--prometheus-header"
+    assert "NAME=VALUE" in str(refused.value) and "s3cr3t" not in str(refused.value)
