@@ -210,42 +210,42 @@ def schema(
 @app.command()
 def run(
     ctx: typer.Context,
-    policies: options.Policies = [Path("/etc/kserve-canary/policies")],  # noqa: B006 - read, never mutated
-    kubeconfig: options.Kubeconfig = None,
-    prometheus_url: options.PrometheusUrl = "http://localhost:9090",
-    prometheus_header: options.PrometheusHeader = [],  # noqa: B006
-    prometheus_token_file: options.PrometheusTokenFile = None,
-    prometheus_ca_file: options.PrometheusCaFile = None,
-    prometheus_timeout: options.PrometheusTimeout = 10.0,
-    scrape_interval: options.ScrapeInterval = 30.0,
-    namespace_query_budget: options.NamespaceQueryBudget = 2.0,
-    min_samples: options.MinSamples = 20,
-    namespace: options.Namespace = [],  # noqa: B006
-    metrics_port: options.MetricsPort = 8080,
-    metrics_bind_address: options.MetricsBindAddress = None,
-    leader_elect: options.LeaderElect = True,
-    lease_name: options.LeaseName = "kserve-canary",
-    lease_namespace: options.LeaseNamespace = "kserve-canary",
-    lease_duration: options.LeaseDuration = 15.0,
-    renew_deadline: options.RenewDeadline = 10.0,
-    retry_period: options.RetryPeriod = 2.0,
-    shards: options.Shards = 1,
-    tick: options.Tick = 5.0,
-    dry_run: options.DryRun = False,
+    policies: options.PoliciesOption = [Path("/etc/kserve-canary/policies")],  # noqa: B006 - read, never mutated
+    kubeconfig: options.KubeconfigOption = None,
+    prometheus_url: options.PrometheusUrlOption = "http://localhost:9090",
+    prometheus_header: options.PrometheusHeaderOption = [],  # noqa: B006
+    prometheus_token_file: options.PrometheusTokenFileOption = None,
+    prometheus_ca_file: options.PrometheusCaFileOption = None,
+    prometheus_timeout: options.PrometheusTimeoutOption = 10.0,
+    scrape_interval: options.ScrapeIntervalOption = 30.0,
+    namespace_query_budget: options.NamespaceQueryBudgetOption = 2.0,
+    min_samples: options.MinSamplesOption = 20,
+    namespace: options.NamespaceOption = [],  # noqa: B006
+    metrics_port: options.MetricsPortOption = 8080,
+    metrics_bind_address: options.MetricsBindAddressOption = None,
+    leader_elect: options.LeaderElectOption = True,
+    lease_name: options.LeaseNameOption = "kserve-canary",
+    lease_namespace: options.LeaseNamespaceOption = "kserve-canary",
+    lease_duration: options.LeaseDurationOption = 15.0,
+    renew_deadline: options.RenewDeadlineOption = 10.0,
+    retry_period: options.RetryPeriodOption = 2.0,
+    shards: options.ShardsOption = 1,
+    tick: options.TickOption = 5.0,
+    dry_run: options.DryRunOption = False,
     log_format: options.LogFormatOption = options.LogFormat.AUTO,
-    max_workers: options.MaxWorkers = 8,
+    max_workers: options.MaxWorkersOption = 8,
     policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
     secret_file_root: SecretFileRootOption = None,
     secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006
     custom_promql_allow_metric: CustomPromqlAllowOption = [],  # noqa: B006
     custom_promql_tenancy_label: CustomPromqlLabelOption = [],  # noqa: B006
-    notify_allow_host: options.NotifyAllowHost = [],  # noqa: B006
-    notify_retry_for: options.NotifyRetryFor = "1h",
-    notify_info_retry_for: options.NotifyInfoRetryFor = "10m",
-    policy_source: options.PolicySource = "auto",
-    allow_custom_promql_from_crds: options.AllowCustomPromqlFromCrds = False,
-    cluster_name: options.ClusterName = "",
-    dashboard_url: options.DashboardUrl = "",
+    notify_allow_host: options.NotifyAllowHostOption = [],  # noqa: B006
+    notify_retry_for: options.NotifyRetryForOption = "1h",
+    notify_info_retry_for: options.NotifyInfoRetryForOption = "10m",
+    policy_source: options.PolicySourceOption = "auto",
+    allow_custom_promql_from_crds: options.AllowCustomPromqlFromCrdsOption = False,
+    cluster_name: options.ClusterNameOption = "",
+    dashboard_url: options.DashboardUrlOption = "",
 ) -> None:
     """Run the controller until SIGTERM."""
     from canary.cli import controller as flags  # noqa: PLC0415 - lazy: start-up time

@@ -20,10 +20,10 @@ class LogFormat(StrEnum):
 
 # Where policies come from and what they may reach (PolicySettings, PolicyObjectSettings); the secret
 # and custom-PromQL scope options are canary.cli's, shared with `validate`.
-Policies = Annotated[
+PoliciesOption = Annotated[
     list[Path], typer.Option("--policies", envvar="POLICY_DIR", help="Policy directory (repeatable).")
 ]
-PolicySource = Annotated[
+PolicySourceOption = Annotated[
     str,
     typer.Option(
         "--policy-source",
@@ -33,7 +33,7 @@ PolicySource = Annotated[
         "Comma-separated: files,crd.",
     ),
 ]
-AllowCustomPromqlFromCrds = Annotated[
+AllowCustomPromqlFromCrdsOption = Annotated[
     bool,
     typer.Option(
         "--allow-custom-promql-from-crds",
@@ -44,21 +44,23 @@ AllowCustomPromqlFromCrds = Annotated[
 ]
 
 # Prometheus (PrometheusSettings)
-PrometheusUrl = Annotated[str, typer.Option(envvar="PROMETHEUS_URL")]
-PrometheusHeader = Annotated[
+PrometheusUrlOption = Annotated[str, typer.Option(envvar="PROMETHEUS_URL")]
+PrometheusHeaderOption = Annotated[
     list[str], typer.Option(help="Extra header K=V, e.g. X-Scope-OrgID=tenant (repeatable).")
 ]
-PrometheusTokenFile = Annotated[
+PrometheusTokenFileOption = Annotated[
     str | None,
     typer.Option(envvar="PROMETHEUS_TOKEN_FILE", help="Bearer token file (re-read per request)."),
 ]
-PrometheusCaFile = Annotated[str | None, typer.Option(envvar="PROMETHEUS_CA_FILE")]
-PrometheusTimeout = Annotated[float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")]
-ScrapeInterval = Annotated[
+PrometheusCaFileOption = Annotated[str | None, typer.Option(envvar="PROMETHEUS_CA_FILE")]
+PrometheusTimeoutOption = Annotated[
+    float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
+]
+ScrapeIntervalOption = Annotated[
     float,
     typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
 ]
-NamespaceQueryBudget = Annotated[
+NamespaceQueryBudgetOption = Annotated[
     float,
     typer.Option(
         envvar="NAMESPACE_QUERY_BUDGET",
@@ -66,7 +68,7 @@ NamespaceQueryBudget = Annotated[
         "the rest are deferred (builtin checks never are).",
     ),
 ]
-MinSamples = Annotated[
+MinSamplesOption = Annotated[
     float,
     typer.Option(
         envvar="MIN_SAMPLES",
@@ -75,13 +77,13 @@ MinSamples = Annotated[
 ]
 
 # The Lease(s) (LeaseSettings)
-LeaderElect = Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", envvar="LEADER_ELECT")]
-LeaseName = Annotated[str, typer.Option(envvar="LEASE_NAME")]
-LeaseNamespace = Annotated[str, typer.Option(envvar="LEASE_NAMESPACE")]
-LeaseDuration = Annotated[float, typer.Option(envvar="LEASE_DURATION", help="Seconds.")]
-RenewDeadline = Annotated[float, typer.Option(envvar="LEASE_RENEW_DEADLINE", help="Seconds.")]
-RetryPeriod = Annotated[float, typer.Option(envvar="LEASE_RETRY_PERIOD", help="Seconds.")]
-Shards = Annotated[
+LeaderElectOption = Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", envvar="LEADER_ELECT")]
+LeaseNameOption = Annotated[str, typer.Option(envvar="LEASE_NAME")]
+LeaseNamespaceOption = Annotated[str, typer.Option(envvar="LEASE_NAMESPACE")]
+LeaseDurationOption = Annotated[float, typer.Option(envvar="LEASE_DURATION", help="Seconds.")]
+RenewDeadlineOption = Annotated[float, typer.Option(envvar="LEASE_RENEW_DEADLINE", help="Seconds.")]
+RetryPeriodOption = Annotated[float, typer.Option(envvar="LEASE_RETRY_PERIOD", help="Seconds.")]
+ShardsOption = Annotated[
     int,
     typer.Option(
         min=1,
@@ -92,7 +94,7 @@ Shards = Annotated[
 ]
 
 # The tick (TickSettings)
-Tick = Annotated[
+TickOption = Annotated[
     float,
     typer.Option(
         min=0.1,
@@ -101,10 +103,10 @@ Tick = Annotated[
         "keep it at most the smallest policy interval.",
     ),
 ]
-MaxWorkers = Annotated[int, typer.Option(envvar="MAX_WORKERS", help="Concurrent evaluations.")]
+MaxWorkersOption = Annotated[int, typer.Option(envvar="MAX_WORKERS", help="Concurrent evaluations.")]
 
 # Notifications (NotifySettings)
-NotifyAllowHost = Annotated[
+NotifyAllowHostOption = Annotated[
     list[str],
     typer.Option(
         "--notify-allow-host",
@@ -112,7 +114,7 @@ NotifyAllowHost = Annotated[
         help="A notification host that may be private, loopback or plain http (repeatable).",
     ),
 ]
-NotifyRetryFor = Annotated[
+NotifyRetryForOption = Annotated[
     str,
     typer.Option(
         envvar="NOTIFY_RETRY_FOR",
@@ -120,21 +122,21 @@ NotifyRetryFor = Annotated[
         "retried before it is reported lost (1h, 30m, 90s).",
     ),
 ]
-NotifyInfoRetryFor = Annotated[
+NotifyInfoRetryForOption = Annotated[
     str,
     typer.Option(
         envvar="NOTIFY_INFO_RETRY_FOR",
         help="The same for informational notifications (started, advanced, ...).",
     ),
 ]
-ClusterName = Annotated[
+ClusterNameOption = Annotated[
     str,
     typer.Option(
         envvar="CLUSTER_NAME",
         help="The cluster's name, said in every notification (Events, Slack, Teams, Discord).",
     ),
 ]
-DashboardUrl = Annotated[
+DashboardUrlOption = Annotated[
     str,
     typer.Option(
         envvar="DASHBOARD_URL",
@@ -143,8 +145,8 @@ DashboardUrl = Annotated[
 ]
 
 # /metrics, /healthz, /readyz (ServingSettings)
-MetricsPort = Annotated[int, typer.Option(envvar="METRICS_PORT", help="/metrics, /healthz, /readyz.")]
-MetricsBindAddress = Annotated[
+MetricsPortOption = Annotated[int, typer.Option(envvar="METRICS_PORT", help="/metrics, /healthz, /readyz.")]
+MetricsBindAddressOption = Annotated[
     str | None,
     typer.Option(
         envvar="METRICS_BIND_ADDRESS",
@@ -153,14 +155,14 @@ MetricsBindAddress = Annotated[
 ]
 
 # The Kubernetes API (ClusterSettings) and the process
-Kubeconfig = Annotated[
+KubeconfigOption = Annotated[
     str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster config.")
 ]
-Namespace = Annotated[
+NamespaceOption = Annotated[
     list[str],
     typer.Option("--namespace", "-n", envvar="WATCH_NAMESPACES", help="Watched namespace (repeatable)."),
 ]
-DryRun = Annotated[
+DryRunOption = Annotated[
     bool,
     typer.Option("--dry-run", envvar="DRY_RUN", help="Decide and report; write nothing; take no lease."),
 ]
