@@ -20,7 +20,6 @@ from tests.hostile.world import (
     HOSTILE,
     INTERVAL,
     SCRAPE,
-    SLOW_QUERIES,
     TEAM_A,
     TEAM_A_MODELS,
     Run,
@@ -57,7 +56,6 @@ def test_team_a_was_hostile_in_every_way_at_once(runs: dict[str, Run]) -> None:
         if slow:
             # Deferred custom checks hold their step; benign, the same checks answer in time.
             assert hostile.team_a_writes[name] == [10], hostile.team_a_writes[name]
-    assert SLOW_QUERIES == 8
 
 
 def test_team_b_rollback_is_written_within_its_interval_plus_one_scrape(runs: dict[str, Run]) -> None:
