@@ -216,6 +216,6 @@ class SlackSender(SecretUrlSender):
     def send(self, notification: Notification) -> None:
         url = self._url()
         body = json.dumps(
-            slack_message(notification, self._channel, self._context), ensure_ascii=False
+            slack_message(self._scrubbed(notification), self._channel, self._context), ensure_ascii=False
         ).encode()
         self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})
