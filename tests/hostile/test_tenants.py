@@ -1,5 +1,5 @@
 """Team A hostile, team B measured, in one controller process (issue #34; docs/security.md,
-"What one team can cost another"). The ``runs`` fixture (conftest.py) plays the same rollouts benign
+"Everything at once, measured"). The ``runs`` fixture (conftest.py) plays the same rollouts benign
 and hostile (tests/hostile/world.py says what team A does); each test compares team B's outcomes,
 or the controller's memory, with the issue's targets:
 
