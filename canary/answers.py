@@ -175,7 +175,8 @@ class BoundedSession(requests.Session):
     ``limit``: bytes of a 2xx answer read at most; ``error_limit``: of any other answer (default
     ``limit``); ``deadline``: seconds one exchange may take, connecting included (a call's read
     timeout, when shorter, is its deadline). Every adapter
-    mounted on it is a watched one, with the retries it was given.
+    mounted on it is a watched one, with the retries it was given (prometheus-api-client mounts its
+    own for its URL).
     """
 
     def __init__(self, *, limit: int, deadline: float, error_limit: int | None = None) -> None:

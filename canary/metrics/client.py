@@ -1,21 +1,26 @@
 """The HTTP side of the evidence layer: one Prometheus (or Thanos, Mimir, Cortex) and how we ask it.
 
-Plain ``requests`` on a :class:`~canary.answers.BoundedSession`, with Prometheus' HTTP API habits:
+Built on prometheus-api-client's :class:`PrometheusConnect`, with five of its 0.7.2 habits undone:
 
-* only failures where the query certainly never ran (connection refused, connect timeout, 502, 503
-  *unavailable*, 429) are retried, by our :class:`RetryPolicy`, a bounded number of times with a
-  short backoff; a read timeout or Prometheus' own timeout is never re-run (urllib3 retries none);
-* the whole envelope is read (``resultType``, ``errorType``, ``error``, ``warnings``), not only
-  ``data.result``, and every HTTP status is read as an answer, never raised;
-* queries longer than ``max_get_length`` (grouped queries over many rollouts) are POSTed as a form
-  body: a long URL is cut off or refused by proxies;
-* Prometheus' ``timeout`` parameter is sent, so Prometheus stops an expensive query itself (HTTP
-  503, errorType ``timeout``) a little before our client-side deadline;
-* a 3xx is reported by its status, never followed or read (the configured headers, a tenant ID or an
-  API key, would go along to another origin); an attempt has one deadline, ``timeout`` + 1 s for
-  connecting and every read together (an answer trickled a byte at a time is cut there); at most
-  ``max_answer_bytes`` of a 2xx answer and :data:`ERROR_ANSWER_LIMIT` of any other are read, chunk
-  by chunk.
+* its default ``Retry(total=3, status_forcelist=[..., 503, 504])`` re-runs a query that timed out —
+  three more times the most expensive query of the tick. We mount ``Retry(total=0)`` and run our own
+  :class:`RetryPolicy`: only failures where the query certainly never ran (connection refused, connect
+  timeout, 502, 503 *unavailable*, 429) are retried, a bounded number of times with a short backoff;
+  a read timeout or Prometheus' own timeout is never re-run.
+* ``custom_query`` returns only ``data.result`` (the result type and warnings are dropped) and reports
+  an HTTP error as an exception carrying the body as a ``bytes`` repr. A response hook on our own
+  ``requests.Session`` keeps the real response, so we read the envelope (``resultType``,
+  ``errorType``, ``error``, ``warnings``) ourselves.
+* ``method="POST"`` still puts the query in the URL, which proxies cut off or refuse; queries longer
+  than ``max_get_length`` (grouped queries over many rollouts) are POSTed as a form body instead.
+* it never sends Prometheus' ``timeout`` parameter; we do, so Prometheus stops an expensive query
+  itself (HTTP 503, errorType ``timeout``) a little before our client-side deadline.
+* its session follows redirects (the configured headers, a tenant ID or an API key, went along to
+  another origin) and reads whole answers, however large or slow. Ours is a
+  :class:`~canary.answers.BoundedSession`: a 3xx is reported by its status, never followed or read;
+  an attempt has one deadline, ``timeout`` + 1 s for connecting and every read together (an answer
+  trickled a byte at a time is cut there); at most ``max_answer_bytes`` of a 2xx answer and
+  :data:`ERROR_ANSWER_LIMIT` of any other are read, chunk by chunk.
 
 Every failure becomes a :class:`~canary.metrics.envelope.QueryFailure` (:mod:`canary.metrics.envelope`
 reads the answers and names failures); a connection that failed is ``unreachable``. Details never
@@ -25,9 +30,9 @@ of :meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
 
 from __future__ import annotations
 
-import functools
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -36,7 +41,8 @@ from urllib.parse import quote_plus, urlencode, urlsplit
 
 import msgspec
 import requests
-from requests.adapters import HTTPAdapter
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
@@ -91,7 +97,7 @@ _QUOTED_KEPT = 32
 class PrometheusClient:
     """Instant queries and label look-ups against one Prometheus, with our retry and error classes.
 
-    Thread-safe: the session's connection pool is shared.
+    Thread-safe: the session's connection pool is shared, the captured response is per thread.
     """
 
     def __init__(
@@ -104,6 +110,7 @@ class PrometheusClient:
         self.config = config
         self._sleep = sleep
         self._clock = clock
+        self._captured = threading.local()
         # Prometheus gets `timeout` and answers 503 when it runs out; the client waits a bit longer so
         # that answer, not the client's deadline, is what normally ends a slow query.
         self._deadline = config.timeout + 1.0
@@ -112,16 +119,29 @@ class PrometheusClient:
         )
         session.verify = False if config.insecure_skip_verify else (config.ca_file or True)
         session.auth = credentials(config)
-        session.headers.update(config.headers)
-        self._url = config.url.rstrip("/")
-        # No urllib3 retries (read=False: a read timeout is raised as itself); ours are RetryPolicy's.
-        session.mount(self._url, HTTPAdapter(max_retries=Retry(total=0, read=False, raise_on_redirect=False)))
+        session.hooks["response"].append(self._keep_response)
         self._session = session
         self._http_timeout = (config.connect_timeout, self._deadline)
         self._quoted_queries: dict[str, str] = {}
+        self._connect = PrometheusConnect(
+            url=config.url.rstrip("/"),
+            headers=dict(config.headers),
+            # The library's default re-runs timed-out queries; retries are ours (see RetryPolicy).
+            # read=False re-raises a read timeout as itself instead of wrapping it as a connection error.
+            # (Its adapter becomes a bounded one: BoundedSession.mount.)
+            retry=Retry(total=0, read=False, raise_on_status=False, raise_on_redirect=False),
+            session=session,
+            timeout=self._http_timeout,  # the label calls take no per-call timeout
+        )
 
     def close(self) -> None:
-        self._session.close()
+        self._connect.close()
+
+    def _keep_response(
+        self, response: requests.Response, *args: object, **kwargs: object
+    ) -> requests.Response:
+        self._captured.response = response
+        return response
 
     # -- the public calls -----------------------------------------------------------------------
 
@@ -143,15 +163,25 @@ class PrometheusClient:
         if within is not None and limit < self.config.timeout:
             http_timeout = (min(self.config.connect_timeout, limit), limit)
 
-        def call() -> requests.Response:
+        def call() -> object:
             body = f"query={self._quoted(promql)}&{urlencode(params)}"
-            if len(body) <= self.config.max_get_length:
-                query = {"query": promql, **params}
-                return self._send("GET", f"{self._url}/api/v1/query", params=query, timeout=http_timeout)
-            # Long URLs fail behind proxies (414, or silently truncated): a form body instead.
-            form = {"Content-Type": _FORM}
-            return self._send(
-                "POST", f"{self._url}/api/v1/query", data=body, headers=form, timeout=http_timeout
+            short = len(body) <= self.config.max_get_length
+            if short and typed is None:
+                return self._connect.custom_query(query=promql, params=params, timeout=http_timeout)
+            if short:  # the library would decode the body once more, into dicts
+                return self._session.get(
+                    f"{self._connect.url}/api/v1/query",
+                    params={"query": promql, **params},
+                    headers=dict(self.config.headers),
+                    timeout=http_timeout,
+                )
+            # The library sends parameters in the URL even with method="POST", and long URLs fail
+            # behind proxies (414, or silently truncated): send long queries as a form body instead.
+            return self._session.post(
+                f"{self._connect.url}/api/v1/query",
+                data=body,
+                headers={**self.config.headers, "Content-Type": _FORM},
+                timeout=http_timeout,
             )
 
         return self._outcome(promql, call, typed)
@@ -172,7 +202,7 @@ class PrometheusClient:
     def _outcome(
         self,
         promql: str,
-        call: Callable[[], requests.Response],
+        call: Callable[[], object],
         typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
     ) -> QueryOutcome:
         started = self._clock()
@@ -206,13 +236,17 @@ class PrometheusClient:
             "step": f"{step:g}",
             "timeout": f"{self.config.timeout:g}",
         }
-        url = f"{self._url}/api/v1/query_range"
+        url = f"{self._connect.url}/api/v1/query_range"
 
-        def call() -> requests.Response:
+        def call() -> object:
             form = {"query": promql, **params}
             if len(urlencode(form)) <= self.config.max_get_length:
-                return self._send("GET", url, params=form, timeout=self._http_timeout)
-            return self._send("POST", url, data=form, timeout=self._http_timeout)
+                return self._session.get(
+                    url, params=form, headers=dict(self.config.headers), timeout=self._http_timeout
+                )
+            return self._session.post(
+                url, data=form, headers=dict(self.config.headers), timeout=self._http_timeout
+            )
 
         return self._outcome(promql, call)
 
@@ -221,30 +255,25 @@ class PrometheusClient:
     ) -> tuple[list[str] | QueryFailure, int]:
         """Values of ``label`` on series matching any of ``matches`` in [start, end]; and round trips."""
         params = self._range_params(matches, start, end)
-        return self._list_call(f"{self._url}/api/v1/label/{label}/values", params)
+        return self._list_call(lambda: self._connect.get_label_values(label_name=label, params=params))
 
     def label_names(
         self, matches: Sequence[str], start: datetime, end: datetime
     ) -> tuple[list[str] | QueryFailure, int]:
         """Label names on series matching any of ``matches`` in [start, end]; and round trips."""
         params = self._range_params(matches, start, end)
-        return self._list_call(f"{self._url}/api/v1/labels", params)
+        return self._list_call(lambda: self._connect.get_label_names(params=params))
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        # `verify` as configured: left to the session, $REQUESTS_CA_BUNDLE would override it.
-        return self._session.request(method, url, verify=self._session.verify, **kwargs)
-
-    def _range_params(self, matches: Sequence[str], start: datetime, end: datetime) -> dict[str, Any]:
+    def _range_params(self, matches: Sequence[str], start: datetime, end: datetime) -> dict[str, object]:
         return {
             "match[]": list(matches),
             "start": f"{as_utc(start).timestamp():.3f}",
             "end": f"{as_utc(end).timestamp():.3f}",
         }
 
-    def _list_call(self, url: str, params: dict[str, Any]) -> tuple[list[str] | QueryFailure, int]:
-        call = functools.partial(self._send, "GET", url, params=params, timeout=self._http_timeout)
+    def _list_call(self, call: Callable[[], object]) -> tuple[list[str] | QueryFailure, int]:
         attempt, http_requests = self._with_retries(call)
         if attempt.failure is not None:
             return attempt.failure, http_requests
@@ -253,9 +282,7 @@ class PrometheusClient:
         return [str(item) for item in attempt.payload], http_requests
 
     def _with_retries(
-        self,
-        call: Callable[[], requests.Response],
-        typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
+        self, call: Callable[[], object], typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
     ) -> tuple[Attempt, int]:
         # Only what certainly never ran is tried again (see the module docstring): `retryable`.
         return retrying(
@@ -266,20 +293,29 @@ class PrometheusClient:
         )
 
     def _attempt(
-        self,
-        call: Callable[[], requests.Response],
-        typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
+        self, call: Callable[[], object], typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
     ) -> Attempt:
+        self._captured.response = None
         origin = redact_url(self.config.url)
         try:
-            response = call()
+            call()
         except AnswerError as error:
             return unread_answer(error, origin, self._deadline)
+        except (PrometheusApiClientException, requests.exceptions.InvalidJSONError, ValueError, LookupError,
+                TypeError, RecursionError) as error:  # fmt: skip
+            # prometheus-api-client could not read the answer (a non-200, a body that is not JSON, a 200
+            # whose envelope has no "data"): the captured response below says what it really was.
+            unread: BaseException | None = error
         except requests.exceptions.RequestException as error:
             return self._not_asked(error, origin)
-        except (ValueError, LookupError, TypeError) as error:  # nothing was sent: refused by requests
-            detail = f"{origin}: no HTTP response was seen: {type(error).__name__}: {_reason(error)}"
-            return Attempt(failure=QueryFailure(ErrorClass.SERVER, detail))
+        else:
+            unread = None
+        response = getattr(self._captured, "response", None)
+        if response is None:
+            seen = f": {type(unread).__name__}: {_reason(unread)}" if unread is not None else ""
+            return Attempt(
+                failure=QueryFailure(ErrorClass.SERVER, f"{origin}: no HTTP response was seen{seen}")
+            )
         if typed is not None and response.status_code == 200:
             try:
                 envelope = typed.decode(response.content)
