@@ -39,6 +39,7 @@ from canary.kserve.store import (
     watch_configmaps,
 )
 from canary.policy.units import Unit, format_value
+from canary.rollout.artefact import Artefact, describe_artefact
 from canary.rollout.commands import apply_command
 from canary.rollout.records import (
     COMMAND_TTL,
@@ -90,6 +91,8 @@ class StatusRow:
     pending: str | None = None  # the command waiting for the controller
     stable: str | None = None
     evidence_behind: float | None = None  # seconds, at the latest evaluation (when known)
+    canary_artefact: Artefact | None = None  # what ``revision`` serves (None: unknown)
+    stable_artefact: Artefact | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +108,9 @@ class StatusRow:
             "reason": self.reason,
             "pendingCommand": self.pending,
             "evidenceBehindSeconds": self.evidence_behind,
+            "stableRevision": self.stable,
+            "canaryArtefact": self.canary_artefact.as_dict() if self.canary_artefact else None,
+            "stableArtefact": self.stable_artefact.as_dict() if self.stable_artefact else None,
         }
 
 
@@ -139,7 +145,10 @@ def status_row(stored: StoredState) -> StatusRow:
         since=state.step.started_at if state.step else state.started_at,
         reason=reason,
         pending=pending,
+        stable=state.stable_revision,
         evidence_behind=behind,
+        canary_artefact=state.artefact_of(state.revision),
+        stable_artefact=state.artefact_of(state.stable_revision),
     )
 
 
@@ -168,7 +177,7 @@ def _rows(configmaps: Iterable[Mapping[str, Any]]) -> list[StatusRow]:
 def _table(rows: list[StatusRow], wide: bool, now: datetime) -> str:
     header = ["NAMESPACE", "NAME", "REVISION", "PHASE", "WEIGHT", "STEP", "SINCE"]
     if wide:
-        header += ["COMMAND", "LAST DECISION"]
+        header += ["COMMAND", "CANARY ARTEFACT", "STABLE", "STABLE ARTEFACT", "LAST DECISION"]
     else:
         header += ["LAST DECISION"]
     cells = []
@@ -183,7 +192,12 @@ def _table(rows: list[StatusRow], wide: bool, now: datetime) -> str:
             since(row.since, now),
         ]
         if wide:
-            line.append(row.pending or NONE)
+            line += [
+                row.pending or NONE,
+                describe_artefact(row.canary_artefact) if row.revision else NONE,
+                row.stable or NONE,
+                describe_artefact(row.stable_artefact) if row.stable else NONE,
+            ]
         line.append(row.reason or NONE)
         cells.append(line)
     return columns(header, cells)
@@ -406,7 +420,10 @@ def print_explain(
         return
     if document is None:
         warned = latest_warnings(api, namespace, name)
-        typer.echo("\n".join([f"{namespace}/{name}: no evaluation recorded yet", *warned]))
+        served = _artefact_lines(state, state.revision, state.stable_revision)
+        typer.echo(
+            printable("\n".join([f"{namespace}/{name}: no evaluation recorded yet", *served, *warned]))
+        )
         return
     now = datetime.now(UTC)
     requests = "no" if document.requests is None else _count(document.requests)
@@ -415,6 +432,7 @@ def print_explain(
         f"{document.stable_revision or NONE}",
         f"evaluated {timestamp(document.at)} ({since(document.at, now)} ago): "
         f"{document.verdict or 'no verdict'}, {requests} canary requests — {document.action or NONE}",
+        *_artefact_lines(state, document.revision, document.stable_revision),
     ]
     if document.window is not None:
         span = (document.window.end - document.window.start).total_seconds()
@@ -444,6 +462,15 @@ def print_explain(
         ])]  # fmt: skip
     lines += _queries(document, prometheus_external_url)
     typer.echo(printable("\n".join(lines)))
+
+
+def _artefact_lines(state: RolloutState, canary: str | None, stable: str | None) -> list[str]:
+    """What the canary and the stable revision serve (storageUri or image, runtime, format)."""
+    return [
+        f"{role} {revision} serves {describe_artefact(state.artefact_of(revision))}"
+        for role, revision in (("canary", canary), ("stable", stable))
+        if revision is not None
+    ]
 
 
 # What a canary query's answer is in, for the line under it.
