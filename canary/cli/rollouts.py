@@ -230,7 +230,13 @@ def print_status(
             from canary.cli.follow import follow  # noqa: PLC0415 - imports this module
 
             follow(api, namespace, name, scope.timeout)
-        stored = _load(api, namespace, name)
+        try:
+            stored = _load(api, namespace, name)
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            typer.echo(_render(_as_viewer(api, error, namespace, name), output, namespace))
+            return
         if stored.state_json is None:
             raise fail(printable(not_seen(api, namespace, name)))
         typer.echo(_render([status_row(stored)], output, namespace))
@@ -240,9 +246,34 @@ def print_status(
     _print_table(api, None if scope.all_namespaces else scope.namespace, output, watch)
 
 
+def _as_viewer(
+    api: client.ApiClient, refused: ApiException, namespace: str | None, name: str | None = None
+) -> list[StatusRow]:
+    """The rollouts as the viewer role may read them (no ConfigMap list): canary/cli/viewer.py.
+    When not even those can be read, the state ConfigMaps' refusal (``refused``) is the answer."""
+    from canary.cli.viewer import viewer_rows  # noqa: PLC0415 - imports this module
+
+    found = viewer_rows(api, namespace)
+    if found is None:
+        raise refused
+    rows = [row for row in found if name is None or row.name == name]
+    if name is not None and not rows:
+        raise fail(
+            f"no rollout of {namespace}/{name} in the PromotionPolicy statuses or the file policies' status"
+        )
+    return rows
+
+
 def _print_table(api: client.ApiClient, namespace: str | None, output: str, watch: bool) -> None:
-    items, version = _list(api, namespace)
-    rows = _rows(items)
+    try:
+        items, version = _list(api, namespace)
+    except ApiException as error:
+        if error.status != 403 or watch:
+            raise
+        items, version = [], ""
+        rows = _as_viewer(api, error, namespace)
+    else:
+        rows = _rows(items)
     shown = _render(rows, output, namespace)
     if not rows and output in {"text", "wide"}:
         typer.echo(shown, err=True)  # kubectl too: "No resources found" goes to stderr
