@@ -80,6 +80,9 @@ def _policy_object(api: client.ApiClient) -> None:
         "phase": "Progressing",
         "canaryRevision": "llama-predictor-00002",
         "stableRevision": "llama-predictor-00001",
+        # As the controller projects them (canary/controller/projection.py); the CRD must keep them.
+        "canaryArtefact": {"storageUri": "s3://models/llama/v2", "runtime": "kserve-vllm"},
+        "stableArtefact": {"storageUri": "s3://models/llama/v1", "runtime": "kserve-vllm"},
         "weight": 10,
         "step": "1/2",
         "lastDecision": {
@@ -111,6 +114,9 @@ def test_status_works_with_the_viewer_role(viewer: tuple[Emulator, Path, Path]) 
     wide = _status(kubeconfig, home, "-n", "team-b", "-o", "wide")
     assert "s3://models/fraud/v4 (format xgboost)" in wide and "s3://models/fraud/v3 (format xgboost)" in wide
     assert "llama" not in wide
+    objects = _status(kubeconfig, home, "-n", "ml", "-o", "wide")
+    assert "s3://models/llama/v2 (runtime kserve-vllm)" in objects
+    assert "s3://models/llama/v1 (runtime kserve-vllm)" in objects
     (one,) = json.loads(_status(kubeconfig, home, "ml/llama", "-o", "json"))
     assert (one["phase"], one["revision"], one["stableRevision"], one["weight"], one["step"]) == (
         "Progressing",
