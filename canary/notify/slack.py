@@ -195,6 +195,18 @@ def slack_message(
     message: dict[str, Any] = {"text": _fallback_text(notification, context), "blocks": blocks}
     if channel:
         message["channel"] = channel
+    return _verbatim(message)
+
+
+def _verbatim(message: dict[str, Any]) -> dict[str, Any]:
+    """Every mrkdwn text of the blocks marked ``verbatim``: Slack then links no bare URL, channel name
+    or mention in it (what an error text may carry), and still reads *bold* and our own ``<url|text>``
+    (https://docs.slack.dev/reference/block-kit/composition-objects/text-object)."""
+    for block in message["blocks"]:
+        texts = [block.get("text"), *block.get("fields", ()), *block.get("elements", ())]
+        for text in texts:
+            if isinstance(text, dict) and text.get("type") == "mrkdwn":
+                text["verbatim"] = True
     return message
 
 
@@ -218,6 +230,6 @@ class SlackSender(SecretUrlSender):
     def send(self, notification: Notification) -> None:
         url = self._url()
         body = json.dumps(
-            slack_message(notification, self._channel, self._context), ensure_ascii=False
+            slack_message(self._scrubbed(notification), self._channel, self._context), ensure_ascii=False
         ).encode()
         self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})

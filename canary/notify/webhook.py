@@ -234,14 +234,15 @@ class WebhookSender(SecretUrlSender):
 
     def send(self, notification: Notification) -> None:
         url = self._url()
-        body = encode_payload(notification, self._context)
+        # The key is read before the body is scrubbed, so the body cannot carry it either.
+        secret = None if self._secret_from is None else self._resolver.resolve_key(self._secret_from)
+        body = encode_payload(self._scrubbed(notification), self._context)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             IDEMPOTENCY_HEADER: notification.id,
         }
-        if self._secret_from is not None:
-            secret = self._resolver.resolve_key(self._secret_from)
+        if secret is not None:
             timestamp = str(int(self._clock().timestamp()))
             headers[TIMESTAMP_HEADER] = timestamp
             headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)

@@ -130,7 +130,7 @@ def test_watch_namespaces_become_roles_and_flags() -> None:
     assert all(b["subjects"][0]["namespace"] == "kserve-canary" for b in bindings) and len(bindings) == 2
     assert not of_kind(manifests, "ClusterRoleBinding")
     args = controller_container(manifests)["args"]
-    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=models", "--namespace=vision"]
+    assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=models", "--namespace=vision"]
 
 
 def test_prometheus_auth_values_become_flags_and_a_mounted_secret() -> None:
