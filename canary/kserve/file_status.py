@@ -85,6 +85,7 @@ class FileStatusPublisher:
         self._timeout = request_timeout
         self._written: str | None = None
         self._last_write: float | None = None
+        self._failure: str | None = None  # the last write's error, logged once
 
     def publish(self, rows: Iterable[dict[str, Any]]) -> str:
         """``unchanged``, ``deferred``, ``written`` or ``failed``."""
@@ -113,12 +114,15 @@ class FileStatusPublisher:
                 if error.status != 404:
                     raise
                 self._api.create_namespaced_config_map(self._namespace, body, _request_timeout=self._timeout)
-        except Exception as error:  # the next pass writes it again
-            log.warning(
-                "file-policy status not written; trying again",
-                configmap=f"{self._namespace}/{FILE_STATUS_CONFIGMAP}",
-                error=str(error)[:300],
-            )
+        except Exception as error:  # the next pass writes it again; said once per distinct error
+            said = str(error)[:300]
+            if said != self._failure:
+                log.warning(
+                    "file-policy status not written; trying again",
+                    configmap=f"{self._namespace}/{FILE_STATUS_CONFIGMAP}",
+                    error=said,
+                )
+            self._failure = said
             return "failed"
-        self._written = document
+        self._written, self._failure = document, None
         return "written"
