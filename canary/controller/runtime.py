@@ -57,6 +57,7 @@ from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.kserve.admitted import list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
+from canary.kserve.file_status import FILE_STATUS_CONFIGMAP, FileStatusPublisher, summary_row
 from canary.kserve.knative_config import ClusterProgressDeadline
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.store import (
@@ -194,6 +195,10 @@ class Controller:
         self._isvcs = InferenceServiceClient(api_client, request_timeout=settings.cluster.request_timeout)
         self.inference_service_cache, self.configmap_cache = self._watch_caches(api_client)
         self.policy_objects, self.status_writer = self._policy_objects(api_client)
+        # The status of file policies, where the viewer role reads it (canary/kserve/file_status.py).
+        self._file_status = FileStatusPublisher(
+            api_client, settings.leasing.namespace, request_timeout=settings.cluster.request_timeout
+        )
         self._policy_events = PolicyEvents(
             api_client,
             redactor=DEFAULT_REDACTOR,
@@ -467,6 +472,7 @@ class Controller:
             log.error("policy reload failed; the policies already loaded keep running", error=repr(error))
         try:
             self._project_statuses()
+            self._publish_file_statuses()
         except Exception as error:
             log.error("PromotionPolicy status projection failed; trying again", error=repr(error))
 
@@ -591,6 +597,22 @@ class Controller:
                     "are removed",
                     now=now,
                 )
+
+    def _publish_file_statuses(self) -> None:
+        """The file policies' rollouts, one row each, into the ConfigMap the viewer role may read."""
+        if not self._loaded_once or self.settings.cluster.dry_run:
+            return
+        if not self.ownership.owns(f"{self.settings.leasing.namespace}/{FILE_STATUS_CONFIGMAP}"):
+            return  # one replica writes it (the owner of that key's shard)
+        rows = []
+        for key, loaded in self._registry.active.items():
+            if loaded.object is not None or not self._governed(loaded.policy):
+                continue
+            state, _explain, _generation = self._stored_rollout(loaded.policy)
+            if state is not None:
+                namespace, name = key.split("/", 1)
+                rows.append(summary_row(namespace, name, loaded.origin, state))
+        self._file_status.publish(rows)
 
     def _stored_rollout(
         self, policy: PromotionPolicy

@@ -136,8 +136,10 @@ def slack_message(
         facts.append(f"*Traffic*\n{_escape(notification.traffic)}")
     if notification.canary_revision:
         facts.append(f"*Canary revision*\n`{_escape(notification.canary_revision)}`")
+        facts.append(f"*Canary serves*\n`{_escape(notification.served('canary'))}`")
     if notification.stable_revision:
         facts.append(f"*Stable revision*\n`{_escape(notification.stable_revision)}`")
+        facts.append(f"*Stable serves*\n`{_escape(notification.served('stable'))}`")
     if notification.phase:
         facts.append(f"*Phase*\n{_escape(notification.phase)}")
     blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": fact} for fact in facts]})

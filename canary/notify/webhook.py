@@ -157,6 +157,10 @@ def webhook_payload(notification: Notification, context: MessageContext = NO_CON
         "policy": notification.policy,
         "phase": notification.phase,
         "revisions": {"canary": notification.canary_revision, "stable": notification.stable_revision},
+        "artefacts": {
+            "canary": notification.canary_artefact.as_dict() if notification.canary_artefact else None,
+            "stable": notification.stable_artefact.as_dict() if notification.stable_artefact else None,
+        },
         "traffic": {"from": notification.from_weight, "to": notification.to_weight},
         "checks": [_check(check) for check in notification.checks],
         "controller": {"name": "kserve-canary", "version": __version__},

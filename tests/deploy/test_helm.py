@@ -108,9 +108,12 @@ def test_watch_namespaces_become_roles_and_flags() -> None:
     roles = [
         r
         for r in of_kind(manifests, "Role")
-        if not r["metadata"]["name"].endswith(("-leader-election", "-knative-config"))
+        if not r["metadata"]["name"].endswith(("-leader-election", "-knative-config", "-file-status"))
     ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["models", "vision"]
+    # The file policies' status lives in the release namespace, which no watched namespace covers.
+    (status,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"].endswith("-file-status")]
+    assert status["metadata"]["namespace"] == "kserve-canary"
     (knative,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"].endswith("-knative-config")]
     assert knative["metadata"]["namespace"] == "knative-serving"
     assert knative["rules"] == [

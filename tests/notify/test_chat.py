@@ -109,7 +109,7 @@ def test_discord_keeps_to_25_fields_and_6000_characters() -> None:
 def test_teams_caps_the_checks_it_lists() -> None:
     many = tuple(CheckLine(f"check-{i}", CheckVerdict.FAIL, "3ms", "≤ 2ms") for i in range(60))
     card = teams_message(make_notification(checks=many))["attachments"][0]["content"]
-    assert len(_facts(card)) == 5 + 40  # model, traffic, two revisions, phase; 40 checks
+    assert len(_facts(card)) == 7 + 40  # model, traffic, two revisions and what they serve, phase; 40 checks
     assert any(block.get("text") == "… and 20 more checks (20 not passing)" for block in card["body"])
     assert "actions" not in card  # no dashboard configured: no link
 
