@@ -97,6 +97,14 @@ test-fuzz: setup
 test-fast: setup browser
 	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) -m "not integration and not e2e and not faults and not fuzz"
 
+# The hostile-tenant suite (tests/hostile, issue #34): the same rollouts benign and with team A
+# hostile, each in its own controller process, team B's delays and the peak memory measured. It runs
+# only when asked for by path, so `make test` leaves it out; CI runs it after `make test`. Budget:
+# 4 minutes (pytest-timeout; about 2 on the shared two-core machine).
+.PHONY: test-hostile
+test-hostile: setup
+	$(VENV)/bin/pytest -q tests/hostile
+
 # The release artefacts, built and checked without publishing (CI runs it after `make test`; the
 # release workflow, .github/workflows/release.yml, publishes them): the sdist and the wheel built from
 # it, each installed into a clean virtualenv (dependencies from the hashed lock's wheels, downloaded

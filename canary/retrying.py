@@ -66,8 +66,11 @@ class RetryPolicy:
 
 # Prometheus: a few quick tries of what never reached it (see canary.metrics.client).
 PROMETHEUS_RETRY = RetryPolicy()
-# Notifications: patient, jittered, Retry-After honoured (see canary.notify.dispatcher).
-NOTIFICATION_RETRY = RetryPolicy(attempts=5, backoff=1.0, max_backoff=30.0, jitter=True)
+# Notifications: patient, jittered, Retry-After honoured (see canary.notify.dispatcher). A pause is
+# at most 8 s (4-8 s with jitter), so a receiver back from an outage is tried again within 8 s and
+# its team is told within 10 s of it answering (docs/security.md, "Fairness between namespaces");
+# one down receiver costs its lane an attempt every 4-8 s, for the notification's retry horizon.
+NOTIFICATION_RETRY = RetryPolicy(attempts=5, backoff=1.0, max_backoff=8.0, jitter=True)
 
 
 def retrying(

@@ -20,6 +20,7 @@ from canary.backtest.render import render_html, render_table, to_json
 from canary.backtest.runner import Backtest, BacktestOptions, run_backtest
 from canary.backtest.whatif import WhatIfError, apply_what_if, parse_override
 from canary.metrics.client import PrometheusConfig
+from canary.metrics.connection import parse_headers
 from canary.policy.loader import LoadedPolicy, load_paths
 from canary.rollout.past import PastRollout, PastRollouts
 
@@ -96,12 +97,10 @@ def execute(
         policy = apply_what_if(loaded, _document(loaded), overrides)
     except WhatIfError as error:
         return EXIT_INVALID, str(error).splitlines()
-    headers: dict[str, str] = {}
-    for header in request.prometheus_headers:
-        name, separator, value = header.partition("=")
-        if not separator or not name.strip():
-            return EXIT_INVALID, ["--prometheus-header: expected NAME=VALUE, got a value without '='"]
-        headers[name.strip()] = value.strip()
+    try:
+        headers = parse_headers(request.prometheus_headers)
+    except ValueError as error:
+        return EXIT_INVALID, [f"--prometheus-header: {error}"]
     try:
         config = PrometheusConfig(
             url=request.prometheus_url,

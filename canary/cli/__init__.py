@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from canary import __version__
+from canary.cli import run_options as options
 from canary.cli.help import DEBUG_KEY, EXIT_REFUSED, CanaryGroup, fail
 
 app = typer.Typer(
@@ -51,12 +52,6 @@ class PolicyNamespaces(StrEnum):
 
     DIRECTORY = "directory"
     METADATA = "metadata"
-
-
-class LogFormat(StrEnum):
-    AUTO = "auto"
-    JSON = "json"
-    CONSOLE = "console"
 
 
 def _version(value: bool) -> None:
@@ -214,198 +209,48 @@ def schema(
 
 @app.command()
 def run(
-    policies: Annotated[
-        list[Path], typer.Option("--policies", envvar="POLICY_DIR", help="Policy directory (repeatable).")
-    ] = [Path("/etc/kserve-canary/policies")],  # noqa: B006 - typer reads the default, never mutates it
-    kubeconfig: Annotated[
-        str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster config.")
-    ] = None,
-    prometheus_url: Annotated[str, typer.Option(envvar="PROMETHEUS_URL")] = "http://localhost:9090",
-    prometheus_header: Annotated[
-        list[str], typer.Option(help="Extra header K=V, e.g. X-Scope-OrgID=tenant (repeatable).")
-    ] = [],  # noqa: B006
-    prometheus_token_file: Annotated[
-        str | None,
-        typer.Option(envvar="PROMETHEUS_TOKEN_FILE", help="Bearer token file (re-read per request)."),
-    ] = None,
-    prometheus_ca_file: Annotated[str | None, typer.Option(envvar="PROMETHEUS_CA_FILE")] = None,
-    prometheus_timeout: Annotated[
-        float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
-    ] = 10.0,
-    scrape_interval: Annotated[
-        float,
-        typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
-    ] = 30.0,
-    namespace_query_budget: Annotated[
-        float,
-        typer.Option(
-            envvar="NAMESPACE_QUERY_BUDGET",
-            help="Seconds of Prometheus time the custom queries of one namespace may take per tick; "
-            "the rest are deferred (builtin checks never are).",
-        ),
-    ] = 2.0,
-    min_samples: Annotated[
-        float,
-        typer.Option(
-            envvar="MIN_SAMPLES",
-            help="A latency or error rate from fewer requests is no data (neither pass nor fail).",
-        ),
-    ] = 20,
-    namespace: Annotated[
-        list[str],
-        typer.Option("--namespace", "-n", envvar="WATCH_NAMESPACES", help="Watched namespace (repeatable)."),
-    ] = [],  # noqa: B006
-    metrics_port: Annotated[
-        int, typer.Option(envvar="METRICS_PORT", help="/metrics, /healthz, /readyz.")
-    ] = 8080,
-    metrics_bind_address: Annotated[
-        str | None,
-        typer.Option(
-            envvar="METRICS_BIND_ADDRESS",
-            help="Address of /metrics, /healthz, /readyz; default: $POD_IP, else 127.0.0.1.",
-        ),
-    ] = None,
-    leader_elect: Annotated[
-        bool, typer.Option("--leader-elect/--no-leader-elect", envvar="LEADER_ELECT")
-    ] = True,
-    lease_name: Annotated[str, typer.Option(envvar="LEASE_NAME")] = "kserve-canary",
-    lease_namespace: Annotated[str, typer.Option(envvar="LEASE_NAMESPACE")] = "kserve-canary",
-    lease_duration: Annotated[float, typer.Option(envvar="LEASE_DURATION", help="Seconds.")] = 15.0,
-    renew_deadline: Annotated[float, typer.Option(envvar="LEASE_RENEW_DEADLINE", help="Seconds.")] = 10.0,
-    retry_period: Annotated[float, typer.Option(envvar="LEASE_RETRY_PERIOD", help="Seconds.")] = 2.0,
-    shards: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            envvar="SHARDS",
-            help="Shard Leases the governed InferenceServices are split into (docs/ha.md); 1: one "
-            "Lease, one leader.",
-        ),
-    ] = 1,
-    tick: Annotated[
-        float,
-        typer.Option(
-            min=0.1,
-            envvar="TICK_SECONDS",
-            help="Seconds between ticks: every due rollout is evaluated together (one counter sample); "
-            "keep it at most the smallest policy interval.",
-        ),
-    ] = 5.0,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", envvar="DRY_RUN", help="Decide and report; write nothing; take no lease."),
-    ] = False,
-    log_format: Annotated[
-        LogFormat, typer.Option(envvar="LOG_FORMAT", metavar="auto|json|console")
-    ] = LogFormat.AUTO,
-    max_workers: Annotated[int, typer.Option(envvar="MAX_WORKERS", help="Concurrent evaluations.")] = 8,
+    ctx: typer.Context,
+    policies: options.PoliciesOption = [Path("/etc/kserve-canary/policies")],  # noqa: B006 - read, never mutated
+    kubeconfig: options.KubeconfigOption = None,
+    prometheus_url: options.PrometheusUrlOption = "http://localhost:9090",
+    prometheus_header: options.PrometheusHeaderOption = [],  # noqa: B006
+    prometheus_token_file: options.PrometheusTokenFileOption = None,
+    prometheus_ca_file: options.PrometheusCaFileOption = None,
+    prometheus_timeout: options.PrometheusTimeoutOption = 10.0,
+    scrape_interval: options.ScrapeIntervalOption = 30.0,
+    namespace_query_budget: options.NamespaceQueryBudgetOption = 2.0,
+    min_samples: options.MinSamplesOption = 20,
+    namespace: options.NamespaceOption = [],  # noqa: B006
+    metrics_port: options.MetricsPortOption = 8080,
+    metrics_bind_address: options.MetricsBindAddressOption = None,
+    leader_elect: options.LeaderElectOption = True,
+    lease_name: options.LeaseNameOption = "kserve-canary",
+    lease_namespace: options.LeaseNamespaceOption = "kserve-canary",
+    lease_duration: options.LeaseDurationOption = 15.0,
+    renew_deadline: options.RenewDeadlineOption = 10.0,
+    retry_period: options.RetryPeriodOption = 2.0,
+    shards: options.ShardsOption = 1,
+    tick: options.TickOption = 5.0,
+    dry_run: options.DryRunOption = False,
+    log_format: options.LogFormatOption = options.LogFormat.AUTO,
+    max_workers: options.MaxWorkersOption = 8,
     policy_namespaces: PolicyNamespacesOption = PolicyNamespaces.DIRECTORY,
     secret_file_root: SecretFileRootOption = None,
     secret_env_allow: SecretEnvAllowOption = [],  # noqa: B006
     custom_promql_allow_metric: CustomPromqlAllowOption = [],  # noqa: B006
     custom_promql_tenancy_label: CustomPromqlLabelOption = [],  # noqa: B006
-    notify_allow_host: Annotated[
-        list[str],
-        typer.Option(
-            "--notify-allow-host",
-            envvar="NOTIFY_ALLOW_HOSTS",
-            help="A notification host that may be private, loopback or plain http (repeatable).",
-        ),
-    ] = [],  # noqa: B006
-    notify_retry_for: Annotated[
-        str,
-        typer.Option(
-            envvar="NOTIFY_RETRY_FOR",
-            help="How long a promotion, rollback, pause, unguarded-rollout or warning notification is "
-            "retried before it is reported lost (1h, 30m, 90s).",
-        ),
-    ] = "1h",
-    notify_info_retry_for: Annotated[
-        str,
-        typer.Option(
-            envvar="NOTIFY_INFO_RETRY_FOR",
-            help="The same for informational notifications (started, advanced, ...).",
-        ),
-    ] = "10m",
-    policy_source: Annotated[
-        str,
-        typer.Option(
-            "--policy-source",
-            envvar="POLICY_SOURCE",
-            help="Where policies come from: files (--policies), crd (PromotionPolicy objects; /readyz "
-            "fails while the CRD is not served), or auto: both, the objects once the CRD is served. "
-            "Comma-separated: files,crd.",
-        ),
-    ] = "auto",
-    allow_custom_promql_from_crds: Annotated[
-        bool,
-        typer.Option(
-            "--allow-custom-promql-from-crds",
-            envvar="ALLOW_CUSTOM_PROMQL_FROM_CRDS",
-            help="Accept custom PromQL (checks[].promql, metrics.queries) in PromotionPolicy objects: "
-            "it runs with the controller's Prometheus credentials (put prom-label-proxy in front).",
-        ),
-    ] = False,
-    cluster_name: Annotated[
-        str,
-        typer.Option(
-            envvar="CLUSTER_NAME",
-            help="The cluster's name, said in every notification (Events, Slack, Teams, Discord).",
-        ),
-    ] = "",
-    dashboard_url: Annotated[
-        str,
-        typer.Option(
-            envvar="DASHBOARD_URL",
-            help="The dashboard's base URL: every notification links <base>/#/rollouts/<ns>/<name>.",
-        ),
-    ] = "",
+    notify_allow_host: options.NotifyAllowHostOption = [],  # noqa: B006
+    notify_retry_for: options.NotifyRetryForOption = "1h",
+    notify_info_retry_for: options.NotifyInfoRetryForOption = "10m",
+    policy_source: options.PolicySourceOption = "auto",
+    allow_custom_promql_from_crds: options.AllowCustomPromqlFromCrdsOption = False,
+    cluster_name: options.ClusterNameOption = "",
+    dashboard_url: options.DashboardUrlOption = "",
 ) -> None:
     """Run the controller until SIGTERM."""
     from canary.cli import controller as flags  # noqa: PLC0415 - lazy: start-up time
-    from canary.cli.policies import promql_tenancy  # noqa: PLC0415
-    from canary.controller import settings as groups  # noqa: PLC0415
 
-    settings = groups.ControllerSettings(
-        policies=flags.policy_settings(
-            policies,
-            policy_source,
-            policy_namespaces.value,
-            secret_file_root,
-            secret_env_allow,
-            promql_tenancy(custom_promql_allow_metric, custom_promql_tenancy_label),
-        ),
-        objects=groups.PolicyObjectSettings(allow_custom_promql=allow_custom_promql_from_crds),
-        prometheus=groups.PrometheusSettings(
-            url=prometheus_url,
-            headers=flags.headers(prometheus_header),
-            token_file=prometheus_token_file,
-            ca_file=prometheus_ca_file,
-            timeout=prometheus_timeout,
-            scrape_interval=scrape_interval,
-            min_samples=min_samples,
-            namespace_query_budget=namespace_query_budget,
-        ),
-        leasing=groups.LeaseSettings(
-            elect=leader_elect,
-            name=lease_name,
-            namespace=lease_namespace,
-            duration=lease_duration,
-            renew_deadline=renew_deadline,
-            retry_period=retry_period,
-            shards=shards,
-        ),
-        tick=groups.TickSettings(period=tick, max_workers=max_workers),
-        notify=groups.NotifySettings(
-            allow_hosts=tuple(notify_allow_host),
-            retry_for=flags.duration(notify_retry_for, "--notify-retry-for"),
-            info_retry_for=flags.duration(notify_info_retry_for, "--notify-info-retry-for"),
-            cluster_name=cluster_name,
-            dashboard_url=dashboard_url,
-        ),
-        serving=flags.serving_settings(metrics_port, metrics_bind_address),
-        cluster=groups.ClusterSettings(namespaces=tuple(namespace), dry_run=dry_run),
-    )
+    settings = flags.controller_settings(ctx.params)
     flags.run_controller(settings, kubeconfig=kubeconfig, log_format=log_format.value)
 
 
@@ -591,102 +436,46 @@ RevisionOption = Annotated[
 DEFAULT_WAIT = 90.0  # more than the default evaluation interval (60 s)
 
 
-def _command(
-    kind: str,
-    target: str,
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    reason: str | None,
-    wait: float,
-    no_wait: bool,
-    revision: str | None,
-) -> None:
-    from canary.cli.rollouts import CommandOptions, issue_command  # noqa: PLC0415 - lazy: start-up time
-    from canary.rollout.state import CommandKind  # noqa: PLC0415
+def _operator_command(kind: str, summary: str) -> None:
+    """Register ``kind`` (pause, resume, approve, abort, promote): one signature, its own help."""
 
-    options = CommandOptions(namespace, kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
-    issue_command(CommandKind(kind), target, options)
+    def command(
+        target: TargetArgument,
+        reason: ReasonOption = None,
+        wait: WaitOption = DEFAULT_WAIT,
+        no_wait: NoWaitOption = False,
+        revision: RevisionOption = None,
+        namespace: NamespaceOption = None,
+        kubeconfig: KubeconfigOption = None,
+        context: ContextOption = None,
+    ) -> None:
+        from canary.cli.rollouts import CommandOptions, issue_command  # noqa: PLC0415 - lazy: start-up time
+        from canary.rollout.state import CommandKind  # noqa: PLC0415
+
+        options = CommandOptions(namespace, kubeconfig, context, reason, 0.0 if no_wait else wait, revision)
+        issue_command(CommandKind(kind), target, options)
+
+    command.__doc__ = summary
+    app.command(kind)(command)
 
 
-@app.command()
-def pause(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
+_operator_command(
+    "pause",
     """Stop the rollout where it is (nothing is written to the InferenceService).
 
     Waits for the controller's answer and prints it. Exit 0: accepted; 1: refused, with the reason
     (at once when the CLI can tell: no rollout in progress, already paused, ...); 3: the controller
     did not answer within --wait (the command stays queued), or the cluster is unreachable.
-    """
-    _command("pause", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def resume(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Continue a paused rollout (exit codes as for pause)."""
-    _command("resume", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def approve(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Let a step with `approval: manual` proceed, now or when it passes (exit codes as for pause)."""
-    _command("approve", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def abort(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Roll back now (canaryTrafficPercent: 0) (exit codes as for pause)."""
-    _command("abort", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
-
-
-@app.command()
-def promote(
-    target: TargetArgument,
-    reason: ReasonOption = None,
-    wait: WaitOption = DEFAULT_WAIT,
-    no_wait: NoWaitOption = False,
-    revision: RevisionOption = None,
-    namespace: NamespaceOption = None,
-    kubeconfig: KubeconfigOption = None,
-    context: ContextOption = None,
-) -> None:
-    """Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."""
-    _command("promote", target, namespace, kubeconfig, context, reason, wait, no_wait, revision)
+    """,
+)
+_operator_command("resume", "Continue a paused rollout (exit codes as for pause).")
+_operator_command(
+    "approve", "Let a step with `approval: manual` proceed, now or when it passes (exit codes as for pause)."
+)
+_operator_command("abort", "Roll back now (canaryTrafficPercent: 0) (exit codes as for pause).")
+_operator_command(
+    "promote", "Skip the remaining steps and promote (once the canary is Ready) (exit codes as for pause)."
+)
 
 
 # ---------------------------------------------------------------------------------------------

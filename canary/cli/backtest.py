@@ -19,6 +19,7 @@ import typer
 
 from canary.cli import ContextOption, KubeconfigOption, app
 from canary.cli.help import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, fail
+from canary.cli.run_options import ScrapeIntervalOption
 
 if TYPE_CHECKING:
     from canary.backtest.command import BacktestRequest, RecordReader
@@ -118,10 +119,6 @@ _PrometheusCaFileOption = Annotated[str | None, typer.Option(envvar="PROMETHEUS_
 _PrometheusTimeoutOption = Annotated[
     float, typer.Option(envvar="PROMETHEUS_TIMEOUT", help="Seconds per query.")
 ]
-_ScrapeIntervalOption = Annotated[
-    float,
-    typer.Option(envvar="PROMETHEUS_SCRAPE_INTERVAL", help="Scrape interval of the metrics read (s)."),
-]
 _MinSamplesOption = Annotated[
     float,
     typer.Option(envvar="MIN_SAMPLES", help="A latency or error rate from fewer requests is no data."),
@@ -145,7 +142,7 @@ def backtest(
     prometheus_token_file: _PrometheusTokenFileOption = None,
     prometheus_ca_file: _PrometheusCaFileOption = None,
     prometheus_timeout: _PrometheusTimeoutOption = 30.0,
-    scrape_interval: _ScrapeIntervalOption = 30.0,
+    scrape_interval: ScrapeIntervalOption = 30.0,
     min_samples: _MinSamplesOption = 20,
 ) -> None:
     """Replay a policy over recorded history: what it would have done and when, each check against

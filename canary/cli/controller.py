@@ -1,42 +1,53 @@
 """``kserve-canary run``: the controller, built from the command line's options.
 
 Imported by ``run`` only: the controller pulls in everything (the Kubernetes client, Prometheus,
-notifications), which no other command needs. ``run`` turns its flags into
-:class:`~canary.controller.settings.ControllerSettings` with the helpers here (each raises
-``typer.BadParameter`` for a value it cannot read) and hands them to :func:`run_controller`.
+notifications), which no other command needs. ``run`` hands its parsed flags (by option name, as
+:mod:`canary.cli.run_options` declares them) to :func:`controller_settings`, which builds
+:class:`~canary.controller.settings.ControllerSettings` group by group (raising
+``typer.BadParameter`` for a value it cannot read), and the settings to :func:`run_controller`.
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 import typer
 
-from canary.cli.policies import secret_scope
+from canary.cli.policies import promql_tenancy, secret_scope
 from canary.controller.allocator import tune_allocator, tune_collector
 from canary.controller.observability import configure_logging, default_bind_address
 from canary.controller.runtime import build_controller
-from canary.controller.settings import ControllerSettings, PolicySettings, PolicySource, ServingSettings
+from canary.controller.settings import (
+    ClusterSettings,
+    ControllerSettings,
+    LeaseSettings,
+    NotifySettings,
+    PolicyObjectSettings,
+    PolicySettings,
+    PolicySource,
+    PrometheusSettings,
+    ServingSettings,
+    TickSettings,
+)
 from canary.controller.startup import preflight_or_exit
-from canary.metrics.tenancy import Tenancy
+from canary.metrics.connection import parse_headers
 from canary.notify import redact_processor
 from canary.policy.scope import NamespaceSource
 from canary.policy.units import parse_duration
 
-__all__ = ["duration", "headers", "policy_settings", "run_controller", "serving_settings"]
+__all__ = ["controller_settings", "duration", "headers", "run_controller"]
 
 
 def headers(values: list[str]) -> dict[str, str]:
-    """``--prometheus-header K=V`` (repeated)."""
-    parsed: dict[str, str] = {}
-    for value in values:
-        name, separator, content = value.partition("=")
-        if not separator or not name.strip():
-            raise typer.BadParameter(f"expected K=V, got {value!r}", param_hint="--prometheus-header")
-        parsed[name.strip()] = content.strip()
-    return parsed
+    """``--prometheus-header NAME=VALUE`` (repeated)."""
+    try:
+        return parse_headers(values)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--prometheus-header") from None
 
 
 def _policy_sources(text: str) -> frozenset[PolicySource]:
@@ -59,28 +70,55 @@ def duration(text: str, option: str) -> float:
         raise typer.BadParameter(str(error), param_hint=option) from None
 
 
-def policy_settings(
-    paths: list[Path],
-    source: str,
-    namespaces: str,
-    secret_file_root: Path | None,
-    secret_env_allow: list[str],
-    promql: Tenancy | None = None,
-) -> PolicySettings:
-    """``--policies``, ``--policy-source``, ``--policy-namespaces``, the secret scope and the scope
-    of custom PromQL."""
-    return PolicySettings(
-        paths=tuple(paths),
-        sources=_policy_sources(source),
-        namespaces=NamespaceSource(namespaces),
-        secrets=secret_scope(secret_file_root, secret_env_allow),
-        promql=promql or Tenancy(),
+def controller_settings(flags: Mapping[str, Any]) -> ControllerSettings:
+    """``run``'s parsed flags (``typer.Context.params``: the option names of
+    :mod:`canary.cli.run_options`), as settings groups."""
+    return ControllerSettings(
+        policies=PolicySettings(
+            paths=tuple(Path(path) for path in flags["policies"]),
+            sources=_policy_sources(flags["policy_source"]),
+            namespaces=NamespaceSource(str(flags["policy_namespaces"])),
+            secrets=secret_scope(
+                None if flags["secret_file_root"] is None else Path(flags["secret_file_root"]),
+                list(flags["secret_env_allow"]),
+            ),
+            promql=promql_tenancy(
+                list(flags["custom_promql_allow_metric"]), list(flags["custom_promql_tenancy_label"])
+            ),
+        ),
+        objects=PolicyObjectSettings(allow_custom_promql=flags["allow_custom_promql_from_crds"]),
+        prometheus=PrometheusSettings(
+            url=flags["prometheus_url"],
+            headers=headers(list(flags["prometheus_header"])),
+            token_file=flags["prometheus_token_file"],
+            ca_file=flags["prometheus_ca_file"],
+            timeout=flags["prometheus_timeout"],
+            scrape_interval=flags["scrape_interval"],
+            min_samples=flags["min_samples"],
+            namespace_query_budget=flags["namespace_query_budget"],
+        ),
+        leasing=LeaseSettings(
+            elect=flags["leader_elect"],
+            name=flags["lease_name"],
+            namespace=flags["lease_namespace"],
+            duration=flags["lease_duration"],
+            renew_deadline=flags["renew_deadline"],
+            retry_period=flags["retry_period"],
+            shards=flags["shards"],
+        ),
+        tick=TickSettings(period=flags["tick"], max_workers=flags["max_workers"]),
+        notify=NotifySettings(
+            allow_hosts=tuple(flags["notify_allow_host"]),
+            retry_for=duration(flags["notify_retry_for"], "--notify-retry-for"),
+            info_retry_for=duration(flags["notify_info_retry_for"], "--notify-info-retry-for"),
+            cluster_name=flags["cluster_name"],
+            dashboard_url=flags["dashboard_url"],
+        ),
+        serving=ServingSettings(
+            flags["metrics_port"], flags["metrics_bind_address"] or default_bind_address()
+        ),
+        cluster=ClusterSettings(namespaces=tuple(flags["namespace"]), dry_run=flags["dry_run"]),
     )
-
-
-def serving_settings(port: int, bind_address: str | None) -> ServingSettings:
-    """``--metrics-port`` and ``--metrics-bind-address`` (default: $POD_IP, else loopback)."""
-    return ServingSettings(port=port, host=bind_address or default_bind_address())
 
 
 def run_controller(settings: ControllerSettings, *, kubeconfig: str | None, log_format: str) -> None:

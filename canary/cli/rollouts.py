@@ -39,6 +39,7 @@ from canary.kserve.store import (
     watch_configmaps,
 )
 from canary.policy.units import Unit, format_value
+from canary.rollout.artefact import Artefact, describe_artefact
 from canary.rollout.commands import apply_command
 from canary.rollout.records import (
     COMMAND_TTL,
@@ -90,6 +91,8 @@ class StatusRow:
     pending: str | None = None  # the command waiting for the controller
     stable: str | None = None
     evidence_behind: float | None = None  # seconds, at the latest evaluation (when known)
+    canary_artefact: Artefact | None = None  # what ``revision`` serves (None: unknown)
+    stable_artefact: Artefact | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +108,9 @@ class StatusRow:
             "reason": self.reason,
             "pendingCommand": self.pending,
             "evidenceBehindSeconds": self.evidence_behind,
+            "stableRevision": self.stable,
+            "canaryArtefact": self.canary_artefact.as_dict() if self.canary_artefact else None,
+            "stableArtefact": self.stable_artefact.as_dict() if self.stable_artefact else None,
         }
 
 
@@ -139,7 +145,10 @@ def status_row(stored: StoredState) -> StatusRow:
         since=state.step.started_at if state.step else state.started_at,
         reason=reason,
         pending=pending,
+        stable=state.stable_revision,
         evidence_behind=behind,
+        canary_artefact=state.artefact_of(state.revision),
+        stable_artefact=state.artefact_of(state.stable_revision),
     )
 
 
@@ -168,7 +177,7 @@ def _rows(configmaps: Iterable[Mapping[str, Any]]) -> list[StatusRow]:
 def _table(rows: list[StatusRow], wide: bool, now: datetime) -> str:
     header = ["NAMESPACE", "NAME", "REVISION", "PHASE", "WEIGHT", "STEP", "SINCE"]
     if wide:
-        header += ["COMMAND", "LAST DECISION"]
+        header += ["COMMAND", "CANARY ARTEFACT", "STABLE", "STABLE ARTEFACT", "LAST DECISION"]
     else:
         header += ["LAST DECISION"]
     cells = []
@@ -183,7 +192,12 @@ def _table(rows: list[StatusRow], wide: bool, now: datetime) -> str:
             since(row.since, now),
         ]
         if wide:
-            line.append(row.pending or NONE)
+            line += [
+                row.pending or NONE,
+                describe_artefact(row.canary_artefact) if row.revision else NONE,
+                row.stable or NONE,
+                describe_artefact(row.stable_artefact) if row.stable else NONE,
+            ]
         line.append(row.reason or NONE)
         cells.append(line)
     return columns(header, cells)
@@ -216,7 +230,13 @@ def print_status(
             from canary.cli.follow import follow  # noqa: PLC0415 - imports this module
 
             follow(api, namespace, name, scope.timeout)
-        stored = _load(api, namespace, name)
+        try:
+            stored = _load(api, namespace, name)
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            typer.echo(_render(_as_viewer(api, error, namespace, name), output, namespace))
+            return
         if stored.state_json is None:
             raise fail(printable(not_seen(api, namespace, name)))
         typer.echo(_render([status_row(stored)], output, namespace))
@@ -226,9 +246,34 @@ def print_status(
     _print_table(api, None if scope.all_namespaces else scope.namespace, output, watch)
 
 
+def _as_viewer(
+    api: client.ApiClient, refused: ApiException, namespace: str | None, name: str | None = None
+) -> list[StatusRow]:
+    """The rollouts as the viewer role may read them (no ConfigMap list): canary/cli/viewer.py.
+    When not even those can be read, the state ConfigMaps' refusal (``refused``) is the answer."""
+    from canary.cli.viewer import viewer_rows  # noqa: PLC0415 - imports this module
+
+    found = viewer_rows(api, namespace)
+    if found is None:
+        raise refused
+    rows = [row for row in found if name is None or row.name == name]
+    if name is not None and not rows:
+        raise fail(
+            f"no rollout of {namespace}/{name} in the PromotionPolicy statuses or the file policies' status"
+        )
+    return rows
+
+
 def _print_table(api: client.ApiClient, namespace: str | None, output: str, watch: bool) -> None:
-    items, version = _list(api, namespace)
-    rows = _rows(items)
+    try:
+        items, version = _list(api, namespace)
+    except ApiException as error:
+        if error.status != 403 or watch:
+            raise
+        items, version = [], ""
+        rows = _as_viewer(api, error, namespace)
+    else:
+        rows = _rows(items)
     shown = _render(rows, output, namespace)
     if not rows and output in {"text", "wide"}:
         typer.echo(shown, err=True)  # kubectl too: "No resources found" goes to stderr
@@ -406,7 +451,10 @@ def print_explain(
         return
     if document is None:
         warned = latest_warnings(api, namespace, name)
-        typer.echo("\n".join([f"{namespace}/{name}: no evaluation recorded yet", *warned]))
+        served = _artefact_lines(state, state.revision, state.stable_revision)
+        typer.echo(
+            printable("\n".join([f"{namespace}/{name}: no evaluation recorded yet", *served, *warned]))
+        )
         return
     now = datetime.now(UTC)
     requests = "no" if document.requests is None else _count(document.requests)
@@ -415,6 +463,7 @@ def print_explain(
         f"{document.stable_revision or NONE}",
         f"evaluated {timestamp(document.at)} ({since(document.at, now)} ago): "
         f"{document.verdict or 'no verdict'}, {requests} canary requests — {document.action or NONE}",
+        *_artefact_lines(state, document.revision, document.stable_revision),
     ]
     if document.window is not None:
         span = (document.window.end - document.window.start).total_seconds()
@@ -444,6 +493,15 @@ def print_explain(
         ])]  # fmt: skip
     lines += _queries(document, prometheus_external_url)
     typer.echo(printable("\n".join(lines)))
+
+
+def _artefact_lines(state: RolloutState, canary: str | None, stable: str | None) -> list[str]:
+    """What the canary and the stable revision serve (storageUri or image, runtime, format)."""
+    return [
+        f"{role} {revision} serves {describe_artefact(state.artefact_of(revision))}"
+        for role, revision in (("canary", canary), ("stable", stable))
+        if revision is not None
+    ]
 
 
 # What a canary query's answer is in, for the line under it.

@@ -149,6 +149,8 @@ def to_notification(
         reasons=decision.reasons,
         checks=checks,
         inference_service_uid=inference_service_uid,
+        canary_artefact=decision.new_state.artefact_of(decision.revision),
+        stable_artefact=decision.new_state.artefact_of(decision.stable_revision),
     )
 
 

@@ -7,6 +7,7 @@ peers' users asked for exactly that (Flagger #1815, Argo Rollouts #2276).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import ipaddress
 import logging
@@ -37,95 +38,89 @@ __all__ = ["ControllerMetrics", "HealthServer", "configure_logging", "default_bi
 PHASES = ("Idle", "Pending", "Progressing", "Baking", "Succeeded", "RolledBack", "Paused", "Promoting")
 
 
+_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)  # buckets of a query's or a reconcile's duration
+
+
 class ControllerMetrics:
     """All metrics in one registry of their own, so several controllers can live in one test process."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
+        counter = functools.partial(Counter, registry=self.registry)
+        gauge = functools.partial(Gauge, registry=self.registry)
+        histogram = functools.partial(Histogram, registry=self.registry)
         labels = ("namespace", "inference_service")
-        # Per-rollout gauges (phase, step, weight, each check's verdict, value and limits) are kept
-        # as one small record per rollout and written out at scrape time: as labelled Gauge children
-        # they were about 40 objects of ~750 bytes per rollout (30 MB at 1,000 rollouts).
-        self.rollouts = RolloutGauges()
+        self.rollouts = RolloutGauges()  # phase, step, weight, each check's verdict, value and limits
         self.registry.register(self.rollouts)
-        self.decisions = Counter(
-            "kserve_canary_decisions",
-            "Decisions taken, by action.",
-            (*labels, "action"),
-            registry=self.registry,
+        self.decisions = counter(
+            "kserve_canary_decisions", "Decisions taken, by action.", (*labels, "action")
         )
-        self.query_duration = Histogram(
+        self.query_duration = histogram(
             "kserve_canary_prometheus_query_duration_seconds",
             "Duration of evidence collection per evaluation.",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=self.registry,
+            buckets=_SECONDS,
         )
-        self.query_errors = Counter(
+        self.query_errors = counter(
             "kserve_canary_prometheus_query_errors",
             "Prometheus queries that failed, by error class.",
             ("error_class",),
-            registry=self.registry,
         )
-        self.reconcile_duration = Histogram(
+        self.reconcile_duration = histogram(
             "kserve_canary_reconcile_duration_seconds",
             "Duration of one reconcile of one InferenceService.",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=self.registry,
+            buckets=_SECONDS,
         )
-        self.reconcile_errors = Counter(
-            "kserve_canary_reconcile_errors",
-            "Reconciles that failed, by reason.",
-            ("reason",),
-            registry=self.registry,
+        self.reconcile_errors = counter(
+            "kserve_canary_reconcile_errors", "Reconciles that failed, by reason.", ("reason",)
         )
-        self.leader = Gauge(
-            "kserve_canary_leader", "1 while this replica holds the lease.", registry=self.registry
-        )
-        self.policies = Gauge(
+        self.leader = gauge("kserve_canary_leader", "1 while this replica holds the lease.")
+        self.policies = gauge(
             "kserve_canary_policies",
             "Policies loaded (loaded), policy files and PromotionPolicy objects with errors "
             "(invalid-files, invalid-objects), and models held by a conflict (held).",
             ("state",),
-            registry=self.registry,
         )
-        self.state_writes = Counter(
+        self.state_writes = counter(
             "kserve_canary_state_writes",
             "State ConfigMap writes, by the reason the change had to be stored "
             "(canary.rollout.persistence: phase, step, intent, failure-streak, explain-..., first).",
             ("reason",),
-            registry=self.registry,
         )
-        self.state_writes_skipped = Counter(
+        self.state_writes_skipped = counter(
             "kserve_canary_state_writes_skipped",
             "Evaluations whose new state only refreshed numbers, so nothing was written.",
-            registry=self.registry,
         )
-        self.api_requests = Counter(
+        self.api_requests = counter(
             "kserve_canary_api_requests",
             "Kubernetes API requests this process made, by kind (read: GET, list, watch; write).",
             ("kind",),
-            registry=self.registry,
         )
-        self.configmaps_ignored = Counter(
+        self.configmaps_ignored = counter(
             "kserve_canary_configmaps_ignored",
             "ConfigMaps labelled as kserve-canary's that it did not write (name, document, size or count "
             "per namespace), seen in a list or a watch event and not kept, by namespace.",
             ("namespace",),
-            registry=self.registry,
         )
+        self._tick_metrics()
+        self._api_lock = threading.Lock()
+        self._api_counts = {"read": 0, "write": 0}
+        # Notification deliveries are counted by canary.notify's PrometheusDeliveryRecorder.
+
+    def _tick_metrics(self) -> None:
+        """The tick's own: its duration, the rollouts it decided, carried or skipped, its last run."""
+        counter = functools.partial(Counter, registry=self.registry)
         self.tick_duration = Histogram(
             "kserve_canary_tick_duration_seconds",
             "Duration of one tick: read every due rollout, collect their evidence at once, decide and write.",
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32),
             registry=self.registry,
         )
-        self.tick_rollouts = Counter(
+        self.tick_rollouts = counter(
             "kserve_canary_tick_rollouts",
             "Rollouts by tick outcome: due; decided (or failed) as each decision finishes; carried (not "
             "read before the budget ran out: first in the next tick); in-flight (evidence in hand, still "
             "deciding when the budget ran out); skipped (not owned, or caches not listed yet).",
             ("outcome",),
-            registry=self.registry,
         )
         self.tick_last = Gauge(
             "kserve_canary_tick_last",
@@ -134,10 +129,7 @@ class ControllerMetrics:
             ("measure",),
             registry=self.registry,
         )
-        self.ticks = Counter("kserve_canary_ticks", "Ticks run.", registry=self.registry)
-        self._api_lock = threading.Lock()
-        self._api_counts = {"read": 0, "write": 0}
-        # Notification deliveries are counted by canary.notify's PrometheusDeliveryRecorder.
+        self.ticks = counter("kserve_canary_ticks", "Ticks run.")
 
     def count_api_requests(self, api_client: Any) -> None:
         """Count every request ``api_client`` sends (kubernetes.client.ApiClient), reads and writes."""
@@ -215,7 +207,10 @@ class _RolloutGauges:
 
 class RolloutGauges(Collector):
     """The per-rollout gauges, written out at each scrape from one record per rollout. Values are
-    set as the controller decides (the last one stays until changed, as a Gauge's would)."""
+    set as the controller decides (the last one stays until changed, as a Gauge's would).
+
+    One small record per rollout instead of labelled Gauge children: those are some 40 objects of
+    about 750 bytes per rollout (30 MB at 1,000 rollouts)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from canary.policy import PolicyError, PromotionPolicy
 from canary.policy.status import (
+    ArtefactStatus,
     CheckStatus,
     CheckVerdict,
     Condition,
@@ -37,6 +38,7 @@ from canary.policy.status import (
     step_text,
 )
 from canary.policy.units import format_value
+from canary.rollout.artefact import Artefact
 from canary.rollout.records import ExplainDocument
 from canary.rollout.state import PauseKind, Phase, RolloutState
 
@@ -294,6 +296,17 @@ def _reconciling_or_stalled(
     return None, None
 
 
+def _artefact(artefact: Artefact | None) -> ArtefactStatus | None:
+    if artefact is None:
+        return None
+    return ArtefactStatus(
+        storage_uri=artefact.storage_uri,
+        image=artefact.image,
+        runtime=artefact.runtime,
+        model_format=artefact.model_format,
+    )
+
+
 def project_status(
     view: PolicyView, previous: PromotionPolicyStatus | None, now: datetime
 ) -> PromotionPolicyStatus:
@@ -316,6 +329,8 @@ def project_status(
         phase=phase,
         canary_revision=state.revision,
         stable_revision=state.stable_revision,
+        canary_artefact=_artefact(state.artefact_of(state.revision)),
+        stable_artefact=_artefact(state.artefact_of(state.stable_revision)),
         target_generation=target_generation,
         weight=_weight(state) if runs else None,
         step=_step(state, view.policy) if runs else None,

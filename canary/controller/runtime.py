@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -46,7 +45,7 @@ from canary.controller.delivery import Delivery
 from canary.controller.evidence import TickEvidenceSource
 from canary.controller.failures import ReconcileFailures
 from canary.controller.gates import GateRunner
-from canary.controller.leader import LeaderElector
+from canary.controller.leader import ElectorOptions, LeaderElector
 from canary.controller.observability import ControllerMetrics, HealthServer, Heartbeat
 from canary.controller.policies import PolicyRegistry, ReloadReport
 from canary.controller.projection import PolicyView, previous_status, project_status
@@ -58,6 +57,7 @@ from canary.controller.status_writer import PolicyEvents, StatusWriter
 from canary.controller.tick import Ownership, SingleLeaseOwnership, TickRunner
 from canary.kserve.admitted import list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
+from canary.kserve.file_status import FILE_STATUS_CONFIGMAP, FileStatusPublisher, summary_row
 from canary.kserve.knative_config import ClusterProgressDeadline
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.store import (
@@ -195,6 +195,10 @@ class Controller:
         self._isvcs = InferenceServiceClient(api_client, request_timeout=settings.cluster.request_timeout)
         self.inference_service_cache, self.configmap_cache = self._watch_caches(api_client)
         self.policy_objects, self.status_writer = self._policy_objects(api_client)
+        # The status of file policies, where the viewer role reads it (canary/kserve/file_status.py).
+        self._file_status = FileStatusPublisher(
+            api_client, settings.leasing.namespace, request_timeout=settings.cluster.request_timeout
+        )
         self._policy_events = PolicyEvents(
             api_client,
             redactor=DEFAULT_REDACTOR,
@@ -303,32 +307,25 @@ class Controller:
         settings, lease = self.settings, self.settings.leasing
         elector: LeaderElector | None = None
         sharded: ShardedElector | None = None
+        options = ElectorOptions(
+            name=lease.name,
+            namespace=lease.namespace,
+            identity=lease.identity,
+            lease_duration=lease.duration,
+            renew_deadline=lease.renew_deadline,
+            retry_period=lease.retry_period,
+            request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
+        )
         if lease.elect and not settings.cluster.dry_run and lease.shards > 1:
             sharded = ShardedElector(
                 api_client,
-                name=lease.name,
-                namespace=lease.namespace,
-                identity=lease.identity,
                 shards=lease.shards,
-                lease_duration=lease.duration,
-                renew_deadline=lease.renew_deadline,
-                retry_period=lease.retry_period,
-                request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
                 on_change=self._shards_changed,
                 in_flight=self._in_flight,
+                **options,
             )
         elif lease.elect and not settings.cluster.dry_run:
-            elector = LeaderElector(
-                api_client,
-                name=lease.name,
-                namespace=lease.namespace,
-                identity=lease.identity,
-                lease_duration=lease.duration,
-                renew_deadline=lease.renew_deadline,
-                retry_period=lease.retry_period,
-                request_timeout=min(settings.cluster.request_timeout, lease.retry_period * 2),
-                on_change=self._leadership_changed,
-            )
+            elector = LeaderElector(api_client, on_change=self._leadership_changed, **options)
         if elector is None and sharded is None and not settings.cluster.dry_run:
             # A single replica without election acts alone: it is the leader (for dashboards and the
             # no-leader alert). A dry run never acts, so it never leads.
@@ -475,6 +472,7 @@ class Controller:
             log.error("policy reload failed; the policies already loaded keep running", error=repr(error))
         try:
             self._project_statuses()
+            self._publish_file_statuses()
         except Exception as error:
             log.error("PromotionPolicy status projection failed; trying again", error=repr(error))
 
@@ -600,6 +598,22 @@ class Controller:
                     now=now,
                 )
 
+    def _publish_file_statuses(self) -> None:
+        """The file policies' rollouts, one row each, into the ConfigMap the viewer role may read."""
+        if not self._loaded_once or self.settings.cluster.dry_run:
+            return
+        if not self.ownership.owns(f"{self.settings.leasing.namespace}/{FILE_STATUS_CONFIGMAP}"):
+            return  # one replica writes it (the owner of that key's shard)
+        rows = []
+        for key, loaded in self._registry.active.items():
+            if loaded.object is not None or not self._governed(loaded.policy):
+                continue
+            state, _explain, _generation = self._stored_rollout(loaded.policy)
+            if state is not None:
+                namespace, name = key.split("/", 1)
+                rows.append(summary_row(namespace, name, loaded.origin, state))
+        self._file_status.publish(rows)
+
     def _stored_rollout(
         self, policy: PromotionPolicy
     ) -> tuple[RolloutState | None, ExplainDocument | None, int | None]:
@@ -717,13 +731,3 @@ class Controller:
         if objects.state is CrdState.FORBIDDEN:
             return "; listing PromotionPolicy objects is forbidden: they are not read"
         return "; asking whether the PromotionPolicy CRD is served"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` (for tests and the demo)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -14,7 +14,7 @@ coordinate the replicas:
   takes free or expired shards while it holds fewer than its fair share — each taker preferring
   different shards (rendezvous order), a race settled by the resourceVersion (409 for the loser);
 * **rebalance**: a replica holding more than its fair share *drains* the surplus: :meth:`owns`
-  answers False for it at once (no new work starts), the work in flight (:meth:`working`) finishes,
+  answers False for it at once (no new work starts), the work in flight (``in_flight``) finishes,
   and only then is the Lease released (holder emptied) for a newcomer to take — never two writers;
 * **takeover**: a killed replica's shards expire ``leaseDurationSeconds`` after its last renewal, its
   member Lease with them, so the survivors' fair share grows and they take the shards over;
@@ -36,8 +36,7 @@ import hashlib
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Unpack
@@ -117,8 +116,8 @@ class ShardedElector(LeaseElector[frozenset[int]]):
 
     ``on_change(held)`` is called (from the renewing thread) with the shards this replica owns
     whenever that set changes; a shard being drained is no longer owned. A drained shard's Lease is
-    released once no work for it is in flight: work inside :meth:`working`, and the keys
-    ``in_flight()`` names (a runtime that tracks its own, e.g. from read to write).
+    released once no work for it is in flight: none of the keys ``in_flight()`` names (the runtime
+    tracks its own, from read to write).
     """
 
     _reported: frozenset[int] = frozenset()
@@ -145,7 +144,6 @@ class ShardedElector(LeaseElector[frozenset[int]]):
         )
         self._in_flight = in_flight
         self._held: dict[int, _Held] = {}
-        self._inflight: dict[int, int] = {}
         self._member_version: str | None = None
         self._stopping = False
         self._observed: dict[str, tuple[str | None, float]] = {}  # lease -> (version, first seen)
@@ -162,25 +160,6 @@ class ShardedElector(LeaseElector[frozenset[int]]):
         is not draining it. Work may start for the key."""
         with self._lock:
             return self._owns_locked(self.shard_of(key))
-
-    @contextmanager
-    def working(self, key: str) -> Iterator[bool]:
-        """``with elector.working(key) as mine:`` — the work done inside counts as in flight for the
-        key's shard (its Lease is not released before it ends); ``mine`` is :meth:`owns`, checked
-        atomically with the registration. When ``mine`` is False, do nothing."""
-        index = self.shard_of(key)
-        with self._lock:
-            mine = self._owns_locked(index)
-            if mine:
-                self._inflight[index] = self._inflight.get(index, 0) + 1
-        try:
-            yield mine
-        finally:
-            if mine:
-                with self._lock:
-                    self._inflight[index] -= 1
-                    if self._inflight[index] == 0:
-                        del self._inflight[index]
 
     def held_shards(self) -> frozenset[int]:
         """The shards this replica owns now (held, fresh, not draining)."""
@@ -395,10 +374,7 @@ class ShardedElector(LeaseElector[frozenset[int]]):
         # Work the runtime has under way (asked after the drain began: what starts later is refused).
         busy = {self.shard_of(key) for key in self._in_flight()}
         with self._lock:
-            plan = {
-                i: (h.draining_since is not None and self._inflight.get(i, 0) == 0 and i not in busy)
-                for i, h in self._held.items()
-            }
+            plan = {i: (h.draining_since is not None and i not in busy) for i, h in self._held.items()}
         for index, release in sorted(plan.items()):
             seen = shards.get(index)
             if seen is None:
@@ -484,9 +460,7 @@ class ShardedElector(LeaseElector[frozenset[int]]):
         """Wait up to ``timeout`` (real time) for the work in flight to end."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self._lock:
-                mine = bool(self._inflight)
-            if not mine and not self._in_flight():
+            if not self._in_flight():
                 return
             time.sleep(0.05)
 

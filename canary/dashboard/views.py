@@ -27,6 +27,7 @@ from canary.metrics.ranges import RangeQueryError, RangeReader
 from canary.policy.units import format_value
 from canary.report.charts import CANARY_COLOUR, LIMIT_COLOUR, MARKER_COLOURS, STABLE_COLOUR
 from canary.report.rollout import display_unit, judged_limits
+from canary.rollout.artefact import describe_artefact
 from canary.rollout.commands import apply_command
 from canary.rollout.records import CommandFormatError, ExplainCheck, ExplainDocument
 from canary.rollout.state import CommandKind, HistoryEntry, RolloutState, StateFormatError
@@ -136,6 +137,7 @@ def rollout_row(stored: StoredState) -> dict[str, Any]:
         ),
         "revision": state.revision,
         "stableRevision": state.stable_revision,
+        "artefacts": _artefacts(state),
         "weight": weight,
         "step": None if step is None else {"index": step.index, "weight": step.weight},
         "since": _iso(step.started_at if step is not None else state.started_at),
@@ -147,6 +149,18 @@ def rollout_row(stored: StoredState) -> dict[str, Any]:
         "verdict": str(state.evaluation.verdict) if state.evaluation.verdict else None,
         "pendingCommand": _pending(stored),
     }
+
+
+def _artefacts(state: RolloutState) -> dict[str, Any]:
+    """What the canary and the stable revision serve: the fields, and the line people read."""
+    artefacts: dict[str, Any] = {}
+    for role, revision in (("canary", state.revision), ("stable", state.stable_revision)):
+        artefact = state.artefact_of(revision)
+        artefacts[role] = {
+            **(artefact.as_dict() if artefact else {}),
+            "text": describe_artefact(artefact) if revision else None,
+        }
+    return artefacts
 
 
 def _history_of_rollout(state: RolloutState) -> list[HistoryEntry]:

@@ -14,7 +14,8 @@ label, so a label proves nothing: a ConfigMap is kept only if
   beside it; an outbox or a ledger is smaller);
 * its namespace has fewer than :attr:`ConfigMapLimits.per_namespace` kept already.
 
-Lists are read in pages of :attr:`ConfigMapLimits.page` (``limit``/``continue``), each page judged
+Lists are read in pages (``limit``/``continue``) of at most :attr:`ConfigMapLimits.page` items and about
+:attr:`ConfigMapLimits.page_bytes` of data (sized by the largest item of the page before), each judged
 before the next is read, so a hostile ConfigMap costs one page's worth of memory while it is judged
 and nothing after. What is ignored is told by ``ignored(namespace, name, reason)``, never kept.
 """
@@ -63,6 +64,9 @@ _STATE_KEYS = frozenset(
     {STATE_KEY, EXPLAIN_KEY, COMMAND_KEY, COMMAND_ISSUER_KEY, COMMAND_RESULT_KEY, ROLLOUTS_KEY}
 )
 
+# Bytes read at a time from a list response.
+_CHUNK = 64 * 1024
+
 # (namespace, name, reason): a ConfigMap that is not kept.
 Ignored = Callable[[str, str, str], None]
 
@@ -75,9 +79,13 @@ class ConfigMapLimits:
     # Three ConfigMaps per InferenceService (state, ledger, outbox) for the 10,000 rollouts the
     # controller is measured with (docs/performance.md), in one namespace.
     per_namespace: int = 30_000
-    # Items per list request: a page is judged whole before the next is read, so a page of hostile
-    # ConfigMaps at the apiserver's 1 MiB limit costs about 10 MiB, twice while it is decoded.
+    # Items per list request at most: a page is judged whole before the next is read.
     page: int = 10
+    # Characters of data one page should hold: the next page asks for as many items as fit, by the
+    # largest of the page before (the first asks for one). The controller's largest ConfigMap
+    # (``max_bytes``) fits three times; hostile 1 MiB objects come two at a time, so a page costs
+    # a few MiB while it is parsed, not ``page`` MiB.
+    page_bytes: int = 2 * 1024 * 1024
 
 
 def why_not_ours(configmap: Mapping[str, Any], max_bytes: int) -> str | None:
@@ -124,36 +132,72 @@ def list_our_configmaps(
     timeout: float = 30.0,
 ) -> tuple[list[dict[str, Any]], str]:
     """The controller's ConfigMaps (as JSON dicts) and the list's resourceVersion, read in pages;
-    the others are told to ``ignored`` and dropped page by page."""
+    the others are told to ``ignored`` and dropped page by page.
+
+    The first page asks for one item; each next page for twice as many as the page before, at most
+    ``limits.page`` and as many as fit ``limits.page_bytes`` by the largest item seen last. A page
+    whose answer grows past ``limits.page_bytes`` anyway is dropped unread and asked again (the same
+    ``continue`` token) for a quarter as many."""
     core = client.CoreV1Api(api_client)
     kept: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     token: str | None = None
     version = ""
+    asked = 1
     while True:
-        body = _page(core, namespace, limits.page, token, timeout)
-        if not version:
-            version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        for item in body.get("items") or ():
-            meta = item.get("metadata") or {}
-            where, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-            reason = why_not_ours(item, limits.max_bytes)
-            if reason is None and counts[where] >= limits.per_namespace:
-                reason = f"its namespace already has the {limits.per_namespace} ConfigMaps kept per namespace"
-            if reason is not None:
-                ignored(where, name, reason)
-                continue
-            counts[where] += 1
-            kept.append(item)
+        body = _page(core, namespace, asked, token, timeout, None if asked == 1 else limits.page_bytes)
+        if body is None:
+            asked = max(1, asked // 4)
+            continue
+        version = version or str((body.get("metadata") or {}).get("resourceVersion") or "")
+        items = body.get("items") or ()
+        largest = max((_characters(item) for item in items), default=1)
+        # Twice the largest item's characters: JSON escaping can double a stored document's size.
+        asked = max(1, min(limits.page, 2 * asked, limits.page_bytes // (2 * max(largest, 1))))
+        for item in items:
+            _judge(item, limits, counts, kept, ignored)
         token = (body.get("metadata") or {}).get("continue") or None
-        del body
+        del body, items
         if token is None:
             return kept, version
 
 
+def _judge(
+    item: dict[str, Any],
+    limits: ConfigMapLimits,
+    counts: Counter[str],
+    kept: list[dict[str, Any]],
+    ignored: Ignored,
+) -> None:
+    """Keep ``item`` (counted for its namespace) if it is ours, else tell ``ignored`` why not."""
+    meta = item.get("metadata") or {}
+    where, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    reason = why_not_ours(item, limits.max_bytes)
+    if reason is None and counts[where] >= limits.per_namespace:
+        reason = f"its namespace already has the {limits.per_namespace} ConfigMaps kept per namespace"
+    if reason is not None:
+        ignored(where, name, reason)
+        return
+    counts[where] += 1
+    kept.append(item)
+
+
+def _characters(configmap: Mapping[str, Any]) -> int:
+    """About how large ``configmap`` is: its data, binaryData and annotations, in characters."""
+    meta = configmap.get("metadata") or {}
+    parts = (configmap.get("data"), configmap.get("binaryData"), meta.get("annotations"))
+    return sum(len(str(key)) + len(str(value)) for part in parts for key, value in (part or {}).items())
+
+
 def _page(
-    core: client.CoreV1Api, namespace: str | None, limit: int, token: str | None, timeout: float
-) -> dict[str, Any]:
+    core: client.CoreV1Api,
+    namespace: str | None,
+    limit: int,
+    token: str | None,
+    timeout: float,
+    max_bytes: int | None,
+) -> dict[str, Any] | None:
+    """One page of the list, parsed; None if its answer grew past ``max_bytes``."""
     paging: dict[str, Any] = {"limit": limit, **({"_continue": token} if token else {})}
     if namespace is None:
         response = core.list_config_map_for_all_namespaces(
@@ -163,4 +207,20 @@ def _page(
         response = core.list_namespaced_config_map(
             namespace, label_selector=SELECTOR, _preload_content=False, _request_timeout=timeout, **paging
         )
-    return cast(dict[str, Any], json.loads(cast(Any, response).data))
+    return _parsed(response, max_bytes)
+
+
+def _parsed(response: Any, max_bytes: int | None) -> dict[str, Any] | None:
+    """The page's JSON, read as it streams in: one copy of the body at a time (``response.data``
+    joins the read chunks into a second copy, and ``json.loads`` of bytes decodes a third beside
+    them). None, with the connection closed, once more than ``max_bytes`` arrived."""
+    buffer = bytearray()
+    for chunk in response.stream(_CHUNK):
+        buffer += chunk
+        if max_bytes is not None and len(buffer) > max_bytes:
+            response.close()
+            return None
+    response.release_conn()
+    text = buffer.decode("utf-8")
+    del buffer
+    return cast(dict[str, Any], json.loads(text))

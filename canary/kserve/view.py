@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from canary.kserve.artefact import artefact_of
 from canary.policy.units import parse_duration
 from canary.rollout.knative import PROGRESS_DEADLINE_ANNOTATION, KnativeDeadline
 from canary.rollout.observed import DeploymentMode, ObservedInferenceService, TrafficTarget
@@ -78,6 +79,7 @@ def observe(
         resource_version=_text(metadata.get("resourceVersion")),
         uid=_text(metadata.get("uid")),
         predictor_fingerprint=predictor_fingerprint(predictor_spec) if predictor_spec else None,
+        artefact=artefact_of(predictor_spec),
         canary_traffic_percent=_integer(
             predictor_spec.get(_CANARY_FIELD), f"spec.predictor.{_CANARY_FIELD}", problems
         ),

@@ -1,9 +1,9 @@
 """The evidence layer: Prometheus metrics per revision, honest values and honest "no data".
 
-* :mod:`canary.metrics.catalog` — metric kinds × profiles → grouped PromQL;
+* :mod:`canary.metrics.catalog` — metric kinds × profiles → grouped PromQL (per tick: ``tick_queries``);
 * :mod:`canary.metrics.promql` — escaping and template rendering;
-* :mod:`canary.metrics.client` — configuration, our retry policy, error classification;
-* :mod:`canary.metrics.detect` — ``auto`` profile detection with a cache and an explain-ready report;
+* :mod:`canary.metrics.client` — HTTP and our retries (``envelope``: answers, ``connection``: settings);
+* :mod:`canary.metrics.detect` — ``auto`` profile detection (``resolve``: each policy's per family);
 * :mod:`canary.metrics.plan` — requests → few queries → measurements (the evidence keys are documented
   there);
 * :mod:`canary.metrics.prometheus` — :class:`PrometheusEvidenceSource`, the :class:`EvidenceSource`.

@@ -50,17 +50,7 @@ Semantics built into the PromQL
   ``exported_*``): the queries select and group on them and normalise them to ``namespace``,
   ``revision`` (and ``pod``, ``container``) before any aggregation that needs them.
 
-Per-tick queries (the evidence pipeline, :mod:`canary.metrics.counting`)
-------------------------------------------------------------------------
-:func:`render_counters` samples *raw cumulative counters* — no ``rate``, no ``increase``, no range
-selector — of every tracked revision at once: the request counter and latency buckets of a requests
-profile summed by namespace, revision, pod and code class (and ``le``) (the class 2xx..5xx from the
-status code; ``pod`` kept so that a queue-proxy restart is a reset of that pod's series), or
-kube-state-metrics' restart counters per pod and container (:data:`RESTARTS_COUNTER`).
-:func:`render_peaks` asks each GPU's / vLLM engine's peak since the previous tick. The revision is
-read back from the pod name by one pattern per naming shape rather than one per revision
-(``label_replace`` runs for every sample of every step of a backfill's range query); only revisions
-whose Deployment name Knative md5-shortened add a join, on their pods' first 52 characters.
+Per-tick queries (raw counters and peaks) are :mod:`canary.metrics.tick_queries`'.
 
 Approximations documented rather than hidden: kube-state-metrics keeps only the *last* termination
 reason, so a container OOMKilled and then restarted for another reason in the same window counts its
@@ -95,9 +85,6 @@ from canary.metrics.promql import regex_alternation, string_literal
 from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 
 __all__ = [
-    "BUCKET_FIELD",
-    "CODE_CLASS_LABEL",
-    "COUNTER_FIELD",
     "DCGM_LABELS",
     "DCGM_METRICS",
     "FIELD_FRACTION",
@@ -105,28 +92,19 @@ __all__ = [
     "FIELD_SAMPLES",
     "KIND_FAMILY",
     "NAMESPACE_LABEL",
-    "NEWEST_FIELD",
-    "OOM_FIELD",
     "OUTER_HISTOGRAM",
-    "PEAK_FIELD",
-    "PEAK_MEASURES",
     "POD_LABEL",
     "QUEUE_PROXY_SERVER_SCOPE",
     "REQUESTS_PROFILES",
     "RESERVED_PREFIX",
-    "RESTARTS_COUNTER",
     "REVISION_LABEL",
     "BuiltinQuery",
-    "CounterQuery",
     "Family",
     "GpuLabels",
-    "PeakQuery",
     "RequestsMetrics",
     "RevisionKey",
     "measure_unit",
     "render_builtin",
-    "render_counters",
-    "render_peaks",
 ]
 
 # The labels a grouped query routes its answer by. label_replace writes them onto the workloads' own
@@ -142,7 +120,7 @@ FIELD_LABEL = RESERVED_PREFIX + "field"
 FIELD_SAMPLES = "samples"
 FIELD_FRACTION = "fraction"
 
-_MIB = 1048576  # DCGM reports framebuffer memory in MiB; evidence is in bytes
+MIB = 1048576  # DCGM reports framebuffer memory in MiB; evidence is in bytes
 
 
 DCGM_USED = "DCGM_FI_DEV_FB_USED"
@@ -205,14 +183,14 @@ def _matcher(label: str, values: Collection[str]) -> str:
     return f'{label}=~"{string_literal(regex_alternation(unique))}"'
 
 
-def _relabel(expression: str, target: str, source: str, pattern: str = "(.*)") -> str:
+def relabel(expression: str, target: str, source: str, pattern: str = "(.*)") -> str:
     if target == source:
         return expression
     return f'label_replace({expression}, "{target}", "$1", "{source}", "{string_literal(pattern)}")'
 
 
 @dataclass(frozen=True, slots=True)
-class _Selection:
+class Selection:
     """How a family's series are attributed to (namespace, revision): by its :class:`JoinLabels`."""
 
     labels: JoinLabels
@@ -241,7 +219,7 @@ class _Selection:
             ("pod", self.labels.pod),
             ("container", self.labels.container),
         ):
-            expression = _relabel(expression, target, source, "(.+)")
+            expression = relabel(expression, target, source, "(.+)")
         return expression
 
     def by_revision(self, expression: str, revisions: Collection[RevisionKey]) -> str:
@@ -252,9 +230,9 @@ class _Selection:
         one pattern per naming shape, not one per revision (:func:`_revision_from_pod`).
         """
         joined = self.labels.joined(expression, self._revision_matchers(revisions))
-        relabelled = _relabel(joined, NAMESPACE_LABEL, self.labels.namespace)
+        relabelled = relabel(joined, NAMESPACE_LABEL, self.labels.namespace)
         if self.labels.revision is not None:
-            return _relabel(relabelled, REVISION_LABEL, self.labels.revision)
+            return relabel(relabelled, REVISION_LABEL, self.labels.revision)
         return _revision_from_pod(relabelled, self.labels.pod, {key.revision for key in revisions})
 
 
@@ -272,19 +250,19 @@ def _revision_from_pod(expression: str, pod_label: str, revisions: Collection[st
     """
     shapes = {naming(revision) for revision in revisions}
     if PodNaming.KEPT in shapes:
-        expression = _relabel(expression, REVISION_LABEL, pod_label, KEPT_REVISION)
+        expression = relabel(expression, REVISION_LABEL, pod_label, KEPT_REVISION)
     if PodNaming.CUT in shapes:
-        expression = _relabel(expression, REVISION_LABEL, pod_label, CUT_REVISION)
+        expression = relabel(expression, REVISION_LABEL, pod_label, CUT_REVISION)
     hashed = sorted(revision for revision in revisions if naming(revision) is PodNaming.HASHED)
     if not hashed:
         return expression
-    keyed = _relabel(expression, _POD_KEY, pod_label, HASHED_KEY)
+    keyed = relabel(expression, _POD_KEY, pod_label, HASHED_KEY)
     entries = ["vector(1)"]
     for revision in hashed:
         entry = f'label_replace(vector(1), "{_POD_KEY}", "{string_literal(hashed_key(revision))}", "", "")'
         entries.append(f'label_replace({entry}, "{_HASHED_REVISION}", "{string_literal(revision)}", "", "")')
     joined = f"{keyed} * on ({_POD_KEY}) group_left ({_HASHED_REVISION}) ({' or '.join(entries)})"
-    named = _relabel(joined, REVISION_LABEL, _HASHED_REVISION, "(.+)")
+    named = relabel(joined, REVISION_LABEL, _HASHED_REVISION, "(.+)")
     return _drop(_drop(named, _POD_KEY), _HASHED_REVISION)
 
 
@@ -292,15 +270,15 @@ def _drop(expression: str, label: str) -> str:
     return f'label_replace({expression}, "{label}", "", "", "")'
 
 
-_POD_SELECTION = _Selection(JoinLabels())
-_GROUP = f"{NAMESPACE_LABEL}, {REVISION_LABEL}"
+POD_SELECTION = Selection(JoinLabels())
+GROUP = f"{NAMESPACE_LABEL}, {REVISION_LABEL}"
 
 
-def _with_field(expression: str, field: str) -> str:
+def with_field(expression: str, field: str) -> str:
     return f'label_replace({expression}, "{FIELD_LABEL}", "{field}", "", "")'
 
 
-def _union(*expressions: str) -> str:
+def union(*expressions: str) -> str:
     return " or ".join(f"({expression})" for expression in expressions)
 
 
@@ -321,7 +299,7 @@ def render_builtin(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> s
     return _vllm_query(query, revisions)
 
 
-def _requests_labels(
+def requests_labels(
     metrics: RequestsMetrics, labels: JoinLabels | None, revision_label: str | None
 ) -> JoinLabels:
     """The resolved labels, or the profile's scraped ones with the policy's ``revisionLabel``."""
@@ -339,10 +317,10 @@ def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> 
     if query.requests_profile is None or query.requests_profile not in REQUESTS_PROFILES:
         raise ValueError(f"{query.measure} needs a concrete requests profile, got {query.requests_profile}")
     metrics = REQUESTS_PROFILES[query.requests_profile]
-    selection = _Selection(_requests_labels(metrics, query.labels, query.revision_label))
+    selection = Selection(requests_labels(metrics, query.labels, query.revision_label))
     window = query.window
 
-    def summed(function: str, metric: str, extra: str = "", by: str = _GROUP) -> str:
+    def summed(function: str, metric: str, extra: str = "", by: str = GROUP) -> str:
         scope = metrics.scope_matcher(selection.labels)
         matchers = selection.matchers(revisions, ", ".join(filter(None, (scope, extra))))
         series = f"{function}({metric}{{{matchers}}}[{window}])"
@@ -356,18 +334,18 @@ def _requests_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> 
         errors_rate = summed("rate", metrics.count_metric, metrics.server_error_matcher)
         # No 5xx series with requests present is a 0% error rate, not missing data.
         value = f"({errors_rate} or 0 * {total_rate}) / {total_rate}"
-        return _union(value, _with_field(requests, FIELD_SAMPLES))
+        return union(value, with_field(requests, FIELD_SAMPLES))
     if query.measure == MetricKind.LATENCY.value:
-        buckets = summed("rate", metrics.bucket_metric, by=f"{_GROUP}, le")
+        buckets = summed("rate", metrics.bucket_metric, by=f"{GROUP}, le")
         value = f"histogram_quantile({query.quantile!r}, {buckets})"
         if metrics.latency_divisor != 1.0:
             value = f"{value} / {metrics.latency_divisor:g}"
         behind = summed("increase", metrics.histogram_count_metric)
-        return _union(value, _with_field(behind, FIELD_SAMPLES))
+        return union(value, with_field(behind, FIELD_SAMPLES))
     raise ValueError(f"{query.measure} is not a request metric")
 
 
-def _per_pod(raw: _Selection, metric: str, revisions: Collection[RevisionKey], window: str) -> str:
+def pod_peak(raw: Selection, metric: str, revisions: Collection[RevisionKey], window: str) -> str:
     """A kube-state-metrics gauge's peak over the window per pod, under canonical labels."""
     series = f"max_over_time({metric}{{{raw.matchers(revisions)}}}[{window}])"
     return f"max by (namespace, pod, uid) ({raw.canonical(series)})"
@@ -383,19 +361,19 @@ def _restarts_in_window(metric: str, matchers: str, window: str) -> str:
 
 def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
     # The series as exported (the workload's labels may be exported_*), read under canonical names.
-    raw = _Selection(query.labels or KSM_LABELS)
-    selection = _POD_SELECTION
+    raw = Selection(query.labels or KSM_LABELS)
+    selection = POD_SELECTION
     window = query.window
     pods_matchers = raw.matchers(revisions)
     # One series per pod seen in the window (several kube-state-metrics replicas collapse into one).
-    created = _per_pod(raw, KSM_CREATED, revisions, window)
-    pods = f"count by ({_GROUP}) ({selection.by_revision(created, revisions)})"
+    created = pod_peak(raw, KSM_CREATED, revisions, window)
+    pods = f"count by ({GROUP}) ({selection.by_revision(created, revisions)})"
     if query.measure == MetricKind.WARMUP_TIME.value:
-        ready = _per_pod(raw, KSM_READY_TIME, revisions, window)
-        per_pod = f"{ready} - on (namespace, pod, uid) {created}"
-        value = f"max by ({_GROUP}) ({selection.by_revision(per_pod, revisions)})"
-        measured = f"count by ({_GROUP}) ({selection.by_revision(ready, revisions)})"
-        return _union(value, _with_field(measured, FIELD_SAMPLES))
+        ready = pod_peak(raw, KSM_READY_TIME, revisions, window)
+        each_pod = f"{ready} - on (namespace, pod, uid) {created}"
+        value = f"max by ({GROUP}) ({selection.by_revision(each_pod, revisions)})"
+        measured = f"count by ({GROUP}) ({selection.by_revision(ready, revisions)})"
+        return union(value, with_field(measured, FIELD_SAMPLES))
     if query.measure == MetricKind.OOM_KILLS.value:
         parts = []
         for restarts, reasons, container in (
@@ -418,34 +396,41 @@ def _kube_state_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -
     else:
         raise ValueError(f"{query.measure} is not a kube-state-metrics measure")
     # No OOMKilled (or restart) series with pods present is zero, not missing data.
-    value = f"sum by ({_GROUP}) ({selection.by_revision(killed, revisions)}) or 0 * {pods}"
-    return _union(value, _with_field(pods, FIELD_SAMPLES))
+    value = f"sum by ({GROUP}) ({selection.by_revision(killed, revisions)}) or 0 * {pods}"
+    return union(value, with_field(pods, FIELD_SAMPLES))
 
 
 def _gpu_memory_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
-    if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
-        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
-    selection = _Selection(query.labels or DCGM_LABELS[query.gpu_labels].join_labels)
+    selection, peak_mib, total_mib = gpu_memory(query.gpu_labels, query.labels, revisions, query.window)
+    peak_bytes = f"max by ({GROUP}) ({selection.by_revision(peak_mib, revisions)}) * {MIB}"
+    fraction = f"max by ({GROUP}) ({selection.by_revision(f'{peak_mib} / {total_mib}', revisions)})"
+    gpus = f"count by ({GROUP}) ({selection.by_revision(peak_mib, revisions)})"
+    return union(peak_bytes, with_field(fraction, FIELD_FRACTION), with_field(gpus, FIELD_SAMPLES))
+
+
+def gpu_memory(
+    style: GpuLabelStyle | None, labels: JoinLabels | None, revisions: Collection[RevisionKey], span: str
+) -> tuple[Selection, str, str]:
+    """DCGM's selection in label ``style`` (or the resolved ``labels``), each GPU's peak framebuffer
+    use over ``span`` and its framebuffer size, in MiB, per series."""
+    if style is None or style not in DCGM_LABELS:
+        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {style}")
+    selection = Selection(labels or DCGM_LABELS[style].join_labels)
     matchers = selection.matchers(revisions)
-    window = query.window
 
-    def over_window(function: str, metric: str) -> str:
-        return f"{function}({metric}{{{matchers}}}[{window}])"
+    def over(function: str, metric: str) -> str:
+        return f"{function}({metric}{{{matchers}}}[{span}])"
 
-    peak_mib = over_window("max_over_time", DCGM_USED)
     # used + free + reserved is the GPU's framebuffer size: constant, so window averages add up to it.
     total_mib = (
-        f"({over_window('avg_over_time', DCGM_USED)} + {over_window('avg_over_time', DCGM_FREE)} + "
-        f"({over_window('avg_over_time', DCGM_RESERVED)} or 0 * {over_window('avg_over_time', DCGM_USED)}))"
+        f"({over('avg_over_time', DCGM_USED)} + {over('avg_over_time', DCGM_FREE)} + "
+        f"({over('avg_over_time', DCGM_RESERVED)} or 0 * {over('avg_over_time', DCGM_USED)}))"
     )
-    peak_bytes = f"max by ({_GROUP}) ({selection.by_revision(peak_mib, revisions)}) * {_MIB}"
-    fraction = f"max by ({_GROUP}) ({selection.by_revision(f'{peak_mib} / {total_mib}', revisions)})"
-    gpus = f"count by ({_GROUP}) ({selection.by_revision(peak_mib, revisions)})"
-    return _union(peak_bytes, _with_field(fraction, FIELD_FRACTION), _with_field(gpus, FIELD_SAMPLES))
+    return selection, over("max_over_time", DCGM_USED), total_mib
 
 
 def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
-    selection = _POD_SELECTION
+    selection = POD_SELECTION
     matchers = selection.matchers(revisions)
     window = query.window
     if query.measure == MetricKind.KV_CACHE_USAGE.value:
@@ -454,217 +439,19 @@ def _vllm_query(query: BuiltinQuery, revisions: Collection[RevisionKey]) -> str:
             f"max_over_time({VLLM_KV_CACHE}{{{matchers}}}[{window}]) or "
             f"max_over_time({VLLM_KV_CACHE_OLD}{{{matchers}}}[{window}])"
         )
-        value = f"max by ({_GROUP}) ({selection.by_revision(usage, revisions)})"
-        engines = f"count by ({_GROUP}) ({selection.by_revision(usage, revisions)})"
-        return _union(value, _with_field(engines, FIELD_SAMPLES))
+        value = f"max by ({GROUP}) ({selection.by_revision(usage, revisions)})"
+        engines = f"count by ({GROUP}) ({selection.by_revision(usage, revisions)})"
+        return union(value, with_field(engines, FIELD_SAMPLES))
     histogram = {MetricKind.TTFT.value: VLLM_TTFT, MetricKind.E2E_LATENCY.value: VLLM_E2E}.get(query.measure)
     if histogram is None:
         raise ValueError(f"{query.measure} is not a vLLM measure")
     buckets = (
-        f"sum by ({_GROUP}, le) "
+        f"sum by ({GROUP}, le) "
         f"({selection.by_revision(f'rate({histogram}_bucket{{{matchers}}}[{window}])', revisions)})"
     )
     value = f"histogram_quantile({query.quantile!r}, {buckets})"
     behind = (
-        f"sum by ({_GROUP}) "
+        f"sum by ({GROUP}) "
         f"({selection.by_revision(f'increase({histogram}_count{{{matchers}}}[{window}])', revisions)})"
     )
-    return _union(value, _with_field(behind, FIELD_SAMPLES))
-
-
-# ---------------------------------------------------------------------------------------------
-# Raw cumulative counters (the evidence pipeline's per-tick sample, canary.metrics.counting)
-
-CODE_CLASS_LABEL = (
-    RESERVED_PREFIX + "code_class"
-)  # 1xx .. 5xx; absent when the exporter gave no readable code
-COUNTER_FIELD = "count"  # evidence_field of the request counter's series
-BUCKET_FIELD = "bucket"  # evidence_field of the latency histogram's bucket series
-OOM_FIELD = "oom"  # evidence_field of a marker: this container's last termination was an OOM kill
-# evidence_field of a revision's newest request-counter sample time (Unix seconds, Prometheus' own)
-NEWEST_FIELD = "newest"
-_COUNTER_GROUP = f"{_GROUP}, {POD_LABEL}, {CODE_CLASS_LABEL}"
-
-
-@dataclass(frozen=True, slots=True)
-class CounterQuery:
-    """What shapes a raw-counter query, except the revisions: one per tick each.
-
-    The requests family of a profile (``profile``), or kube-state-metrics' container restart
-    counters (``profile=None``: :data:`RESTARTS_COUNTER`).
-    """
-
-    profile: RequestsProfile | None
-    revision_label: str | None = None  # OTel profiles: a relabelled revision label instead of pod names
-    labels: JoinLabels | None = None  # the family's resolved labels; None: its default (scraped) ones
-
-    @property
-    def metrics(self) -> RequestsMetrics:
-        if self.profile is None:
-            raise ValueError("the restart counters have no requests profile")
-        return REQUESTS_PROFILES[self.profile]
-
-    @property
-    def divisor(self) -> float:
-        """What the ``le`` of the buckets is divided by to be in seconds."""
-        return 1.0 if self.profile is None else self.metrics.latency_divisor
-
-    @property
-    def metric_name(self) -> str:
-        return KSM_RESTARTS if self.profile is None else self.metrics.count_metric
-
-    @property
-    def name(self) -> str:
-        if self.profile is None:
-            return "restarts" + ("" if self.labels in (None, KSM_LABELS) else f"/{self.labels.pod}")
-        return self.profile.value + (f"/{self.revision_label}" if self.revision_label else "")
-
-
-# kube-state-metrics' restart counters per pod and container, in the counter book (the container
-# travels as the series' code class; a tally's ``requests`` are then restarts).
-RESTARTS_COUNTER = CounterQuery(None)
-
-
-def render_counters(query: CounterQuery, revisions: Collection[RevisionKey]) -> str:
-    """The raw cumulative request counters and latency buckets of every revision in ``revisions``.
-
-    No ``rate``, no ``increase``, no range selector: the values as the exporters count them, summed
-    only over labels that do not matter, by the reserved namespace, revision, pod and code class (and ``le``
-    for the buckets), so a queue-proxy restart shows as a reset of that pod's series and a status
-    code is read as its class. The counter's series carry ``evidence_field="count"``, the buckets'
-    ``evidence_field="bucket"``; ``le`` is left as the exporter wrote it (OpenCensus: milliseconds).
-    vLLM's time-to-first-token and end-to-end histograms come along (``bucket:ttft``,
-    ``bucket:e2e-latency``, per pod and ``le`` in seconds) for the revisions that export them, and
-    per revision the time of its newest counter sample (``newest``, Unix seconds).
-    Valid as an instant query (one sample per series) and as a range query (the same, per step).
-    """
-    if not revisions:
-        raise ValueError("a counter query needs at least one revision")
-    if query.profile is None:
-        return _restart_counters(revisions, query.labels or KSM_LABELS)
-    if query.profile not in REQUESTS_PROFILES:
-        raise ValueError(f"the counters need a concrete requests profile, got {query.profile}")
-    metrics = query.metrics
-    labels = _requests_labels(metrics, query.labels, query.revision_label)
-    selection = _Selection(labels)
-
-    def normalised(metric: str) -> str:
-        series = f"{metric}{{{selection.matchers(revisions, metrics.scope_matcher(labels))}}}"
-        relabelled = selection.by_revision(series, revisions)
-        relabelled = _relabel(relabelled, POD_LABEL, labels.pod, "(.+)")
-        replacement = string_literal(metrics.code_replacement)
-        return (
-            f'label_replace({relabelled}, "{CODE_CLASS_LABEL}", "{replacement}", '
-            f'"{metrics.code_label}", "{string_literal(metrics.code_pattern)}")'
-        )
-
-    counter = f"sum by ({_COUNTER_GROUP}) ({normalised(metrics.count_metric)})"
-    buckets = f"sum by ({_COUNTER_GROUP}, le) ({normalised(metrics.bucket_metric)})"
-    # How far each revision's evidence reaches: the time of its newest counter sample as Prometheus
-    # holds it, behind any ingestion lag (remote write, Thanos, Mimir). timestamp() of a plain
-    # selector reads the samples' own times (of any other expression, the evaluation time).
-    # The same series as the counts (the queue-proxy's scope): a model server's own histogram in the
-    # pod must not speak for how far the queue-proxy's evidence reaches.
-    own = selection.matchers(revisions, metrics.scope_matcher(labels))
-    stamped = selection.by_revision(f"timestamp({metrics.count_metric}{{{own}}})", revisions)
-    newest = f"max by ({_GROUP}) ({stamped})"
-    parts = [
-        _with_field(counter, COUNTER_FIELD),
-        _with_field(buckets, BUCKET_FIELD),
-        _with_field(newest, NEWEST_FIELD),
-    ]
-    # vLLM's own histograms (in the model server, seconds; absent for other servers: no series).
-    vllm_matchers = _POD_SELECTION.matchers(revisions)
-    for measure, histogram in ((MetricKind.TTFT.value, VLLM_TTFT), (MetricKind.E2E_LATENCY.value, VLLM_E2E)):
-        series = _POD_SELECTION.by_revision(f"{histogram}_bucket{{{vllm_matchers}}}", revisions)
-        series = _relabel(series, POD_LABEL, "pod", "(.+)")
-        parts.append(
-            _with_field(f"sum by ({_GROUP}, {POD_LABEL}, le) ({series})", f"{BUCKET_FIELD}:{measure}")
-        )
-    return _union(*parts)
-
-
-def _restart_counters(revisions: Collection[RevisionKey], labels: JoinLabels) -> str:
-    """Restarts per pod and container (the init containers' too), raw: one series per container."""
-    raw, selection = _Selection(labels), _POD_SELECTION
-    parts = []
-    for metric in (KSM_RESTARTS, KSM_INIT_RESTARTS):
-        series = selection.by_revision(raw.canonical(f"{metric}{{{raw.matchers(revisions)}}}"), revisions)
-        series = _relabel(series, POD_LABEL, "pod", "(.+)")
-        # Several kube-state-metrics replicas export the same counter: one value per container.
-        parts.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
-    restarts = _relabel(" or ".join(f"({part})" for part in parts), CODE_CLASS_LABEL, "container")
-    # Markers: the model container's (the storage-initializer's) last termination was an OOM kill.
-    markers = []
-    for reasons, container in (
-        (KSM_LAST_TERMINATED, MODEL_CONTAINER),
-        (KSM_INIT_LAST_TERMINATED, STORAGE_INITIALIZER),
-    ):
-        matchers = raw.matchers(revisions, f'{labels.container}="{container}", reason="OOMKilled"')
-        series = selection.by_revision(raw.canonical(f"{reasons}{{{matchers}}} == 1"), revisions)
-        series = _relabel(series, POD_LABEL, "pod", "(.+)")
-        markers.append(f"max by ({_GROUP}, {POD_LABEL}, container) ({series})")
-    oom = _relabel(" or ".join(f"({part})" for part in markers), CODE_CLASS_LABEL, "container")
-    return _union(_with_field(restarts, COUNTER_FIELD), _with_field(oom, OOM_FIELD))
-
-
-# ---------------------------------------------------------------------------------------------
-# Gauge peaks per tick (the evidence pipeline's peak book, canary.metrics.counting.peaks.PeakBook)
-
-PEAK_FIELD = "peak"  # evidence_field of a series' peak over the span (bytes for GPU memory)
-PEAK_MEASURES = frozenset(
-    {MetricKind.GPU_MEMORY_PEAK.value, MetricKind.KV_CACHE_USAGE.value, MetricKind.WARMUP_TIME.value}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PeakQuery:
-    """What shapes a gauge family's per-tick peak query, except the revisions and the span."""
-
-    measure: str  # gpu-memory-peak or kv-cache-usage
-    gpu_labels: GpuLabelStyle | None = None  # gpu-memory-peak only
-    labels: JoinLabels | None = None  # gpu-memory-peak, warm-up: the resolved labels; None: the default
-
-
-def render_peaks(query: PeakQuery, revisions: Collection[RevisionKey], span: str) -> str:
-    """Per series (one GPU, one vLLM engine, one Ready pod) of every revision: its peak over the last
-    ``span`` (warm-up: the pod's ready time minus its creation time).
-
-    Not aggregated, so that the series seen over a window can be counted (the samples behind the
-    value); every series carries ``namespace``, ``revision`` and ``evidence_field``: ``peak`` (GPU
-    memory in bytes, KV cache as a fraction) and, for GPU memory, ``fraction`` — the peak of used /
-    (used + free + reserved) on that GPU. The window's value is the maximum of the ticks' peaks.
-    """
-    if not revisions:
-        raise ValueError("a peak query needs at least one revision")
-    if query.measure == MetricKind.KV_CACHE_USAGE.value:
-        matchers = _POD_SELECTION.matchers(revisions)
-        usage = (
-            f"max_over_time({VLLM_KV_CACHE}{{{matchers}}}[{span}]) or "
-            f"max_over_time({VLLM_KV_CACHE_OLD}{{{matchers}}}[{span}])"
-        )
-        return _with_field(_POD_SELECTION.by_revision(usage, revisions), PEAK_FIELD)
-    if query.measure == MetricKind.WARMUP_TIME.value:
-        # Per pod Ready in the span: ready time - creation time (one series per pod, replicas merged).
-        raw = _Selection(query.labels or KSM_LABELS)
-        ready, created = (_per_pod(raw, metric, revisions, span) for metric in (KSM_READY_TIME, KSM_CREATED))
-        per_pod = f"{ready} - on (namespace, pod, uid) {created}"
-        return _with_field(_POD_SELECTION.by_revision(per_pod, revisions), PEAK_FIELD)
-    if query.measure != MetricKind.GPU_MEMORY_PEAK.value:
-        raise ValueError(f"{query.measure} has no per-tick peak")
-    if query.gpu_labels is None or query.gpu_labels not in DCGM_LABELS:
-        raise ValueError(f"gpu-memory-peak needs a concrete DCGM label style, got {query.gpu_labels}")
-    selection = _Selection(query.labels or DCGM_LABELS[query.gpu_labels].join_labels)
-    matchers = selection.matchers(revisions)
-
-    def over(function: str, metric: str) -> str:
-        return f"{function}({metric}{{{matchers}}}[{span}])"
-
-    peak_mib = over("max_over_time", DCGM_USED)
-    total_mib = (
-        f"({over('avg_over_time', DCGM_USED)} + {over('avg_over_time', DCGM_FREE)} + "
-        f"({over('avg_over_time', DCGM_RESERVED)} or 0 * {over('avg_over_time', DCGM_USED)}))"
-    )
-    peak_bytes = f"{selection.by_revision(peak_mib, revisions)} * {_MIB}"
-    fraction = selection.by_revision(f"{peak_mib} / {total_mib}", revisions)
-    return _union(_with_field(peak_bytes, PEAK_FIELD), _with_field(fraction, FIELD_FRACTION))
+    return union(value, with_field(behind, FIELD_SAMPLES))

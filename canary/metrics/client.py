@@ -22,49 +22,46 @@ Built on prometheus-api-client's :class:`PrometheusConnect`, with five of its 0.
   trickled a byte at a time is cut there); at most ``max_answer_bytes`` of a 2xx answer and
   :data:`ERROR_ANSWER_LIMIT` of any other are read, chunk by chunk.
 
-Every failure becomes a :class:`QueryFailure` with an :class:`~canary.evidence.ErrorClass` named from
-what Prometheus said — its ``errorType`` first (``bad_data``, ``execution``, ``timeout``,
-``unavailable``), the HTTP status otherwise — and carrying its own ``error`` text (truncated). What is
-not a Prometheus answer at all (not JSON, truncated JSON, an empty body, a proxy's HTML page, JSON
-without ``status``/``data``, an answer past its cap) is ``malformed-response``; a connection that
-failed is ``unreachable``. Of such an answer a detail says the status and the content type, never
-its text: it reaches Events, notifications and ``explain``. Details never carry a secret: no header
-values, and the URL only as ``scheme://host[:port]``. Nothing raises out of
-:meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
-
-An instant query may be asked with a typed decoder (:func:`vector_decoder`, msgspec): a well-formed
-answer is then read straight from the body's bytes into compact typed series, in one pass and without
-a ``dict`` per series (the evidence pipeline's per-tick sample: a hundred thousand series at 1,000
-rollouts). An answer that does not fit the type is read as any other, so what is wrong with it is
-named the same way.
+Every failure becomes a :class:`~canary.metrics.envelope.QueryFailure` (:mod:`canary.metrics.envelope`
+reads the answers and names failures); a connection that failed is ``unreachable``. Details never
+carry a secret: no header values, and the URL only as ``scheme://host[:port]``. Nothing raises out
+of :meth:`PrometheusClient.instant` or :meth:`PrometheusClient.range_query`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from http import HTTPStatus
-from pathlib import Path
-from typing import Any, Generic, Self, TypeVar
+from typing import Any
 from urllib.parse import quote_plus, urlencode, urlsplit
 
 import msgspec
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
-from requests.auth import AuthBase, HTTPBasicAuth
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
-from canary.answers import AnswerError, AnswerLate, AnswerTooLarge, BoundedSession
+from canary.answers import AnswerError, BoundedSession
 from canary.evidence import ErrorClass
+from canary.metrics.connection import DEFAULT_MAX_ANSWER_BYTES, PrometheusConfig, credentials
+from canary.metrics.envelope import (
+    Attempt,
+    QueryAnswer,
+    QueryFailure,
+    QueryOutcome,
+    VectorData,
+    VectorEnvelope,
+    classify,
+    malformed,
+    shorten,
+    unread_answer,
+    vector_decoder,
+)
 from canary.retrying import RetryPolicy, retrying
 
 __all__ = [
@@ -78,183 +75,17 @@ __all__ = [
     "RetryPolicy",
     "as_utc",
     "redact_url",
+    "vector_decoder",
 ]
 
-_DETAIL_LIMIT = 500  # characters of a Prometheus error message kept in evidence and logs
-# Bytes of one 2xx answer read at most, by default. The largest answer this controller asks for is the
-# per-tick counter sample: at 1,000 rollouts (benchmarks/scale.py) about 100,000 series, each about
-# 250 bytes of JSON (six labels with Kubernetes names of usual length, one sample): some 25 MB. A
-# backfill's range query is bounded by its sample budget (200,000 samples, a few MB). 128 MiB holds
-# five times the largest, for more pods, buckets or longer names; past it the query fails as
-# malformed-response and says which setting to raise.
-DEFAULT_MAX_ANSWER_BYTES = 128 * 1024 * 1024
 # Bytes of any other answer read at most: Prometheus' error envelope is an errorType and one message
 # (a parse error quotes a position, a many-to-many error two label sets), far below this.
 ERROR_ANSWER_LIMIT = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class PrometheusConfig:
-    """Where Prometheus is and how to talk to it. Secrets are referenced (env var, file), never held.
-
-    Prometheus-compatible backends are configuration: Mimir/Cortex need ``headers={"X-Scope-OrgID":
-    "tenant"}``, Thanos or a proxy may need a bearer token (``bearer_token_file`` is re-read on every
-    request, so rotated service-account tokens keep working) and a CA bundle.
-    """
-
-    url: str
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may carry credentials
-    bearer_token_file: str | None = None
-    bearer_token_env: str | None = None
-    basic_auth_username: str | None = None
-    basic_auth_password_file: str | None = None
-    basic_auth_password_env: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
-    timeout: float = 10.0  # seconds: Prometheus' own query timeout; the client waits a little longer
-    connect_timeout: float = 3.0
-    max_get_length: int = 4000  # longer encoded queries go as a POST form body
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # of one 2xx answer; more is not read
-
-    def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"the Prometheus URL must start with http:// or https://, got {self.url!r}")
-        if self.timeout <= 0 or self.connect_timeout <= 0:
-            raise ValueError("timeouts must be positive")
-        if self.max_answer_bytes <= 0:
-            raise ValueError("max_answer_bytes must be positive")
-        if self.bearer_token_file and self.bearer_token_env:
-            raise ValueError("give the bearer token as a file or an environment variable, not both")
-        if (self.basic_auth_password_file or self.basic_auth_password_env) and not self.basic_auth_username:
-            raise ValueError("a basic-auth password needs basic_auth_username")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """Read ``PROMETHEUS_URL``, ``PROMETHEUS_HEADERS`` (``K=V,K2=V2``), ``PROMETHEUS_TOKEN_FILE``,
-        ``PROMETHEUS_TOKEN_ENV`` (the *name* of a variable holding the token), ``PROMETHEUS_USERNAME``,
-        ``PROMETHEUS_PASSWORD_FILE``, ``PROMETHEUS_PASSWORD_ENV``, ``PROMETHEUS_CA_FILE``,
-        ``PROMETHEUS_INSECURE_SKIP_VERIFY``, ``PROMETHEUS_TIMEOUT`` (seconds) and
-        ``PROMETHEUS_MAX_ANSWER_BYTES``."""
-        env = os.environ if environ is None else environ
-        headers: dict[str, str] = {}
-        for item in filter(None, (part.strip() for part in env.get("PROMETHEUS_HEADERS", "").split(","))):
-            name, separator, value = item.partition("=")
-            if not separator or not name.strip():
-                raise ValueError(f"PROMETHEUS_HEADERS entries look like Name=value, got {name.strip()!r}")
-            headers[name.strip()] = value.strip()
-        return cls(
-            url=env.get("PROMETHEUS_URL", "http://localhost:9090"),
-            headers=headers,
-            bearer_token_file=env.get("PROMETHEUS_TOKEN_FILE") or None,
-            bearer_token_env=env.get("PROMETHEUS_TOKEN_ENV") or None,
-            basic_auth_username=env.get("PROMETHEUS_USERNAME") or None,
-            basic_auth_password_file=env.get("PROMETHEUS_PASSWORD_FILE") or None,
-            basic_auth_password_env=env.get("PROMETHEUS_PASSWORD_ENV") or None,
-            ca_file=env.get("PROMETHEUS_CA_FILE") or None,
-            insecure_skip_verify=env.get("PROMETHEUS_INSECURE_SKIP_VERIFY", "").lower()
-            in {"1", "true", "yes"},
-            timeout=float(env.get("PROMETHEUS_TIMEOUT", "10")),
-            max_answer_bytes=int(env.get("PROMETHEUS_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES),
-        )
-
-
-def _read_secret(file: str | None, env: str | None) -> str:
-    if file:
-        return Path(file).read_text(encoding="utf-8").strip()
-    if env:
-        return os.environ.get(env, "").strip()
-    return ""
-
-
-class _BearerToken(AuthBase):
-    """``Authorization: Bearer`` from a file or an environment variable, read when each request is made."""
-
-    def __init__(self, file: str | None, env: str | None) -> None:
-        self._file = file
-        self._env = env
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        token = _read_secret(self._file, self._env)
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        return request
-
-
-class _BasicAuth(AuthBase):
-    def __init__(self, username: str, file: str | None, env: str | None) -> None:
-        self._username = username
-        self._file = file
-        self._env = env
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        prepared: requests.PreparedRequest = HTTPBasicAuth(
-            self._username, _read_secret(self._file, self._env)
-        )(request)
-        return prepared
-
-
 def as_utc(moment: datetime) -> datetime:
     """``moment`` as an aware UTC datetime; a naive one is taken to be UTC already."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class QueryAnswer:
-    """A successful answer: Prometheus' ``data`` with its result type kept."""
-
-    result_type: str  # vector | matrix | scalar | string
-    result: Any
-    warnings: tuple[str, ...] = ()
-
-
-S = TypeVar("S")
-
-
-class VectorData(msgspec.Struct, Generic[S]):
-    """``data`` of an instant vector answer, its series typed (see :func:`vector_decoder`)."""
-
-    resultType: str
-    result: list[S]
-
-
-class VectorEnvelope(msgspec.Struct, Generic[S]):
-    status: str
-    data: VectorData[S] | None = None
-    warnings: list[str] = msgspec.field(default_factory=list)
-
-
-def vector_decoder(series: type[S]) -> msgspec.json.Decoder[VectorEnvelope[S]]:
-    """A decoder of instant vector answers whose series are ``series`` (a :class:`msgspec.Struct`
-    naming the labels and value it reads; other labels are skipped)."""
-    return msgspec.json.Decoder(VectorEnvelope[series])  # type: ignore[valid-type]
-
-
-@dataclass(frozen=True, slots=True)
-class QueryFailure:
-    error_class: ErrorClass
-    detail: str
-    http_status: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class QueryOutcome:
-    """One query as asked: its answer or failure, and what it cost."""
-
-    promql: str
-    answer: QueryAnswer | None
-    failure: QueryFailure | None
-    http_requests: int  # round trips, retries included
-    duration: float  # seconds, retries and backoff included
-
-
-@dataclass(slots=True)
-class _Attempt:
-    payload: Any = None  # ``data`` of a successful envelope
-    failure: QueryFailure | None = None
-    retryable: bool = False
-    warnings: tuple[str, ...] = ()
-    content_type: str = ""
 
 
 _FORM = "application/x-www-form-urlencoded"
@@ -287,12 +118,7 @@ class PrometheusClient:
             limit=config.max_answer_bytes, error_limit=ERROR_ANSWER_LIMIT, deadline=self._deadline
         )
         session.verify = False if config.insecure_skip_verify else (config.ca_file or True)
-        if config.bearer_token_file or config.bearer_token_env:
-            session.auth = _BearerToken(config.bearer_token_file, config.bearer_token_env)
-        elif config.basic_auth_username:
-            session.auth = _BasicAuth(
-                config.basic_auth_username, config.basic_auth_password_file, config.basic_auth_password_env
-            )
+        session.auth = credentials(config)
         session.hooks["response"].append(self._keep_response)
         self._session = session
         self._http_timeout = (config.connect_timeout, self._deadline)
@@ -389,7 +215,7 @@ class PrometheusClient:
             answer = QueryAnswer(data.resultType, data.result, attempt.warnings)
             return QueryOutcome(promql, answer, None, http_requests, duration)
         if not isinstance(data, dict) or "resultType" not in data or "result" not in data:
-            failure = _malformed(attempt, "data without resultType and result")
+            failure = malformed(attempt, "data without resultType and result")
             return QueryOutcome(promql, None, failure, http_requests, duration)
         answer = QueryAnswer(str(data["resultType"]), data["result"], attempt.warnings)
         return QueryOutcome(promql, answer, None, http_requests, duration)
@@ -452,12 +278,12 @@ class PrometheusClient:
         if attempt.failure is not None:
             return attempt.failure, http_requests
         if not isinstance(attempt.payload, list):
-            return _malformed(attempt, "data is not a list of names"), http_requests
+            return malformed(attempt, "data is not a list of names"), http_requests
         return [str(item) for item in attempt.payload], http_requests
 
     def _with_retries(
         self, call: Callable[[], object], typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
-    ) -> tuple[_Attempt, int]:
+    ) -> tuple[Attempt, int]:
         # Only what certainly never ran is tried again (see the module docstring): `retryable`.
         return retrying(
             self.config.retry,
@@ -468,13 +294,13 @@ class PrometheusClient:
 
     def _attempt(
         self, call: Callable[[], object], typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None
-    ) -> _Attempt:
+    ) -> Attempt:
         self._captured.response = None
         origin = redact_url(self.config.url)
         try:
             call()
         except AnswerError as error:
-            return self._unread(error, origin)
+            return unread_answer(error, origin, self._deadline)
         except (PrometheusApiClientException, requests.exceptions.InvalidJSONError, ValueError, LookupError,
                 TypeError, RecursionError) as error:  # fmt: skip
             # prometheus-api-client could not read the answer (a non-200, a body that is not JSON, a 200
@@ -487,7 +313,7 @@ class PrometheusClient:
         response = getattr(self._captured, "response", None)
         if response is None:
             seen = f": {type(unread).__name__}: {_reason(unread)}" if unread is not None else ""
-            return _Attempt(
+            return Attempt(
                 failure=QueryFailure(ErrorClass.SERVER, f"{origin}: no HTTP response was seen{seen}")
             )
         if typed is not None and response.status_code == 200:
@@ -497,47 +323,27 @@ class PrometheusClient:
                 pass  # not of the type: read as any answer below, which names what is wrong with it
             else:
                 if envelope.status == "success" and envelope.data is not None:
-                    return _Attempt(payload=envelope.data, warnings=tuple(envelope.warnings))
-        return _classify(response, self._secrets(response))
+                    return Attempt(payload=envelope.data, warnings=tuple(envelope.warnings))
+        return classify(response, self._secrets(response))
 
-    def _not_asked(self, error: requests.exceptions.RequestException, origin: str) -> _Attempt:
+    def _not_asked(self, error: requests.exceptions.RequestException, origin: str) -> Attempt:
         """A call that got no answer: no connection, a read timeout, a connection that failed."""
         if isinstance(error, requests.exceptions.ConnectTimeout):
             detail = f"{origin}: no connection within {self.config.connect_timeout:g}s (connect timeout)"
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, detail), retryable=True)
+            return Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, detail), retryable=True)
         if isinstance(error, requests.exceptions.Timeout):
-            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
+            return Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
         if isinstance(error, requests.exceptions.SSLError):
-            return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: TLS: {_reason(error)}"))
+            return Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: TLS: {_reason(error)}"))
         if isinstance(error, requests.exceptions.ConnectionError):
             if _caused_by(error, ReadTimeoutError):
-                return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
+                return Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, self._read_timeout_detail(origin)))
             # Retry only when the request certainly never reached Prometheus (refused, DNS): a reset
             # connection may have been running an expensive query.
             never_sent = _caused_by(error, NewConnectionError, ConnectTimeoutError)
             failure = QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}")
-            return _Attempt(failure=failure, retryable=never_sent)
-        return _Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}"))
-
-    def _unread(self, error: AnswerError, origin: str) -> _Attempt:
-        """An answer not read whole: late (by the deadline), too large, or cut short. Named by its
-        status; nothing of its body is shown."""
-        status = error.status
-        if isinstance(error, AnswerLate) or status is None:
-            said = "no answer" if status is None else "no complete answer"
-            detail = f"{origin}: {said} within {self._deadline:g}s (client deadline; not retried)"
-            return _Attempt(failure=QueryFailure(ErrorClass.TIMEOUT, detail, status))
-        ok = 200 <= status < 300
-        error_class = ErrorClass.MALFORMED_RESPONSE if ok else _BY_STATUS.get(status, ErrorClass.SERVER)
-        if isinstance(error, AnswerTooLarge):  # the same again if asked again: not retried
-            setting = " (max_answer_bytes)" if ok else ""
-            return _Attempt(
-                failure=QueryFailure(
-                    error_class, f"{_status_text(status)}: {error}{setting}, not read", status
-                )
-            )
-        failure = QueryFailure(error_class, f"{_status_text(status)}: {error}", status)
-        return _Attempt(failure=failure, retryable=error_class is ErrorClass.UNAVAILABLE)
+            return Attempt(failure=failure, retryable=never_sent)
+        return Attempt(failure=QueryFailure(ErrorClass.UNREACHABLE, f"{origin}: {_reason(error)}"))
 
     def _read_timeout_detail(self, origin: str) -> str:
         return f"{origin}: no answer within {self._http_timeout[1]:g}s (client read timeout; not retried)"
@@ -599,121 +405,6 @@ def _reason(error: BaseException) -> str:
         return "the host name does not resolve"
     tls = _find(error, ssl.SSLError)
     if tls is not None:
-        return _short(getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or tls)
+        return shorten(getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or tls)
     text = _POOL.sub("", str(error)).strip(" ()'\"") or type(error).__name__
-    return _short(text)
-
-
-def _short(value: object) -> str:
-    text = str(value)
-    return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
-
-
-def _malformed(attempt: _Attempt, problem: str) -> QueryFailure:
-    return QueryFailure(
-        ErrorClass.MALFORMED_RESPONSE,
-        f"HTTP 200 {attempt.content_type}, not a Prometheus answer: {problem}",
-        200,
-    )
-
-
-# Prometheus' errorType, as it names it (the HTTP status alone is ambiguous: 503 is both "timeout"
-# and "unavailable").
-_BY_ERROR_TYPE = {
-    "timeout": ErrorClass.TIMEOUT,
-    "bad_data": ErrorClass.BAD_QUERY,
-    "execution": ErrorClass.EXECUTION,
-    "unavailable": ErrorClass.UNAVAILABLE,
-}
-_BY_STATUS = {
-    504: ErrorClass.TIMEOUT,
-    400: ErrorClass.BAD_QUERY,
-    422: ErrorClass.EXECUTION,
-    # Nothing ran: a proxy without a backend, Prometheus starting up, or rate limiting.
-    502: ErrorClass.UNAVAILABLE,
-    503: ErrorClass.UNAVAILABLE,
-    429: ErrorClass.UNAVAILABLE,
-}
-
-
-def _classify(response: requests.Response, secrets: Sequence[str] = ()) -> _Attempt:
-    """Turn one HTTP response into a payload or a failure named from what the server said: of a body
-    that is not a Prometheus answer, only its status and content type."""
-    status = response.status_code
-    if 300 <= status < 400:
-        detail = f"{_status_text(status)}: a redirect, not followed"
-        return _Attempt(failure=QueryFailure(ErrorClass.SERVER, detail, status))
-    content_type = _media_type(response)
-    envelope, problem = _envelope(_text(response), content_type)
-    prometheus = envelope if envelope is not None else {}
-    listed = prometheus.get("warnings")
-    warnings = tuple(str(item) for item in listed) if isinstance(listed, list) else ()  # not `true`, `5`
-    if status == 200 and prometheus.get("status") == "success":
-        if "data" not in prometheus:
-            detail = f"HTTP 200 {content_type}, not a Prometheus answer: status success without data"
-            return _Attempt(failure=_scrubbed(ErrorClass.MALFORMED_RESPONSE, detail, status, secrets))
-        return _Attempt(payload=prometheus["data"], warnings=warnings, content_type=content_type)
-    if status == 200 and not prometheus:
-        detail = f"HTTP 200 {content_type}, not a Prometheus answer: {problem}"
-        return _Attempt(failure=_scrubbed(ErrorClass.MALFORMED_RESPONSE, detail, status, secrets))
-    error_type = str(prometheus.get("errorType") or "")
-    if prometheus:
-        message = str(prometheus.get("error") or "")
-        detail = (
-            f"HTTP {status}" + (f" {error_type}" if error_type else "") + (f": {message}" if message else "")
-        )
-    else:
-        detail = _status_text(status)  # a proxy's page, a login form: its text is not shown
-    error_class = _BY_ERROR_TYPE.get(error_type) or _BY_STATUS.get(status, ErrorClass.SERVER)
-    # A timed-out query is never re-run; "unavailable" (nothing ran) is.
-    retryable = error_class is ErrorClass.UNAVAILABLE
-    return _Attempt(failure=_scrubbed(error_class, detail, status, secrets), retryable=retryable)
-
-
-def _envelope(text: str, content_type: str) -> tuple[dict[str, Any] | None, str]:
-    """Prometheus' envelope (a JSON object with ``status``), or None and what the body is instead."""
-    if not text.strip():
-        return None, "an empty body"
-    try:
-        envelope = json.loads(text)
-    except ValueError:
-        return None, "truncated or invalid JSON" if "json" in content_type else "not JSON"
-    except RecursionError:  # [[[[... nested deeper than the parser's stack
-        return None, "JSON nested too deeply"
-    if not isinstance(envelope, dict) or "status" not in envelope:
-        return None, "JSON without status and data"
-    return envelope, ""
-
-
-def _text(response: requests.Response) -> str:
-    """The body in the charset the answer declares, else UTF-8 (Prometheus' own): never guessed from
-    the body, which requests would do over all of it."""
-    try:
-        return response.content.decode(response.encoding or "utf-8", "replace")
-    except LookupError:  # a charset Python does not know
-        return response.content.decode("utf-8", "replace")
-
-
-_MEDIA_TYPE = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}")
-
-
-def _media_type(response: requests.Response) -> str:
-    """The answer's media type as a detail may name it: a well-formed ``type/subtype``, or a word."""
-    media = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
-    if not media:
-        return "without a content type"
-    return media if _MEDIA_TYPE.fullmatch(media) else "of an unreadable content type"
-
-
-def _status_text(status: int) -> str:
-    """``HTTP 503 Service Unavailable``: the status and its standard phrase (never the server's)."""
-    try:
-        return f"HTTP {status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
-
-
-def _scrubbed(error_class: ErrorClass, detail: str, status: int, secrets: Sequence[str]) -> QueryFailure:
-    for secret in secrets:
-        detail = detail.replace(secret, "<redacted>")
-    return QueryFailure(error_class, _short(detail), status)
+    return shorten(text)

@@ -64,12 +64,9 @@ from canary.metrics.catalog import (
     FIELD_FRACTION,
     FIELD_SAMPLES,
     KIND_FAMILY,
-    PEAK_MEASURES,
     REQUESTS_PROFILES,
     BuiltinQuery,
-    CounterQuery,
     Family,
-    PeakQuery,
     RevisionKey,
     measure_unit,
 )
@@ -77,6 +74,7 @@ from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.labels import JoinLabels, kube_state_labels, overridden, request_labels
 from canary.metrics.promql import TemplateError, format_duration_seconds, render_template
 from canary.metrics.tenancy import Tenancy, TenancyError, profile_metrics
+from canary.metrics.tick_queries import PEAK_MEASURES, CounterQuery, PeakQuery
 from canary.policy.model import (
     Check,
     GpuLabelStyle,

@@ -49,29 +49,23 @@ from canary.metrics.budget import (
     deferred_detail,
     namespace_deferred_detail,
 )
-from canary.metrics.catalog import BuiltinQuery, CounterQuery, Family, RevisionKey, render_builtin
+from canary.metrics.catalog import BuiltinQuery, RevisionKey, render_builtin
 from canary.metrics.client import (
     PrometheusClient,
     PrometheusConfig,
     QueryFailure,
     QueryOutcome,
-    VectorEnvelope,
     redact_url,
 )
 from canary.metrics.counting.counts import CountsPipeline
 from canary.metrics.counting.decode import COUNTER_VECTOR
 from canary.metrics.counting.peaks import PeaksPipeline
 from canary.metrics.detect import (
-    GPU_FAMILY,
-    KUBE_STATE_FAMILY,
-    REQUEST_LABELS_FAMILY,
-    REQUESTS_FAMILY,
-    Detection,
     DetectionReport,
     ProfileDetector,
 )
+from canary.metrics.envelope import VectorEnvelope
 from canary.metrics.explain_queries import canary_queries, stable_queries
-from canary.metrics.labels import KSM_LABELS
 from canary.metrics.plan import (
     COUNTED_MEASURES,
     CountsAsk,
@@ -79,18 +73,16 @@ from canary.metrics.plan import (
     Need,
     PeaksAsk,
     QueryGrouping,
-    Resolution,
     Side,
     SingleAsk,
-    families_needed,
-    family_labels,
     measurement_for,
     merge_asks,
     plan_rollout,
 )
+from canary.metrics.resolve import FamilyResolver
 from canary.metrics.split import Splitter
 from canary.metrics.tenancy import Tenancy
-from canary.policy.model import KubeStateLabelStyle, MetricKind, PromotionPolicy, RequestsProfile
+from canary.policy.model import MetricKind, PromotionPolicy, RequestsProfile
 from canary.repeats import Repeats
 
 __all__ = ["PrometheusEvidenceSource"]
@@ -99,11 +91,28 @@ _log = structlog.get_logger("canary.metrics")
 
 Parsed = GroupedAnswer | float | QueryFailure | None
 
-_AUTO = "auto"  # every profile and label style setting's "detect it"
-
 
 class PrometheusEvidenceSource:
-    """Answers evidence requests from one Prometheus-compatible server (an :class:`EvidenceSource`)."""
+    """Answers evidence requests from one Prometheus-compatible server (an :class:`EvidenceSource`).
+
+    :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
+    :param min_window: overrides ``2 * scrape_interval``.
+    :param min_requests: a latency or error rate computed from fewer requests is no-data.
+    :param max_parallel_queries: queries of one collect call in flight at once.
+    :param grouping: how far the other families' queries are shared (``per-revision`` is the
+        naive baseline); the counted measures are always sampled once per tick.
+    :param max_single_queries_per_tick: custom ``promql`` checks and overrides asked per tick (one
+        query per revision each); the others are ``error``/``deferred`` until a later tick.
+    :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
+        ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
+        memory: an answer decodes to about 150 bytes of Python objects per point while it is
+        read, and the process' RSS keeps that peak; a smaller budget costs more queries.
+    :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
+    :param tenancy: how custom queries are scoped to their policy's namespace (default: every
+        selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
+    :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
+        per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
+    """
 
     def __init__(
         self,
@@ -124,25 +133,6 @@ class PrometheusEvidenceSource:
         tenancy: Tenancy | None = None,
         namespace_query_seconds: float | None = None,
     ) -> None:
-        """
-        :param scrape_interval: the scrape interval of the metrics we read; the window is at least two.
-        :param min_window: overrides ``2 * scrape_interval``.
-        :param min_requests: a latency or error rate computed from fewer requests is no-data.
-        :param max_parallel_queries: queries of one collect call in flight at once.
-        :param grouping: how far the other families' queries are shared (``per-revision`` is the
-            naive baseline); the counted measures are always sampled once per tick.
-        :param max_single_queries_per_tick: custom ``promql`` checks and overrides asked per tick (one
-            query per revision each); the others are ``error``/``deferred`` until a later tick.
-        :param backfill_sample_budget: series x points one backfill range query may touch (Prometheus'
-            ``--query.max-samples`` is 50,000,000 by default). It also bounds the controller's
-            memory: an answer decodes to about 150 bytes of Python objects per point while it is
-            read, and the process' RSS keeps that peak; a smaller budget costs more queries.
-        :param idle_revision_ttl: a revision nobody asked about for this long leaves the counter book.
-        :param tenancy: how custom queries are scoped to their policy's namespace (default: every
-            selector scoped, nothing admitted cluster-wide; :mod:`canary.metrics.tenancy`).
-        :param namespace_query_seconds: Prometheus time the custom queries of one namespace may take
-            per tick (:class:`~canary.metrics.budget.NamespaceQueryBudget`); None: no such budget.
-        """
         if max_parallel_queries < 1:
             raise ValueError("max_parallel_queries must be at least 1")
         if max_single_queries_per_tick < 0:
@@ -153,17 +143,8 @@ class PrometheusEvidenceSource:
         self.min_window = min_window if min_window is not None else 2 * scrape_interval
         self.min_requests = min_requests
         self.grouping = grouping
-        # "Nothing found" is stale as soon as the next scrape lands (a fresh install, or a controller
-        # that started before Prometheus' first scrape): asking again after one scrape interval costs
-        # one label look-up per interval for the whole controller, while a minute's negative cache held
-        # every rollout's first step that long.
-        self.detector = ProfileDetector(
-            self.client,
-            lookback=detection_lookback,
-            ttl=detection_ttl,
-            retry_missing_after=scrape_interval,
-            clock=clock or time.monotonic,
-        )
+        self.detector = _detector(self.client, scrape_interval, detection_lookback, detection_ttl, clock)
+        self._resolver = FamilyResolver(self.detector)
         self._max_parallel = max_parallel_queries
         self._repeats = Repeats()  # failing queries are logged once per change
         self._pool: ThreadPoolExecutor | None = None
@@ -237,6 +218,7 @@ class PrometheusEvidenceSource:
                 + counted.http_requests.get(index, 0)
                 + peaked.http_requests.get(index, 0)
             )
+            shown = (policy, request, profiles[index])
             evidence.append(
                 Evidence(
                     request=request,
@@ -246,12 +228,8 @@ class PrometheusEvidenceSource:
                     profile=profiles[index],
                     counts=_settled_counts(policy, needs, index) | counted.series.get(index, {}),
                     # For people only (kserve-canary explain): each check's canary value as one query.
-                    canary_queries=canary_queries(
-                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
-                    ),
-                    stable_queries=stable_queries(
-                        policy, request, profiles[index], min_window=self.min_window, tenancy=self.tenancy
-                    ),
+                    canary_queries=canary_queries(*shown, min_window=self.min_window, tenancy=self.tenancy),
+                    stable_queries=stable_queries(*shown, min_window=self.min_window, tenancy=self.tenancy),
                 )
             )
             self._log_failures(request, canary[index], stable[index])
@@ -266,7 +244,7 @@ class PrometheusEvidenceSource:
         profiles: list[dict[str, str]] = []
         detection_cost = [0] * len(rollouts)
         for index, (policy, request) in enumerate(rollouts):
-            resolutions, used, cost = self._resolve(policy, request)
+            resolutions, used, cost = self._resolver.resolve(policy, request.at)
             detection_cost[index] = cost
             profiles.append(used)
             needs.extend(
@@ -320,16 +298,9 @@ class PrometheusEvidenceSource:
             return
         namespace = policy.metadata.namespace
         who = (namespace, policy.spec.target.inference_service)
-        self.counts.watch(RevisionKey(namespace, revision), who, born, at, self._restarts_counter(policy, at))
-
-    def _restarts_counter(self, policy: PromotionPolicy, at: datetime) -> CounterQuery:
-        """The restart counters in ``policy``'s kube-state-metrics label style (configured or detected)."""
-        metrics = policy.spec.metrics
-        style = metrics.kube_state_labels.value
-        if style == _AUTO:
-            style = self.detector.kube_state_labels(at)[0].choice or KubeStateLabelStyle.POD.value
-        labels = family_labels(metrics, None, None, None, style).get(Family.KUBE_STATE)
-        return CounterQuery(None, labels=None if labels == KSM_LABELS else labels)
+        self.counts.watch(
+            RevisionKey(namespace, revision), who, born, at, self._resolver.restarts_counter(policy, at)
+        )
 
     def sample_warm_up(self, at: datetime) -> None:
         """The tick's sample of the restart counters, if no collect has taken one within half a
@@ -382,84 +353,6 @@ class PrometheusEvidenceSource:
         self.close()
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _resolve(
-        self, policy: PromotionPolicy, request: EvidenceRequest
-    ) -> tuple[dict[Family, Resolution], dict[str, str], int]:
-        """Profiles and label styles per family for this policy: configured, or detected; and the
-        detection round trips."""
-        needed = families_needed(policy)
-        used, unavailable, cost = self._choose(policy, needed, request.at)
-        labels = family_labels(
-            policy.spec.metrics,
-            used.get(REQUESTS_FAMILY),
-            used.get(REQUEST_LABELS_FAMILY),
-            used.get(GPU_FAMILY),
-            used.get(KUBE_STATE_FAMILY),
-        )
-        ksm = labels.get(Family.KUBE_STATE)
-        resolutions = {
-            Family.REQUESTS: Resolution(used.get(REQUESTS_FAMILY), labels=labels.get(Family.REQUESTS)),
-            Family.DCGM: Resolution(used.get(GPU_FAMILY), labels=labels.get(Family.DCGM)),
-            Family.KUBE_STATE: Resolution(labels=None if ksm == KSM_LABELS else ksm),  # None: the default
-        }
-        resolutions = {
-            family: unavailable.get(family) or resolution
-            for family, resolution in resolutions.items()
-            if family in needed
-        }
-        # The other families have one profile each; report them for explain all the same.
-        for family in needed - set(resolutions):
-            used[family.value] = "builtin"
-        return resolutions, used, cost
-
-    def _choose(
-        self, policy: PromotionPolicy, needed: set[Family], at: datetime
-    ) -> tuple[dict[str, str], dict[Family, Resolution], int]:
-        """Each setting's choice (configured, or detected: ``none`` when nothing fits), the families
-        that cannot be read (and why), and the detection round trips."""
-        metrics = policy.spec.metrics
-        settings = (
-            (Family.REQUESTS, REQUESTS_FAMILY, metrics.requests.value, self._detect_profile),
-            (
-                Family.REQUESTS,
-                REQUEST_LABELS_FAMILY,
-                metrics.request_labels.value,
-                self._detect_request_labels,
-            ),
-            (Family.DCGM, GPU_FAMILY, metrics.gpu_labels.value, self._detect_gpu),
-            (Family.KUBE_STATE, KUBE_STATE_FAMILY, metrics.kube_state_labels.value, self._detect_kube_state),
-        )
-        used: dict[str, str] = {}
-        unavailable: dict[Family, Resolution] = {}
-        cost = 0
-        for family, report_name, configured, detect in settings:
-            if family not in needed or family in unavailable:
-                continue
-            if configured != _AUTO:
-                used[report_name] = configured
-                continue
-            detection, spent = detect(used, at)
-            cost += spent
-            resolution = _resolution_from(detection)
-            if family is Family.KUBE_STATE and detection.failure is None and not detection.found:
-                resolution = Resolution(KubeStateLabelStyle.POD.value)  # not scraped yet: the standard labels
-            if resolution.unavailable is not None:
-                unavailable[family] = resolution
-            used[report_name] = resolution.choice or "none"
-        return used, unavailable, cost
-
-    def _detect_profile(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.requests_profile(at)
-
-    def _detect_request_labels(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.request_labels(RequestsProfile(used[REQUESTS_FAMILY]), at)
-
-    def _detect_gpu(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.gpu_labels(at)
-
-    def _detect_kube_state(self, used: dict[str, str], at: datetime) -> tuple[Detection, int]:
-        return self.detector.kube_state_labels(at)
 
     def _run(
         self,
@@ -557,12 +450,7 @@ class PrometheusEvidenceSource:
         return outcome, GroupedAnswer(values, split.failures)
 
     def _ask_range(self, promql: str, start: datetime, end: datetime, step: float) -> QueryOutcome:
-        try:
-            return self.client.range_query(promql, start, end, step)
-        except Exception as error:  # as _ask: a backfill never crashes an evaluation
-            _log.exception("unexpected error while querying Prometheus", query=promql)
-            failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
-            return QueryOutcome(promql, None, failure, 1, 0.0)
+        return _guarded(promql, lambda: self.client.range_query(promql, start, end, step))
 
     def _ask(
         self,
@@ -571,14 +459,9 @@ class PrometheusEvidenceSource:
         typed: msgspec.json.Decoder[VectorEnvelope[Any]] | None = None,
         within: float | None = None,
     ) -> QueryOutcome:
-        try:
-            if within is not None:
-                return self.client.instant(promql, at, typed=typed, within=within)
-            return self.client.instant(promql, at, typed=typed)
-        except Exception as error:  # the last line of defence: a query never crashes an evaluation
-            _log.exception("unexpected error while querying Prometheus", query=promql)
-            failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
-            return QueryOutcome(promql, None, failure, 1, 0.0)
+        if within is not None:
+            return _guarded(promql, lambda: self.client.instant(promql, at, typed=typed, within=within))
+        return _guarded(promql, lambda: self.client.instant(promql, at, typed=typed))
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -616,6 +499,32 @@ class PrometheusEvidenceSource:
                     )
 
 
+def _detector(
+    client: PrometheusClient,
+    scrape_interval: float,
+    lookback: float,
+    ttl: float,
+    clock: Callable[[], float] | None,
+) -> ProfileDetector:
+    # "Nothing found" is stale as soon as the next scrape lands (a fresh install, or a controller
+    # that started before Prometheus' first scrape): asking again after one scrape interval costs
+    # one label look-up per interval for the whole controller, while a minute's negative cache held
+    # every rollout's first step that long.
+    return ProfileDetector(
+        client, lookback=lookback, ttl=ttl, retry_missing_after=scrape_interval, clock=clock or time.monotonic
+    )
+
+
+def _guarded(promql: str, ask: Callable[[], QueryOutcome]) -> QueryOutcome:
+    """``ask()``, or a failed outcome: the last line of defence, a query never crashes an evaluation."""
+    try:
+        return ask()
+    except Exception as error:
+        _log.exception("unexpected error while querying Prometheus", query=promql)
+        failure = QueryFailure(ErrorClass.SERVER, f"internal error: {type(error).__name__}: {error}")
+        return QueryOutcome(promql, None, failure, 1, 0.0)
+
+
 def _tenants(
     rollouts: Sequence[tuple[PromotionPolicy, EvidenceRequest]], needs: Sequence[Need]
 ) -> dict[SingleAsk, str]:
@@ -625,18 +534,6 @@ def _tenants(
         if isinstance(need.ask, SingleAsk) and need.ask not in owners:
             owners[need.ask] = rollouts[need.rollout][1].namespace
     return owners
-
-
-def _resolution_from(detection: Detection) -> Resolution:
-    if detection.failure is not None:
-        return Resolution(
-            unavailable=Measurement.error(
-                detection.failure.error_class, f"metric profile detection failed: {detection.failure.detail}"
-            )
-        )
-    if detection.choice is None:
-        return Resolution(unavailable=Measurement.no_data(detection.detail))
-    return Resolution(detection.choice)
 
 
 def _settled_counts(policy: PromotionPolicy, needs: Sequence[Need], rollout: int) -> dict[str, CountSeries]:

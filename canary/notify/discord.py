@@ -58,8 +58,10 @@ def discord_message(notification: Notification, context: MessageContext = NO_CON
         fields.append({"name": "Traffic", "value": notification.traffic, "inline": True})
     if notification.canary_revision:
         fields.append({"name": "Canary revision", "value": notification.canary_revision, "inline": True})
+        fields.append({"name": "Canary serves", "value": notification.served("canary"), "inline": True})
     if notification.stable_revision:
         fields.append({"name": "Stable revision", "value": notification.stable_revision, "inline": True})
+        fields.append({"name": "Stable serves", "value": notification.served("stable"), "inline": True})
     if notification.phase:
         fields.append({"name": "Phase", "value": notification.phase, "inline": True})
     fields = [

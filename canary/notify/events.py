@@ -144,9 +144,9 @@ def event_message(
         parts.append(f"Not passing: {_check_phrase(failing)}.")
     revisions = []
     if notification.canary_revision:
-        revisions.append(f"canary {notification.canary_revision}")
+        revisions.append(f"canary {notification.canary_revision} ({notification.served('canary')})")
     if notification.stable_revision:
-        revisions.append(f"stable {notification.stable_revision}")
+        revisions.append(f"stable {notification.stable_revision} ({notification.served('stable')})")
     if notification.traffic:
         revisions.append(f"traffic {notification.traffic}")
     if revisions:

@@ -6,7 +6,10 @@ names from a policy, the cluster's name.
 (``[``, ``]``), autolinks and HTML (``<``, ``>``), emphasis, strike-through, spoilers and code (``*``,
 ``_``, ``~``, ``|``, a backtick), headings and quotes (``#``), and the backslash itself. CommonMark,
 Teams and Discord show an escaped character as itself. A bare URL would still be linked by the
-services' own autolinkers, so its ``://`` is written ``:\\/\\/``: it reads the same and links nowhere.
+services' own autolinkers, so its ``://`` is written ``:\\/\\/`` and a ``www.`` (GitHub-flavoured
+Markdown links those without a scheme) ``www\\.``: they read the same and link nowhere. Line breaks
+become spaces: a line of ``===`` or ``---`` under a text makes it a heading, and a line that starts
+with ``-``, ``+`` or ``1.`` a list, so untrusted text stays on the line it was put on.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import re
 __all__ = ["clip", "inert"]
 
 _SYNTAX = re.compile(r"([\\`*_~|\[\]<>#])")
+_LINE_BREAKS = re.compile(r"[\r\n\v\f\x85\u2028\u2029]+")
+_WWW = re.compile(r"(?i)\b(www)\.")
 
 
 def inert(text: str) -> str:
-    """``text`` with its Markdown syntax escaped and its URLs unlinked (see the module docstring)."""
-    return _SYNTAX.sub(r"\\\1", text).replace("://", r":\/\/")
+    """``text`` with its Markdown syntax escaped, its URLs unlinked and its line breaks made spaces
+    (see the module docstring)."""
+    text = _SYNTAX.sub(r"\\\1", _LINE_BREAKS.sub(" ", text))
+    return _WWW.sub(r"\1\\.", text.replace("://", r":\/\/"))
 
 
 def clip(text: str, limit: int) -> str:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 from canary.policy.units import Unit
+from canary.rollout.artefact import Artefact, describe_artefact
 from canary.rollout.vocabulary import DEFAULT_REASONS, CheckVerdict, NotificationAction, Severity
 
 __all__ = [
@@ -222,6 +223,10 @@ class Notification:
     reasons: tuple[str, ...] = ()  # sentences with the numbers behind the decision
     checks: tuple[CheckLine, ...] = ()
     inference_service_uid: str | None = None  # lets the Event point at this exact object
+    # What each revision serves (storageUri or image, runtime, format), URIs without credentials;
+    # None: unknown (the controller has not recorded it).
+    canary_artefact: Artefact | None = None
+    stable_artefact: Artefact | None = None
     schema_version: str = field(default=NOTIFICATION_API_VERSION)
 
     def __post_init__(self) -> None:
@@ -251,6 +256,15 @@ class Notification:
     @property
     def traffic(self) -> str:
         return traffic_text(self.from_weight, self.to_weight, self.action)
+
+    def served(self, role: str) -> str:
+        """``"s3://models/llm/v3 (runtime vllm)"``: what the ``canary`` or ``stable`` revision serves;
+        empty without that revision."""
+        if role == "canary":
+            revision, artefact = self.canary_revision, self.canary_artefact
+        else:
+            revision, artefact = self.stable_revision, self.stable_artefact
+        return describe_artefact(artefact) if revision else ""
 
     @property
     def model(self) -> str:

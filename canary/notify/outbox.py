@@ -39,6 +39,7 @@ from canary.notify.message import (
     Severity,
 )
 from canary.policy.units import Unit
+from canary.rollout.artefact import Artefact
 
 __all__ = [
     "DEFAULT_IMPORTANT_RETRY_FOR",
@@ -145,6 +146,21 @@ def _check_to_dict(check: CheckLine) -> dict[str, Any]:
     }
 
 
+def _artefact_to_dict(artefact: Artefact | None) -> dict[str, str | None] | None:
+    return None if artefact is None else artefact.as_dict()
+
+
+def _artefact_from_dict(data: object) -> Artefact | None:
+    """An artefact as stored; anything else (an entry written before artefacts were) is unknown."""
+    if not isinstance(data, dict):
+        return None
+    fields = ("storageUri", "image", "runtime", "modelFormat")
+    storage_uri, image, runtime, model_format = (
+        value if isinstance(value := data.get(key), str) else None for key in fields
+    )
+    return Artefact(storage_uri=storage_uri, image=image, runtime=runtime, model_format=model_format)
+
+
 def notification_to_dict(notification: Notification) -> dict[str, Any]:
     """The notification as stored: its facts and texts (it holds no secret)."""
     return {
@@ -156,6 +172,8 @@ def notification_to_dict(notification: Notification) -> dict[str, Any]:
         "policy": notification.policy,
         "canaryRevision": notification.canary_revision,
         "stableRevision": notification.stable_revision,
+        "canaryArtefact": _artefact_to_dict(notification.canary_artefact),
+        "stableArtefact": _artefact_to_dict(notification.stable_artefact),
         "action": notification.action.value,
         "severity": notification.severity.value,
         "phase": notification.phase,
@@ -196,6 +214,8 @@ def notification_from_dict(data: dict[str, Any]) -> Notification:
         policy=data["policy"],
         canary_revision=data.get("canaryRevision"),
         stable_revision=data.get("stableRevision"),
+        canary_artefact=_artefact_from_dict(data.get("canaryArtefact")),
+        stable_artefact=_artefact_from_dict(data.get("stableArtefact")),
         action=NotificationAction(data["action"]),
         severity=Severity(data["severity"]),
         phase=data["phase"],

@@ -118,16 +118,25 @@ def slack_message(
 ) -> dict[str, Any]:
     """The JSON body for a Slack incoming webhook."""
     header = headline(notification, context)
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _clip(header, _HEADER_MAX), "emoji": True}},
-    ]
     lines = [f"*{_escape(notification.summary)}*"] + [
         f"• {_escape(reason)}" for reason in story(notification)
     ]
-    blocks.append(
-        {"type": "section", "text": {"type": "mrkdwn", "text": _clip("\n".join(lines), _SECTION_TEXT_MAX)}}
-    )
+    facts = [{"type": "mrkdwn", "text": fact} for fact in _facts(notification, context)]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _clip(header, _HEADER_MAX), "emoji": True}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _clip("\n".join(lines), _SECTION_TEXT_MAX)}},
+        {"type": "section", "fields": facts},
+        *_check_blocks(notification),
+        *_link_blocks(context.link(notification)),
+        _footer(notification),
+    ]  # fmt: skip
+    message: dict[str, Any] = {"text": _fallback_text(notification, context), "blocks": blocks}
+    if channel:
+        message["channel"] = channel
+    return _verbatim(message)
 
+
+def _facts(notification: Notification, context: MessageContext) -> list[str]:
     facts = []
     if context.cluster:
         facts.append(f"*Cluster*\n`{_escape(context.cluster)}`")
@@ -136,63 +145,58 @@ def slack_message(
         facts.append(f"*Traffic*\n{_escape(notification.traffic)}")
     if notification.canary_revision:
         facts.append(f"*Canary revision*\n`{_escape(notification.canary_revision)}`")
+        facts.append(f"*Canary serves*\n`{_escape(notification.served('canary'))}`")
     if notification.stable_revision:
         facts.append(f"*Stable revision*\n`{_escape(notification.stable_revision)}`")
+        facts.append(f"*Stable serves*\n`{_escape(notification.served('stable'))}`")
     if notification.phase:
         facts.append(f"*Phase*\n{_escape(notification.phase)}")
-    blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": fact} for fact in facts]})
+    return facts
 
+
+def _check_blocks(notification: Notification) -> list[dict[str, Any]]:
     checks = list(notification.checks)
     shown = checks[: _FIELDS_PER_SECTION * _MAX_CHECK_SECTIONS]
-    if shown:
-        blocks.append({"type": "divider"})
+    blocks: list[dict[str, Any]] = [{"type": "divider"}] if shown else []
     for start in range(0, len(shown), _FIELDS_PER_SECTION):
         chunk = shown[start : start + _FIELDS_PER_SECTION]
         blocks.append({"type": "section", "fields": [_check_field(check) for check in chunk]})
     if len(checks) > len(shown):
         rest = checks[len(shown) :]
         failing = sum(1 for check in rest if check.verdict is not CheckVerdict.PASS)
-        blocks.append(
-            {
-                "type": "section",
-                "text": {
-                    "type": "mrkdwn",
-                    "text": f"… and {len(rest)} more checks ({failing} not passing); see the webhook or "
-                    "`kserve-canary explain` for all of them",
-                },
-            }
+        more = (
+            f"… and {len(rest)} more checks ({failing} not passing); see the webhook or "
+            "`kserve-canary explain` for all of them"
         )
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": more}})
+    return blocks
 
-    link = context.link(notification)
-    if link:
-        blocks.append(
-            {
-                "type": "actions",
-                "elements": [
-                    {
-                        "type": "button",
-                        "text": {"type": "plain_text", "text": "Open in the dashboard"},
-                        "url": link,
-                    }
-                ],
-            }
-        )
+
+def _link_blocks(link: str) -> list[dict[str, Any]]:
+    if not link:
+        return []
+    button = {"type": "button", "text": {"type": "plain_text", "text": "Open in the dashboard"}, "url": link}
+    return [{"type": "actions", "elements": [button]}]
+
+
+def _footer(notification: Notification) -> dict[str, Any]:
     when = notification.time.strftime("%Y-%m-%d %H:%M:%S UTC")
-    blocks.append(
-        {
-            "type": "context",
-            "elements": [
-                {
-                    "type": "mrkdwn",
-                    "text": f"policy `{_escape(notification.policy)}` · decision "
-                    f"`{_escape(notification.id)}` · {when} · kserve-canary",
-                }
-            ],
-        }
+    text = (
+        f"policy `{_escape(notification.policy)}` · decision `{_escape(notification.id)}` · {when} · "
+        "kserve-canary"
     )
-    message: dict[str, Any] = {"text": _fallback_text(notification, context), "blocks": blocks}
-    if channel:
-        message["channel"] = channel
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+
+
+def _verbatim(message: dict[str, Any]) -> dict[str, Any]:
+    """Every mrkdwn text of the blocks marked ``verbatim``: Slack then links no bare URL, channel name
+    or mention in it (what an error text may carry), and still reads *bold* and our own ``<url|text>``
+    (https://docs.slack.dev/reference/block-kit/composition-objects/text-object)."""
+    for block in message["blocks"]:
+        texts = [block.get("text"), *block.get("fields", ()), *block.get("elements", ())]
+        for text in texts:
+            if isinstance(text, dict) and text.get("type") == "mrkdwn":
+                text["verbatim"] = True
     return message
 
 
@@ -216,6 +220,6 @@ class SlackSender(SecretUrlSender):
     def send(self, notification: Notification) -> None:
         url = self._url()
         body = json.dumps(
-            slack_message(notification, self._channel, self._context), ensure_ascii=False
+            slack_message(self._scrubbed(notification), self._channel, self._context), ensure_ascii=False
         ).encode()
         self._post(url, body, {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT})

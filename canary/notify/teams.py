@@ -71,8 +71,10 @@ def teams_message(notification: Notification, context: MessageContext = NO_CONTE
         facts.append(_fact("Traffic", notification.traffic))
     if notification.canary_revision:
         facts.append(_fact("Canary revision", notification.canary_revision))
+        facts.append(_fact("Canary serves", notification.served("canary")))
     if notification.stable_revision:
         facts.append(_fact("Stable revision", notification.stable_revision))
+        facts.append(_fact("Stable serves", notification.served("stable")))
     if notification.phase:
         facts.append(_fact("Phase", notification.phase))
     body.append({"type": "FactSet", "facts": facts})

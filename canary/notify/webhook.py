@@ -157,6 +157,10 @@ def webhook_payload(notification: Notification, context: MessageContext = NO_CON
         "policy": notification.policy,
         "phase": notification.phase,
         "revisions": {"canary": notification.canary_revision, "stable": notification.stable_revision},
+        "artefacts": {
+            "canary": notification.canary_artefact.as_dict() if notification.canary_artefact else None,
+            "stable": notification.stable_artefact.as_dict() if notification.stable_artefact else None,
+        },
         "traffic": {"from": notification.from_weight, "to": notification.to_weight},
         "checks": [_check(check) for check in notification.checks],
         "controller": {"name": "kserve-canary", "version": __version__},
@@ -230,14 +234,15 @@ class WebhookSender(SecretUrlSender):
 
     def send(self, notification: Notification) -> None:
         url = self._url()
-        body = encode_payload(notification, self._context)
+        # The key is read before the body is scrubbed, so the body cannot carry it either.
+        secret = None if self._secret_from is None else self._resolver.resolve_key(self._secret_from)
+        body = encode_payload(self._scrubbed(notification), self._context)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             IDEMPOTENCY_HEADER: notification.id,
         }
-        if self._secret_from is not None:
-            secret = self._resolver.resolve_key(self._secret_from)
+        if secret is not None:
             timestamp = str(int(self._clock().timestamp()))
             headers[TIMESTAMP_HEADER] = timestamp
             headers[SIGNATURE_HEADER] = sign(body, timestamp, secret)

@@ -141,10 +141,6 @@ class LoadResult:
     conflicts: dict[str, list[LoadedPolicy]] = field(default_factory=dict)
 
     @property
-    def contested(self) -> set[str]:
-        return set(self.conflicts)
-
-    @property
     def ok(self) -> bool:
         return not self.errors
 

@@ -87,6 +87,7 @@ from pydantic.alias_generators import to_camel
 __all__ = [
     "CONDITION_REASON_PATTERN",
     "CONDITION_TYPE_PATTERN",
+    "ArtefactStatus",
     "CheckStatus",
     "CheckVerdict",
     "Condition",
@@ -273,6 +274,16 @@ class CheckStatus(_StatusModel):
     statement: str | None = Field(default=None, description="The judgement in one sentence.")
 
 
+class ArtefactStatus(_StatusModel):
+    """What a revision serves, as the controller recorded it from the InferenceService spec (URIs
+    without userinfo or query string): ``canary.rollout.artefact.Artefact``'s fields."""
+
+    storage_uri: str | None = Field(default=None, description="storageUri (or storageUris, STORAGE_URI).")
+    image: str | None = Field(default=None, description="The predictor container's image.")
+    runtime: str | None = Field(default=None, description="The ServingRuntime the spec names.")
+    model_format: str | None = Field(default=None, description="modelFormat, name or name:version.")
+
+
 class GateOutcome(StrEnum):
     PASSED = "Passed"
     WAITING = "Waiting"  # called (and retried) until it passes or its deadline passes
@@ -302,6 +313,14 @@ class PromotionPolicyStatus(_StatusModel):
         default=None, description="The revision being (or last) rolled out; every condition names it."
     )
     stable_revision: str | None = Field(default=None, description="The revision serving the rest.")
+    canary_artefact: ArtefactStatus | None = Field(
+        default=None, description="What canaryRevision serves; absent: not recorded."
+    )
+    stable_artefact: ArtefactStatus | None = Field(
+        default=None,
+        description="What stableRevision serves, recorded while it was rolled out (KServe keeps no "
+        "previous spec); absent: unknown.",
+    )
     target_generation: int | None = Field(
         default=None,
         ge=0,

@@ -31,6 +31,7 @@ from canary.report.charts import (
     Series,
     svg_chart,
 )
+from canary.rollout.artefact import Artefact, describe_artefact
 from canary.rollout.past import PastRollout, PastRollouts, StepRecord
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import GateProgress, HistoryEntry, RolloutState, describe_time
@@ -66,6 +67,8 @@ class ReportedRollout:
     number: int | None = None  # 1 = the latest finished rollout
     decisions_dropped: int = 0
     gates: tuple[GateProgress, ...] = ()  # spec.gates reached (from the state; the record keeps none)
+    artefact: Artefact | None = None  # what the canary revision served (None: unknown)
+    stable_artefact: Artefact | None = None
 
     @property
     def key(self) -> str:
@@ -92,6 +95,8 @@ class ReportedRollout:
             f"the record of past rollouts (rollouts.json), rollout {number} ({entry.id})",
             number,
             entry.decisions_dropped,
+            artefact=entry.artefact,
+            stable_artefact=entry.stable_artefact,
         )
 
     @classmethod
@@ -120,6 +125,8 @@ class ReportedRollout:
             checks,
             "the rollout state (state.json, explain.json)",
             gates=state.gates,
+            artefact=state.artefact_of(state.revision),
+            stable_artefact=state.artefact_of(state.stable_revision),
         )
 
 
@@ -419,7 +426,12 @@ def _facts(rollout: ReportedRollout, generated_at: datetime, prometheus_url: str
     facts = [
         ("InferenceService", rollout.key),
         ("canary revision", rollout.revision),
+        ("canary serves", describe_artefact(rollout.artefact)),
         ("stable revision", rollout.stable_revision or "unknown"),
+        (
+            "stable serves",
+            describe_artefact(rollout.stable_artefact) if rollout.stable_revision else "unknown",
+        ),
         ("started", describe_time(rollout.started_at)),
         ("ended", describe_time(rollout.ended_at) if rollout.ended_at else "under way"),
         ("duration", duration),

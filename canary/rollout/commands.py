@@ -79,21 +79,7 @@ def apply_command(
     if pending is not None and pending.kind is CommandKind.ABORT:
         return _refuse(state, f"an abort requested by {pending.by or 'an operator'} is already pending")
     if kind is CommandKind.PAUSE:
-        if phase is Phase.PAUSED and pending is not None and pending.kind is CommandKind.RESUME:
-            return _accept(replace(state, command=None), kind, now, who, "the pending resume was cancelled")
-        if phase is Phase.PAUSED:
-            # A stored state may say Paused without saying why (someone edited the ConfigMap).
-            return _refuse(state, "already paused" + (f": {state.pause.reason}" if state.pause else ""))
-        if not state.rollout_active:
-            return _refuse(state, f"no rollout in progress (phase {state.underlying_phase})")
-        paused = replace(
-            state,
-            phase=Phase.PAUSED,
-            pause=Pause(
-                PauseKind.MANUAL, f"Paused by {who} at {describe_time(now)}.", now, resume_phase=phase
-            ),
-        )
-        return _accept(paused, kind, now, who, f"rollout of {state.revision} paused")
+        return _pause(state, now, who)
     if kind is CommandKind.RESUME:
         if phase is not Phase.PAUSED or state.pause is None:
             return _refuse(state, f"the rollout is not paused (phase {phase})")
@@ -103,30 +89,7 @@ def apply_command(
             )
         return _pending(state, kind, now, by, who, "resume")
     if kind is CommandKind.APPROVE:
-        step = state.step
-        approvable = phase in (Phase.PENDING, Phase.PROGRESSING) or (
-            phase is Phase.PAUSED
-            and state.pause is not None
-            and state.pause.resume_phase in (Phase.PENDING, Phase.PROGRESSING)
-        )
-        if step is None or not approvable:
-            return _refuse(state, f"no step waits for approval (phase {phase})")
-        if approval_steps is not None and step.weight not in approval_steps:
-            manual = ", ".join(f"{weight}%" for weight in sorted(approval_steps)) or "none"
-            return _refuse(
-                state,
-                f"step {step.weight}% does not wait for approval: the policy's steps with approval: manual "
-                f"are {manual}",
-            )
-        waiting = phase is Phase.PAUSED and state.pause is not None and state.pause.kind is PauseKind.APPROVAL
-        if step.weight in state.approvals and not waiting:
-            return _refuse(state, f"step {step.weight}% is already approved")
-        approvals = state.approvals if step.weight in state.approvals else (*state.approvals, step.weight)
-        approved = replace(state, approvals=approvals)
-        if waiting:
-            assert state.pause is not None
-            approved = replace(approved, phase=state.pause.resume_phase, pause=None)
-        return _accept(approved, kind, now, who, f"step {step.weight}% of {state.revision} approved")
+        return _approve(state, now, who, approval_steps)
     # abort and promote
     underlying = state.underlying_phase
     if not state.rollout_active:
@@ -134,6 +97,52 @@ def apply_command(
     if kind is CommandKind.PROMOTE and underlying in (Phase.PROMOTING, Phase.BAKING):
         return _refuse(state, f"{state.revision} is already promoted (phase {underlying})")
     return _pending(state, kind, now, by, who, str(kind))
+
+
+def _pause(state: RolloutState, now: datetime, who: str) -> CommandResult:
+    phase, pending, kind = state.phase, state.command, CommandKind.PAUSE
+    if phase is Phase.PAUSED and pending is not None and pending.kind is CommandKind.RESUME:
+        return _accept(replace(state, command=None), kind, now, who, "the pending resume was cancelled")
+    if phase is Phase.PAUSED:
+        # A stored state may say Paused without saying why (someone edited the ConfigMap).
+        return _refuse(state, "already paused" + (f": {state.pause.reason}" if state.pause else ""))
+    if not state.rollout_active:
+        return _refuse(state, f"no rollout in progress (phase {state.underlying_phase})")
+    paused = replace(
+        state,
+        phase=Phase.PAUSED,
+        pause=Pause(PauseKind.MANUAL, f"Paused by {who} at {describe_time(now)}.", now, resume_phase=phase),
+    )
+    return _accept(paused, kind, now, who, f"rollout of {state.revision} paused")
+
+
+def _approve(
+    state: RolloutState, now: datetime, who: str, approval_steps: Collection[int] | None
+) -> CommandResult:
+    phase, step, kind = state.phase, state.step, CommandKind.APPROVE
+    approvable = phase in (Phase.PENDING, Phase.PROGRESSING) or (
+        phase is Phase.PAUSED
+        and state.pause is not None
+        and state.pause.resume_phase in (Phase.PENDING, Phase.PROGRESSING)
+    )
+    if step is None or not approvable:
+        return _refuse(state, f"no step waits for approval (phase {phase})")
+    if approval_steps is not None and step.weight not in approval_steps:
+        manual = ", ".join(f"{weight}%" for weight in sorted(approval_steps)) or "none"
+        return _refuse(
+            state,
+            f"step {step.weight}% does not wait for approval: the policy's steps with approval: manual "
+            f"are {manual}",
+        )
+    waiting = phase is Phase.PAUSED and state.pause is not None and state.pause.kind is PauseKind.APPROVAL
+    if step.weight in state.approvals and not waiting:
+        return _refuse(state, f"step {step.weight}% is already approved")
+    approvals = state.approvals if step.weight in state.approvals else (*state.approvals, step.weight)
+    approved = replace(state, approvals=approvals)
+    if waiting:
+        assert state.pause is not None
+        approved = replace(approved, phase=state.pause.resume_phase, pause=None)
+    return _accept(approved, kind, now, who, f"step {step.weight}% of {state.revision} approved")
 
 
 def binding_refusal(state: RolloutState, command: CommandRequest, now: datetime) -> str | None:

@@ -1,9 +1,10 @@
 """The small view of one InferenceService that the decision core reasons about.
 
 :func:`canary.kserve.view.observe` builds it from the InferenceService JSON; tests and simulations
-build it directly. It holds only what the core needs (docs/design.md §2): the deployment mode, a fingerprint
-of the predictor spec without the percentage, the spec's ``canaryTrafficPercent``, the predictor's
-revisions and traffic as KServe reports them, and whether the newest revision is Ready.
+build it directly. It holds only what the core needs (docs/design.md §2): the deployment mode, a
+fingerprint of the predictor spec without the percentage and the artefact it serves, the spec's
+``canaryTrafficPercent``, the predictor's revisions and traffic as KServe reports them, and whether
+the newest revision is Ready.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from canary.rollout.artefact import Artefact
 from canary.rollout.knative import KnativeDeadline
 
 __all__ = ["DeploymentMode", "ObservedInferenceService", "TrafficTarget"]
@@ -48,6 +50,8 @@ class ObservedInferenceService:
     resource_version: str | None = None  # for the shell's patch precondition
     uid: str | None = None  # metadata.uid: the state's owner reference, Events' involvedObject
     predictor_fingerprint: str | None = None  # stable hash of spec.predictor minus the percentage
+    # What spec.predictor serves (storageUri, image, runtime, format), safe to show; None = none named.
+    artefact: Artefact | None = None
     canary_traffic_percent: int | None = None  # spec.predictor.canaryTrafficPercent; None = absent
     latest_created_revision: str | None = None
     latest_ready_revision: str | None = None

@@ -60,6 +60,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, PlainSerializer, TypeAdapter, ValidationError
 
+from canary.rollout.artefact import Artefact
 from canary.rollout.decision import Decision
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import (
@@ -139,15 +140,12 @@ class PastRollout:
     fingerprint: str | None = None
     inference_service_uid: str | None = None
     reason: str = ""
+    artefact: Artefact | None = None  # what ``revision`` served (None: not recorded)
+    stable_artefact: Artefact | None = None
     steps: tuple[StepRecord, ...] = ()
     decisions: tuple[HistoryEntry, ...] = ()
     decisions_dropped: int = 0
     checks: tuple[ExplainCheck, ...] = ()
-
-    @property
-    def last_weight(self) -> int | None:
-        """The highest weight written to the canary during the rollout."""
-        return max((step.weight for step in self.steps), default=None)
 
     def to_json(self) -> str:
         return _dump(_ROLLOUT, self)
@@ -280,6 +278,8 @@ def ended_rollout(
         fingerprint=before.fingerprint,
         inference_service_uid=before.inference_service_uid,
         reason=reason[:400],
+        artefact=before.artefact_of(revision),
+        stable_artefact=before.artefact_of(before.stable_revision),
         steps=_steps(decisions, now),
         decisions=decisions,
         checks=tuple(replace(check, query="") for check in checks),

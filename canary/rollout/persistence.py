@@ -8,7 +8,8 @@ backfills its counts), so writing them is an apiserver write per rollout per int
 :func:`must_store` says whether the change from the state *as last stored* to the new one matters
 for safety or for the next decision after a restart, and why. Stored, always:
 
-* the phase, the InferenceService uid, the revisions (canary, stable), the spec fingerprint;
+* the phase, the InferenceService uid, the revisions (canary, stable) and their artefacts, the spec
+  fingerprint;
 * the step (index, weight, started_at, passed_at), the rollout's start, the un-Ready, spec-change
   and bake clocks;
 * the write-ahead intent and the weight known to be in the spec, the unguarded flag;
@@ -59,7 +60,9 @@ _FIELDS: tuple[tuple[str, str], ...] = (
     ("inference_service_uid", "uid"),
     ("revision", "revision"),
     ("fingerprint", "revision"),
+    ("artefact", "revision"),
     ("stable_revision", "stable-revision"),
+    ("stable_artefact", "stable-revision"),
     ("started_at", "rollout-start"),
     ("evidence_since", "rollout-start"),
     ("step", "step"),

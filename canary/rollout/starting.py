@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from canary.policy.model import GateStage
 from canary.policy.units import format_duration
+from canary.rollout.artefact import describe_artefact
 from canary.rollout.draft import Draft, Final, Tick, duration, weight_text
 from canary.rollout.gating import gate_names, gated, gates_hold, gates_passed_headline
 from canary.rollout.intent import controller_weights, found_in_spec
@@ -54,6 +55,7 @@ def first_sight(tick: Tick, draft: Draft, canary: str) -> Final:
             phase=Phase.IDLE,
             revision=canary,
             fingerprint=observed.predictor_fingerprint,
+            artefact=observed.artefact,
             spec_weight=found_in_spec(observed, tick.now),
         )
         return wait(
@@ -106,6 +108,7 @@ def not_retried(tick: Tick, draft: Draft, canary: str) -> Final:
         inference_service_uid=state.inference_service_uid,
         revision=canary,
         fingerprint=tick.observed.predictor_fingerprint,
+        artefact=tick.observed.artefact,
         spec_weight=found_in_spec(tick.observed, tick.now),
         rolled_back=rolled_back,
         history=state.history,
@@ -161,8 +164,9 @@ def _begin_rollout(tick: Tick, draft: Draft, canary: str) -> Draft:
             "analysis restarts from the first step for the new revision."
         )
     draft = draft.noting(
-        f"New revision {canary} (predictor spec {observed.predictor_fingerprint}); stable revision "
-        f"{stable or 'unknown'}."
+        f"New revision {canary} (predictor spec {observed.predictor_fingerprint}) serves "
+        f"{describe_artefact(observed.artefact)}; stable revision {stable or 'unknown'} serves "
+        f"{describe_artefact(previous.artefact_of(stable))}."
     )
     beyond_knative = knative_deadline_warning(tick, canary)
     if beyond_knative is not None and not observed.canary_ready:
@@ -178,6 +182,10 @@ def _begin_rollout(tick: Tick, draft: Draft, canary: str) -> Draft:
         revision=canary,
         fingerprint=observed.predictor_fingerprint,
         stable_revision=stable,
+        # KServe keeps no spec but the newest: the stable revision's artefact is what the state
+        # recorded while it was the revision under management (or the stable one before).
+        artefact=observed.artefact,
+        stable_artefact=previous.artefact_of(stable),
         started_at=tick.now,
         started_generation=observed.generation,
         step=StepProgress(0, tick.steps[0].weight),

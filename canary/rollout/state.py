@@ -24,6 +24,7 @@ from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 from canary.policy.model import GateStage
+from canary.rollout.artefact import Artefact
 
 __all__ = [
     "JSON_CONFIG",
@@ -243,6 +244,11 @@ class RolloutState:
     revision: str | None = None
     fingerprint: str | None = None
     stable_revision: str | None = None
+    # What ``revision`` serves (read with its fingerprint) and what ``stable_revision`` served: KServe
+    # keeps only the newest spec, so the stable one's is remembered from the rollout before. None:
+    # unknown (a state written before artefacts were recorded, or a rollout first seen under way).
+    artefact: Artefact | None = None
+    stable_artefact: Artefact | None = None
     started_at: AwareDatetime | None = None  # when the rollout of ``revision`` began
     # The InferenceService's metadata.generation when the rollout began (before the controller's own
     # first write): the generation the author's apply produced. A PromotionPolicy's
@@ -337,6 +343,14 @@ class RolloutState:
             and step.index == 0
             and self.started_at is not None
         )
+
+    def artefact_of(self, revision: str | None) -> Artefact | None:
+        """What ``revision`` serves, when it is the canary or the stable revision of this state."""
+        if revision is None:
+            return None
+        if revision == self.revision:
+            return self.artefact
+        return self.stable_artefact if revision == self.stable_revision else None
 
     def was_rolled_back(self, revision: str) -> bool:
         return any(entry.revision == revision for entry in self.rolled_back)

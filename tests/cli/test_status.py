@@ -90,6 +90,9 @@ def test_output_json_yaml_and_wide(cluster: Cluster) -> None:
             "reason": "holding step 1",
             "pendingCommand": "pause",
             "evidenceBehindSeconds": None,
+            "stableRevision": None,
+            "canaryArtefact": None,
+            "stableArtefact": None,
         }
     ]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00", rows[0]["since"])

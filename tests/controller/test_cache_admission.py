@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 from canary_sandbox.emulator import Emulator, EmulatorServer, KServeConfig
@@ -133,3 +134,34 @@ def _key(obj: dict[str, object]) -> tuple[str, str]:
     meta = obj["metadata"]
     assert isinstance(meta, dict)
     return str(meta["namespace"]), str(meta["name"])
+
+
+def test_a_page_of_large_configmaps_holds_what_fits_its_bytes(tmp_path: Path) -> None:
+    """Pages are sized by the largest item of the page before and grow by doubling: after a small
+    state, 1 MB hostile objects come at most two at a time (a page of ten cost about 30 MiB of the
+    controller's memory while it was parsed), and pages of small ones grow back to ``page`` items."""
+    emulator = Emulator(KServeConfig())
+    with EmulatorServer(emulator) as server:
+        emulator.create_namespace(NS)
+        emulator.create_namespace("a-first")
+        api = config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        core = client.CoreV1Api(api)
+        states = ConfigMapStateStore(api)
+        states.save("a-first", "small", RolloutState(), resource_version=None, owner_uid=None)
+        for index in range(6):
+            _hostile(core, f"a-junk-{index}", data={"blob": "x" * 1_000_000})
+        for index in range(24):
+            states.save(NS, f"m{index:02}", RolloutState(), resource_version=None, owner_uid=None)
+        limits = ConfigMapLimits()
+        since = emulator.requests.entries()[-1].sequence
+        kept, _ = list_our_configmaps(api, None, limits=limits, ignored=lambda *told: None)
+        asked = [
+            int(parse_qs(entry.query)["limit"][0])
+            for entry in emulator.requests.entries(method="GET", path_contains="/configmaps", since=since)
+        ]
+    assert len(kept) == 25, asked
+    fits = limits.page_bytes // 1_000_000
+    assert asked[0] == 1, asked  # the first page: nothing known yet
+    # After the small state, the six hostile objects: never more at a time than fit page_bytes.
+    assert max(asked[1:7]) <= fits, asked
+    assert asked[-1] == limits.page, asked  # small states: full pages again

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import os
 import threading
 import time
@@ -49,6 +50,7 @@ from canary.controller.settings import (
     ServingSettings,
     TickSettings,
 )
+from canary.kserve.file_status import FILE_STATUS_CONFIGMAP, FILE_STATUS_KEY
 from canary.kserve.store import ConfigMapStateStore, state_configmap_name
 from canary.policy.scope import SecretScope
 from canary.rollout.state import Phase
@@ -383,6 +385,37 @@ def test_a_file_and_an_object_for_one_model_hold_it_and_removing_one_hands_it_ov
     after = stack.state("llama")
     assert after.phase is not Phase.PAUSED and after.revision == before.revision
     assert controller._registry.get("ml/llama") is not None
+
+
+def test_a_file_policys_rollout_is_published_where_the_viewer_role_reads_it(stack: Stack) -> None:
+    """A policy file has no object to carry its status: the controller writes its rollout's row into
+    the one ConfigMap it names in its own namespace (canary/kserve/file_status.py)."""
+    stack.emulator.create_namespace("kserve-canary")  # the controller's (LeaseSettings.namespace)
+    stack.model("llama")
+    policy_file = stack.policies / "ml" / "llama.yaml"
+    policy_file.write_text(
+        valid_policy("from-file", target="llama").replace("steps:", "window: 10m\n  interval: 1s\n  steps:")
+    )
+    stack.start()
+
+    def published() -> list[dict[str, Any]]:
+        try:
+            found = client.CoreV1Api(stack.api).read_namespaced_config_map(
+                FILE_STATUS_CONFIGMAP, "kserve-canary"
+            )
+        except client.ApiException:
+            return []
+        rows: list[dict[str, Any]] = json.loads(found.data[FILE_STATUS_KEY])["rollouts"]
+        return rows
+
+    assert wait_until(lambda: [row["revision"] for row in published()] == ["llama-predictor-00001"])
+    stack.push("llama", "v2")
+    assert wait_until(lambda: [row["weight"] for row in published()] == [10])
+    (row,) = published()
+    assert (row["namespace"], row["name"], row["policy"]) == ("ml", "llama", f"{policy_file}:1")
+    assert (row["revision"], row["stableRevision"]) == ("llama-predictor-00002", "llama-predictor-00001")
+    assert row["canaryArtefact"]["storageUri"] == "s3://m/llama/v2"
+    assert row["stableArtefact"]["storageUri"] == "s3://m/llama/v1"
 
 
 def test_two_objects_for_one_model_are_both_told(stack: Stack) -> None:

@@ -234,35 +234,6 @@ def test_a_newcomer_gets_its_fair_share_and_nobody_owns_a_shard_twice(world: Wor
     assert set(world.holders().values()) <= {"a", "b", "c"}
 
 
-def test_the_surplus_is_released_only_after_the_work_in_flight_for_it(world: World) -> None:
-    a, b = world.replica("a"), world.replica("b")
-    a.tick()
-    keys = keys_by_shard(per_shard=1)
-    with contextlib_stack(a, [keys[i][0] for i in range(SHARDS)]) as entered:
-        assert entered == [True] * SHARDS
-        b.tick()
-        a.tick()  # two shards draining: no new work starts there, the Leases are kept
-        draining = [i for i in range(SHARDS) if not a.owns(keys[i][0])]
-        assert len(draining) == 2
-        for index in draining:
-            a.fence(keys[index][0])  # the work in flight may still write
-            assert world.holder(index) == "a"
-            with a.working(keys[index][0]) as mine:
-                assert not mine
-        world.clocks.advance(RETRY)
-        round_(a, b)
-        assert owned(b) == set(), "nothing released while its work is in flight"
-        assert all(world.holder(i) == "a" for i in draining)
-    world.clocks.advance(RETRY)
-    a.tick()  # the work ended: released now
-    assert all(world.holder(i) is None for i in draining)
-    with pytest.raises(NotLeader):
-        a.fence(keys[draining[0]][0])
-    b.tick()
-    assert owned(b) == set(draining)
-    assert_no_double_owner(a, b)
-
-
 def test_the_surplus_waits_for_the_keys_the_runtime_names_in_flight(world: World) -> None:
     keys = keys_by_shard(per_shard=1)
     busy = {keys[i][0] for i in range(SHARDS)}  # e.g. a tick runner's rollouts from read to write
@@ -270,26 +241,17 @@ def test_the_surplus_waits_for_the_keys_the_runtime_names_in_flight(world: World
     round_(a, b, a)
     draining = [i for i in range(SHARDS) if not a.owns(keys[i][0])]
     assert len(draining) == 2 and all(world.holder(i) == "a" for i in draining)
+    for index in draining:
+        a.fence(keys[index][0])  # the work in flight may still write
     busy.discard(keys[draining[0]][0])
     round_(a, b)
     assert world.holder(draining[0]) == "b" and world.holder(draining[1]) == "a"
+    with pytest.raises(NotLeader):
+        a.fence(keys[draining[0]][0])  # released: a write now is refused
     busy.clear()
     round_(a, b)
     assert owned(b) == set(draining)
-
-
-class contextlib_stack:
-    """Enter ``working(key)`` for several keys at once."""
-
-    def __init__(self, elector: ShardedElector, keys: list[str]) -> None:
-        self._managers = [elector.working(key) for key in keys]
-
-    def __enter__(self) -> list[bool]:
-        return [manager.__enter__() for manager in self._managers]
-
-    def __exit__(self, *exc: object) -> None:
-        for manager in self._managers:
-            manager.__exit__(None, None, None)
+    assert_no_double_owner(a, b)
 
 
 def test_a_dead_replicas_shards_are_taken_over_only_after_its_leases_expire(world: World) -> None:

@@ -11,6 +11,7 @@ from canary.controller.projection import PolicyView, previous_status, project_st
 from canary.policy import PolicyError, PromotionPolicy
 from canary.policy.status import ConditionType, PromotionPolicyStatus
 from canary.policy.units import Unit
+from canary.rollout.artefact import Artefact
 from canary.rollout.records import ExplainCheck, ExplainDocument
 from canary.rollout.state import HistoryEntry, Pause, PauseKind, Phase, RolloutState, StepProgress
 from tests.policy.support import valid_policy
@@ -231,3 +232,20 @@ def test_the_last_decision_carries_the_latest_evaluation_of_this_rollout_for_the
     # An evaluation from before this rollout began is the previous rollout's: no verdict.
     stale = replace(evaluated, started_at=T0 + timedelta(minutes=1))
     assert "verdict" not in project_status(view(stale), None, T0).to_api()["lastDecision"]
+
+
+def test_the_status_names_what_the_canary_and_the_stable_revision_serve() -> None:
+    state = replace(
+        progressing(),
+        artefact=Artefact("s3://models/llama/v2", runtime="kserve-vllm", model_format="huggingface"),
+        stable_artefact=Artefact(image="ghcr.io/acme/llama:1"),
+    )
+    body = project_status(view(state), None, T0).to_api()
+    assert body["canaryArtefact"] == {
+        "storageUri": "s3://models/llama/v2",
+        "runtime": "kserve-vllm",
+        "modelFormat": "huggingface",
+    }
+    assert body["stableArtefact"] == {"image": "ghcr.io/acme/llama:1"}
+    # A state that recorded none (written before artefacts were): nothing said, read as unknown.
+    assert "canaryArtefact" not in project_status(view(progressing()), None, T0).to_api()

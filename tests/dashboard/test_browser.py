@@ -81,6 +81,10 @@ def test_the_page_loads_lists_the_rollout_and_shows_it_advance(
     select(browser)
     detail = browser.find_element(By.ID, "detail")
     wait_for(browser, lambda _: detail.get_attribute("data-step") == "1")
+    # What each revision serves (the first revision was never rolled out while the controller
+    # watched: KServe keeps no spec of it, so it is unknown).
+    artefacts = browser.find_element(By.ID, "detail-artefacts").text
+    assert artefacts == "canary serves s3://m/v2 (format sklearn) · stable serves unknown"
     # The traffic chart and the decisions, with their reasons.
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#charts svg.chart polyline"))
     decisions = browser.find_element(By.ID, "decisions").text

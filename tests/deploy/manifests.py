@@ -35,8 +35,9 @@ KUSTOMIZATIONS = {
     "single-namespace": DEPLOY / "overlays" / "single-namespace",
     "prometheus-auth": DEPLOY / "examples" / "prometheus-auth",
     "network-settings": DEPLOY / "examples" / "network-settings",
+    "custom-promql": DEPLOY / "examples" / "custom-promql",
 }
-INSTALLABLE = ("cluster-wide", "single-namespace", "prometheus-auth", "network-settings")
+INSTALLABLE = ("cluster-wide", "single-namespace", "prometheus-auth", "network-settings", "custom-promql")
 
 # Helm values an install would use; each must render, validate and pass the RBAC comparison.
 CHART_VARIANTS: dict[str, dict[str, Any]] = {
@@ -120,6 +121,14 @@ CHART_VARIANTS: dict[str, dict[str, Any]] = {
     },
     "single-replica-without-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
     "dry-run": {"dryRun": True},
+    "custom-promql": {
+        "customPromql": {
+            "fromCrds": True,
+            "allowMetrics": ["kube_node_status_allocatable", "ml=gateway_*"],
+            "tenancyLabels": ["job:*=tenant", "kn_*=k8s_namespace_name"],
+            "namespaceQueryBudget": 1.5,
+        },
+    },
 }
 
 

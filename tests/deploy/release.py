@@ -8,6 +8,9 @@
   Helm's Go SDK and checks, lints and renders the archive; checks the release workflows.
 * ``package-chart --image-digest sha256:...``: the chart archive with the image digest in its values
   (the release workflow pushes it).
+* ``package-kustomize --image-digest sha256:...``: ``deploy/`` as an archive whose base pins the
+  controller image by that digest, every installable overlay rendered and checked (the release
+  workflow attaches it to the GitHub release).
 * ``version --tag vX.Y.Z``: fails unless the tag, pyproject.toml and Chart.yaml name one version.
 """
 
@@ -286,6 +289,56 @@ def _lint_and_render(package: Path, image_digest: str | None) -> list[str]:
     return findings
 
 
+# ---------------------------------------------------------------------------------------- kustomize
+
+DEPLOY = ROOT / "deploy"
+KUSTOMIZE_OVERLAYS = ("overlays/cluster-wide", "overlays/single-namespace")
+# The base's images entry: its digest is empty in the repository and filled by package_kustomize.
+_KUSTOMIZE_DIGEST = re.compile(r'(?m)^(images:\n  - name: \S+\n(?:    .*\n)*?    digest: )""')
+# A well-formed digest for `release-check`, where no image has been pushed; never shipped.
+STAND_IN_DIGEST = "sha256:" + "0" * 64
+
+
+def package_kustomize(destination: Path, *, image_digest: str, version: str | None = None) -> Path:
+    """``deploy/`` as ``kserve-canary-deploy-<version>.tar.gz``, its base's image pinned by
+    ``image_digest`` (the release fills the digest it pushed)."""
+    if not DIGEST.fullmatch(image_digest):
+        raise SystemExit(f"--image-digest {image_digest!r}: expected sha256:<64 hex>")
+    name = f"kserve-canary-deploy-{version or semver(project_version())}"
+    destination.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / name
+        shutil.copytree(DEPLOY, copy)
+        base = copy / "base" / "kustomization.yaml"
+        text, count = _KUSTOMIZE_DIGEST.subn(rf'\g<1>"{image_digest}"', base.read_text())
+        assert count == 1, 'deploy/base/kustomization.yaml: the image entry\'s digest: "" not found'
+        base.write_text(text)
+        archive = destination / f"{name}.tar.gz"
+        with tarfile.open(archive, "w:gz") as packed:
+            packed.add(copy, arcname=name)
+    return archive
+
+
+def kustomize_findings(archive: Path, image_digest: str) -> list[str]:
+    """Every installable overlay of the archive renders the controller image by ``image_digest``."""
+    findings = []
+    with tempfile.TemporaryDirectory() as scratch:
+        with tarfile.open(archive) as packed:
+            packed.extractall(scratch, filter="data")
+        (root,) = Path(scratch).iterdir()
+        for overlay in KUSTOMIZE_OVERLAYS:
+            rendered = _run(["kubectl", "kustomize", root / overlay])
+            images = [
+                container["image"]
+                for document in yaml.safe_load_all(rendered)
+                if document and document.get("kind") == "Deployment"
+                for container in document["spec"]["template"]["spec"]["containers"]
+            ]
+            if not images or not all(image.endswith(f"@{image_digest}") for image in images):
+                findings.append(f"{archive.name} {overlay} renders {images}, not pinned to {image_digest}")
+    return findings
+
+
 # ---------------------------------------------------------------------------------------- workflows
 
 
@@ -344,6 +397,14 @@ def workflow_findings(directory: Path = WORKFLOWS) -> list[str]:
         )
         is not None,
         "pushes the chart as an OCI artefact": re.search(r"helm push .+ oci://ghcr\.io/", runs) is not None,
+        "packages the Kustomize manifests with the pushed image digest": re.search(
+            r"package-kustomize --image-digest \S*\$\{\{ needs\.image\.outputs\.digest \}\}", runs
+        )
+        is not None,
+        "attaches the digest-pinned Kustomize manifests to the GitHub release": re.search(
+            r"gh release create .*artefacts/kustomize/\S*\.tar\.gz", runs, flags=re.DOTALL
+        )
+        is not None,
         "publishes to PyPI with trusted publishing (no token)": bool(publish)
         and "password" not in publish.get("with", {})
         and "id-token: write" in text,
@@ -366,6 +427,10 @@ def check(out: Path, wheels: Path) -> list[str]:
     findings = dockerfile_findings(DOCKERFILE.read_text()) + workflow_findings()
     with _timed("chart packaged, checked, linted and rendered"):
         findings += chart_findings(package_chart(out / "chart"), project_version())
+    with _timed("deploy/ packaged with a stand-in image digest, every overlay rendered"):
+        findings += kustomize_findings(
+            package_kustomize(out / "kustomize", image_digest=STAND_IN_DIGEST), STAND_IN_DIGEST
+        )
     with _timed("wheelhouse of the locked dependencies"):
         wheelhouse(wheels)
     with _timed("sdist, then the wheel from it"):
@@ -401,6 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     packaging = commands.add_parser("package-chart")
     packaging.add_argument("--image-digest", required=True)
     packaging.add_argument("--destination", type=Path, default=ROOT / "build" / "release" / "chart")
+    kustomizing = commands.add_parser("package-kustomize")
+    kustomizing.add_argument("--image-digest", required=True)
+    kustomizing.add_argument("--destination", type=Path, default=ROOT / "build" / "release" / "kustomize")
     tagging = commands.add_parser("version")
     tagging.add_argument("--tag", required=True)
     options = parser.parse_args(argv)
@@ -412,6 +480,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         package = package_chart(options.destination, image_digest=options.image_digest)
         findings = chart_findings(package, project_version(), image_digest=options.image_digest)
         print(package)
+    elif options.command == "package-kustomize":
+        archive = package_kustomize(options.destination, image_digest=options.image_digest)
+        findings = kustomize_findings(archive, options.image_digest)
+        print(archive)
     else:
         findings = version_findings(options.tag)
     for finding in findings:

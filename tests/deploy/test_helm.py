@@ -107,9 +107,12 @@ def test_watch_namespaces_become_roles_and_flags() -> None:
     roles = [
         r
         for r in of_kind(manifests, "Role")
-        if not r["metadata"]["name"].endswith(("-leader-election", "-knative-config"))
+        if not r["metadata"]["name"].endswith(("-leader-election", "-knative-config", "-file-status"))
     ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["models", "vision"]
+    # The file policies' status lives in the release namespace, which no watched namespace covers.
+    (status,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"].endswith("-file-status")]
+    assert status["metadata"]["namespace"] == "kserve-canary"
     (knative,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"].endswith("-knative-config")]
     assert knative["metadata"]["namespace"] == "knative-serving"
     assert knative["rules"] == [
@@ -126,7 +129,7 @@ def test_watch_namespaces_become_roles_and_flags() -> None:
     assert all(b["subjects"][0]["namespace"] == "kserve-canary" for b in bindings) and len(bindings) == 2
     assert not of_kind(manifests, "ClusterRoleBinding")
     args = controller_container(manifests)["args"]
-    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=models", "--namespace=vision"]
+    assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=models", "--namespace=vision"]
 
 
 def test_prometheus_auth_values_become_flags_and_a_mounted_secret() -> None:

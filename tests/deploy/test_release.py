@@ -25,7 +25,9 @@ from tests.deploy.release import (
     chart_findings,
     distribution_findings,
     dockerfile_findings,
+    kustomize_findings,
     package_chart,
+    package_kustomize,
     project_version,
     semver,
     version_findings,
@@ -158,6 +160,27 @@ def test_released_chart_pins_the_image_digest(tmp_path: Path) -> None:
     )
 
 
+def test_released_kustomize_manifests_pin_the_image_digest(tmp_path: Path) -> None:
+    """The digest is known only after the push: the repository's base leaves it empty (the tag is used,
+    for a git ref and development), the release's deploy/ archive carries it in the base's images entry,
+    and every installable overlay of the archive renders the image by it."""
+    base = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text())
+    (entry,) = base["images"]
+    assert (entry["name"], entry["digest"]) == ("ghcr.io/kserve-canary/kserve-canary", "")
+    released = package_kustomize(tmp_path, image_digest=DIGEST, version="0.1.0")
+    assert released.name == "kserve-canary-deploy-0.1.0.tar.gz"
+    assert kustomize_findings(released, DIGEST) == []
+    other = "sha256:" + "cd" * 32
+    assert len(kustomize_findings(released, other)) == 2  # both overlays, each named
+    with tarfile.open(released) as archive:
+        member = archive.extractfile("kserve-canary-deploy-0.1.0/base/kustomization.yaml")
+        assert member is not None
+        (pinned,) = yaml.safe_load(member.read())["images"]
+    assert pinned["digest"] == DIGEST
+    with pytest.raises(SystemExit, match="expected sha256"):
+        package_kustomize(tmp_path, image_digest="latest")
+
+
 def notes(package: Path, *, upgrade: bool = False) -> str:
     with helm.Chart.load_archive(package.read_bytes()) as chart:
         rendered = chart.render(
@@ -228,6 +251,11 @@ def test_release_workflow_publishes_by_digest_signed_and_trusted() -> None:
             "signs the image",
         ),
         (('--image-digest "${DIGEST}"', "--image-digest sha256:0"), "packages the chart"),
+        (
+            ('package-kustomize --image-digest "${DIGEST}"', "package-kustomize --image-digest sha256:0"),
+            "packages the Kustomize manifests",
+        ),
+        ((" artefacts/kustomize/*.tar.gz", ""), "attaches the digest-pinned Kustomize manifests"),
         (("sbom: true", "sbom: false"), "SBOM"),
         (("run: .ci/run", "run: make test"), "release-check"),
         (("@76f52bc884231f62b9a034ebfe128415bbaabdfc # v1.12.4", "@release/v1"), "pins every action"),

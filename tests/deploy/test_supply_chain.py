@@ -194,6 +194,16 @@ def test_the_notes_warn_when_the_controller_image_is_not_pinned_by_digest() -> N
     assert "not pinned by digest" not in render_notes({"image": {"digest": DIGEST}})
 
 
+def test_the_chart_refuses_an_image_without_digest_only_when_asked_to() -> None:
+    """A warning by default (the NOTES above); with image.requireDigest a render without a digest
+    fails, naming the value and how to find the digest."""
+    with pytest.raises(helm.HelmError, match=r"image\.digest is required \(image\.requireDigest\)"):
+        render_chart({"image": {"requireDigest": True}})
+    pinned = render_chart({"image": {"requireDigest": True, "digest": DIGEST}})
+    assert controller_container(pinned)["image"].endswith(f"@{DIGEST}")
+    assert controller_container(render_chart())["image"].startswith("ghcr.io/kserve-canary/kserve-canary:")
+
+
 def test_git_sync_needs_a_digest() -> None:
     without = {"gitSync": {**GIT_SYNC, "image": {"digest": ""}}}
     with pytest.raises(helm.HelmError, match=r"gitSync\.image\.digest is required"):

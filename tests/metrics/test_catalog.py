@@ -12,12 +12,11 @@ from canary.metrics.catalog import (
     KIND_FAMILY,
     REQUESTS_PROFILES,
     BuiltinQuery,
-    CounterQuery,
     Family,
     RevisionKey,
     render_builtin,
-    render_counters,
 )
+from canary.metrics.tick_queries import CounterQuery, render_counters
 from canary.policy.model import GpuLabelStyle, MetricKind, RequestsProfile
 
 MEASURES = [REQUESTS, *(kind.value for kind in MetricKind)]

@@ -159,10 +159,3 @@ def test_the_default_cap_holds_a_thousand_rollouts_counter_sample() -> None:
 
 def test_the_controller_setting_defaults_to_the_clients_cap() -> None:
     assert PrometheusSettings().max_answer_bytes == PrometheusConfig(url="http://p:9090").max_answer_bytes
-
-
-def test_the_cap_is_read_from_the_environment_and_must_be_positive() -> None:
-    config = PrometheusConfig.from_env({"PROMETHEUS_MAX_ANSWER_BYTES": str(256 * MiB)})
-    assert config.max_answer_bytes == 256 * MiB
-    with pytest.raises(ValueError, match="max_answer_bytes"):
-        PrometheusConfig(url="http://p:9090", max_answer_bytes=0)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from canary.evidence import REQUESTS, CountSeries, ErrorClass, EvidenceStatus, Histogram, Tally
-from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD, RevisionKey
+from canary.metrics.catalog import RevisionKey
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.counting.book import CounterBook
 from canary.metrics.counting.counts import count_measurement, interpolated_quantile
@@ -22,6 +22,7 @@ from canary.metrics.counting.decode import parse_counter_matrix, parse_counter_v
 from canary.metrics.counting.peaks import PeakBook, PeakSample
 from canary.metrics.counting.pipeline import MAX_POINTS_PER_SERIES, plan_backfill
 from canary.metrics.counting.rules import RevisionSample, SeriesId
+from canary.metrics.tick_queries import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD
 from canary.policy.model import MetricKind
 from canary.policy.units import Unit
 

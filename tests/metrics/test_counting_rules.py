@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from canary.evidence import CountSeries, Tally
-from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, RevisionKey
+from canary.metrics.catalog import RevisionKey
 from canary.metrics.counting.book import CounterBook
 from canary.metrics.counting.rules import Key, RevisionSample, SeriesId, clean_totals, tally
+from canary.metrics.tick_queries import BUCKET_FIELD, COUNTER_FIELD
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 REV = RevisionKey("ml", "llama-predictor-00002")

@@ -14,10 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from canary.metrics.catalog import COUNTER_FIELD, FIELD_LABEL, RESTARTS_COUNTER, RevisionKey
+from canary.metrics.catalog import FIELD_LABEL, RevisionKey
 from canary.metrics.client import PrometheusClient, PrometheusConfig
 from canary.metrics.counting.counts import CountsPipeline
 from canary.metrics.heap import collector_paused
+from canary.metrics.tick_queries import COUNTER_FIELD, RESTARTS_COUNTER
 from tests.metrics.test_prometheus_errors import Answer, FaultyPrometheus
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

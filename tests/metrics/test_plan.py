@@ -8,16 +8,7 @@ from typing import Any
 import pytest
 
 from canary.evidence import REQUESTS, ErrorClass, EvidenceRequest, EvidenceStatus, Measurement
-from canary.metrics.catalog import (
-    FIELD_FRACTION,
-    RESTARTS_COUNTER,
-    BuiltinQuery,
-    CounterQuery,
-    Family,
-    PeakQuery,
-    RevisionKey,
-    render_builtin,
-)
+from canary.metrics.catalog import FIELD_FRACTION, BuiltinQuery, Family, RevisionKey, render_builtin
 from canary.metrics.client import QueryAnswer, QueryFailure, QueryOutcome
 from canary.metrics.plan import (
     CountsAsk,
@@ -34,6 +25,7 @@ from canary.metrics.plan import (
     parse_grouped,
     plan_rollout,
 )
+from canary.metrics.tick_queries import RESTARTS_COUNTER, CounterQuery, PeakQuery
 from canary.policy.model import GpuLabelStyle, PromotionPolicy, RequestsProfile
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def test_discord_keeps_to_25_fields_and_6000_characters() -> None:
 def test_teams_caps_the_checks_it_lists() -> None:
     many = tuple(CheckLine(f"check-{i}", CheckVerdict.FAIL, "3ms", "≤ 2ms") for i in range(60))
     card = teams_message(make_notification(checks=many))["attachments"][0]["content"]
-    assert len(_facts(card)) == 5 + 40  # model, traffic, two revisions, phase; 40 checks
+    assert len(_facts(card)) == 7 + 40  # model, traffic, two revisions and what they serve, phase; 40 checks
     assert any(block.get("text") == "… and 20 more checks (20 not passing)" for block in card["body"])
     assert "actions" not in card  # no dashboard configured: no link
 
@@ -191,7 +192,9 @@ def test_no_chat_message_repeats_its_first_sentence() -> None:
 def test_slack_names_the_cluster_and_links_the_dashboard() -> None:
     message = slack_message(make_notification(), context=CONTEXT)
     assert message["blocks"][0]["text"]["text"] == "⏩ [prod-eu] llama-chat: canary advanced 10% → 30%"
-    assert {"type": "mrkdwn", "text": "*Cluster*\n`prod-eu`"} in message["blocks"][2]["fields"]
+    assert {"type": "mrkdwn", "text": "*Cluster*\n`prod-eu`", "verbatim": True} in message["blocks"][2][
+        "fields"
+    ]
     (button,) = next(block for block in message["blocks"] if block["type"] == "actions")["elements"]
     assert button["url"] == LINK
     assert message["text"].endswith(f"<{LINK}|Open in the dashboard>")
@@ -249,3 +252,36 @@ def test_prometheus_error_text_arrives_inert_in_teams_and_discord() -> None:
     for texts in (teams, discord):
         shown = [markdown.render(text) for text in texts if "click" in text]
         assert shown and all("[click](https:" in html for html in shown), shown  # shown, as text
+
+
+# What else an error text may carry: a code span to break out of, an image, a reference link, Discord
+# mentions, and lines that make headings and lists of what comes before and after them.
+HOSTILE = (
+    "x ` [a](https://evil.example/a) ` y ![i](https://evil.example/p.png) [r]: https://evil.example/r [r] "
+    "<@123> <@&456> <#789> @everyone @here\nerror\n===\n---\n- item\n1. one\r\n+ plus www.evil.example/login"
+)
+
+
+def test_hostile_error_text_makes_no_code_heading_list_or_link_in_teams_and_discord() -> None:
+    notification = rollback_notification(
+        summary=f"Evidence for kv-cache could not be read: {HOSTILE}",
+        reasons=(f"kv-cache: query failed: {HOSTILE}",),
+        checks=(CheckLine(f"kv-cache {HOSTILE}", CheckVerdict.ERROR, limit="≤ 95%", detail=HOSTILE),),
+    )
+    teams = _teams_texts(teams_message(notification, CONTEXT)["attachments"][0]["content"])
+    message = discord_message(notification, CONTEXT)
+    discord = _discord_texts(message)
+    markdown = MarkdownIt("commonmark").enable("strikethrough")
+    for text in teams + discord:
+        html = markdown.render(text)
+        for made in ("<a ", "<img", "<code", "<h1", "<h2", "<ul", "<ol", "<hr"):
+            assert made not in html, (made, text, html)
+        assert "://" not in text, f"an autolinker would link: {text}"
+        # GitHub-flavoured Markdown's extended autolinks link www. without a scheme (GFM spec 6.9).
+        assert "www." not in text.lower(), f"an autolinker would link: {text}"
+        # Discord reads <@id>, <@&id>, <#id> as mentions of a user, a role, a channel; \<@id> as text.
+        assert not re.search(r"(?<!\\)<\\?[@#]", text), text
+    # The text is all there, as text: shown on the line it was put on.
+    assert any("x ` [a](https://evil.example/a) `" in markdown.render(text) for text in discord)
+    assert any("error === --- - item 1. one + plus www.evil.example" in markdown.render(t) for t in teams)
+    assert message["allowed_mentions"] == {"parse": []}  # @everyone and @here ping no one

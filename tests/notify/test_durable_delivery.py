@@ -34,6 +34,7 @@ from canary.notify.secrets import Redactor, SecretResolver
 from canary.notify.webhook import IDEMPOTENCY_HEADER
 from canary.policy.model import NotifyTarget, SecretRef, SlackTarget, WebhookTarget
 from canary.retrying import RetryPolicy
+from canary.rollout.artefact import Artefact
 from canary.rollout.vocabulary import decision_id
 from tests.notify.outage import OutageReceiver
 from tests.notify.support import make_notification, rollback_notification
@@ -191,7 +192,11 @@ def test_the_outbox_survives_a_dispatcher_restart_and_keeps_the_idempotency_key(
     """The in-process half of the restart guarantee (the controller process: tests/e2e)."""
     receiver.status = 503
     first = World(api, receiver)
-    notification = rollback()
+    # What each revision serves is stored with it: a resumed message names it as the first would have.
+    notification = rollback(
+        canary_artefact=Artefact("s3://m/llama/v2", runtime="kserve-vllm", model_format="huggingface"),
+        stable_artefact=Artefact(image="ghcr.io/acme/llama:1"),
+    )
     first.dispatcher.submit(notification, first.destinations)
     receiver.wait_requests(2)
     first.dispatcher.close(timeout=0.2)  # gives up waiting: what is in flight stays in the outbox
@@ -204,6 +209,7 @@ def test_the_outbox_survives_a_dispatcher_restart_and_keeps_the_idempotency_key(
     assert second.dispatcher.resume(pending, second.resolve) == 2
     hooks = receiver.wait_accepted(HOOK)
     assert hooks[0].headers[IDEMPOTENCY_HEADER] == notification.id
+    assert json.loads(hooks[0].body)["artefacts"]["stable"]["image"] == "ghcr.io/acme/llama:1"
     assert eventually(lambda: second.stored() == [])
     # Resumed twice (a second leader, an overlapping tick): still sent once.
     assert second.dispatcher.resume(pending, second.resolve) == 0

@@ -112,6 +112,43 @@ def test_user_text_is_escaped_for_mrkdwn() -> None:
     assert "<!channel>" not in message["text"]
 
 
+def test_error_text_and_check_names_carry_no_mrkdwn_control_sequence() -> None:
+    """Slack reads <!channel>, <!here>, <@U…>, <#C…>, <!subteam^…> and <url|text> only from a raw "<":
+    every one from Prometheus' error text or a check's name arrives as text."""
+    hostile = "<!channel> <!here> <@U123> <#C123> <!subteam^S1> <https://evil.example|your dashboard> &"
+    notification = rollback_notification(
+        summary=f"Evidence could not be read: {hostile}",
+        reasons=(f"kv-cache: query failed: {hostile}",),
+        checks=(CheckLine(f"kv {hostile}", CheckVerdict.ERROR, limit="≤ 95%", detail=hostile),),
+    )
+    message = slack_message(notification)
+    for text in [message["text"], *_texts(message)[1:]]:  # the header block is plain_text
+        assert "<" not in text and ">" not in text.replace("&gt;", ""), text
+        assert "&lt;https://evil.example|your dashboard&gt;" in text or "kv" not in text
+
+
+def test_every_mrkdwn_text_is_verbatim_so_slack_links_no_bare_url_or_mention() -> None:
+    """A text object that is not verbatim has its URLs linked, channel names linked and "certain
+    mentions" parsed by Slack (docs.slack.dev/reference/block-kit/composition-objects/text-object,
+    field ``verbatim``): an error text's https://evil.example or #general would become links."""
+    hostile = "see https://evil.example/login or #general, @channel"
+    notification = rollback_notification(
+        summary=f"Evidence could not be read: {hostile}",
+        reasons=(f"kv-cache: query failed: {hostile}",),
+        checks=(CheckLine("kv-cache", CheckVerdict.ERROR, limit="≤ 95%", detail=hostile),),
+    )
+    message = slack_message(notification)
+    mrkdwn = [
+        text
+        for block in message["blocks"]
+        for text in [block.get("text"), *block.get("fields", []), *block.get("elements", [])]
+        if isinstance(text, dict) and text.get("type") == "mrkdwn"
+    ]
+    assert len(mrkdwn) >= 4  # the summary, the facts, the checks, the context
+    assert all(text.get("verbatim") is True for text in mrkdwn), mrkdwn
+    assert any("https://evil.example/login" in text["text"] for text in mrkdwn)  # shown, as text
+
+
 def test_check_text_one_liner() -> None:
     line = CheckLine("p99", CheckVerdict.PASS, "612ms", "≤ 800ms", "540ms")
     assert check_text(line) == "p99: 612ms ≤ 800ms (stable 540ms) ✅"

@@ -143,6 +143,11 @@ async function refreshDetail() {
     detail.problem || "",
   ];
   document.getElementById("detail-summary").textContent = summary.filter(Boolean).join(" ");
+  const artefacts = detail.artefacts || {};
+  document.getElementById("detail-artefacts").textContent = [
+    detail.revision && artefacts.canary ? `canary serves ${artefacts.canary.text}` : "",
+    detail.stableRevision && artefacts.stable ? `stable serves ${artefacts.stable.text}` : "",
+  ].filter(Boolean).join(" · ");
   const last = detail.lastCommandResult;
   document.getElementById("last-command").textContent = last
     ? `last command: ${last.command} by ${last.by || "?"} ${last.accepted ? "accepted" : "refused"} at ${when(last.at)}: ${last.message}`

@@ -25,7 +25,7 @@ from canary.evidence import (
     Measurement,
     Tally,
 )
-from canary.metrics.catalog import RESTARTS_COUNTER, CounterQuery, RevisionKey, render_counters
+from canary.metrics.catalog import RevisionKey
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.counting.book import CounterBook
 from canary.metrics.counting.decode import parse_counter_matrix, parse_counter_vector
@@ -42,6 +42,7 @@ from canary.metrics.counting.pipeline import (
 from canary.metrics.counting.rules import LATENCY, RevisionSample
 from canary.metrics.counting.store import Snapshot
 from canary.metrics.plan import CountsAsk, Need, Side
+from canary.metrics.tick_queries import RESTARTS_COUNTER, CounterQuery, render_counters
 from canary.policy.model import MetricKind, PromotionPolicy
 from canary.policy.units import Unit
 

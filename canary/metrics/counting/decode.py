@@ -19,20 +19,10 @@ import msgspec
 
 from canary.evidence import ErrorClass
 from canary.metrics.answers import brief, labels_of, result_of, shown
-from canary.metrics.catalog import (
-    BUCKET_FIELD,
-    CODE_CLASS_LABEL,
-    COUNTER_FIELD,
-    FIELD_LABEL,
-    NAMESPACE_LABEL,
-    NEWEST_FIELD,
-    OOM_FIELD,
-    POD_LABEL,
-    REVISION_LABEL,
-    RevisionKey,
-)
+from canary.metrics.catalog import FIELD_LABEL, NAMESPACE_LABEL, POD_LABEL, REVISION_LABEL, RevisionKey
 from canary.metrics.client import QueryFailure, QueryOutcome, vector_decoder
 from canary.metrics.counting.rules import RevisionSample, SeriesId, is_bucket
+from canary.metrics.tick_queries import BUCKET_FIELD, CODE_CLASS_LABEL, COUNTER_FIELD, NEWEST_FIELD, OOM_FIELD
 
 __all__ = ["COUNTER_VECTOR", "CounterSeries", "parse_counter_matrix", "parse_counter_vector"]
 

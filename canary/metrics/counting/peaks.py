@@ -17,16 +17,7 @@ from datetime import datetime, timedelta
 
 from canary.evidence import ErrorClass, EvidenceRequest
 from canary.metrics.answers import GroupedAnswer, brief, labels_of, result_of
-from canary.metrics.catalog import (
-    FIELD_LABEL,
-    FIELD_SAMPLES,
-    NAMESPACE_LABEL,
-    PEAK_FIELD,
-    REVISION_LABEL,
-    PeakQuery,
-    RevisionKey,
-    render_peaks,
-)
+from canary.metrics.catalog import FIELD_LABEL, FIELD_SAMPLES, NAMESPACE_LABEL, REVISION_LABEL, RevisionKey
 from canary.metrics.client import QueryFailure, QueryOutcome
 from canary.metrics.counting.decode import point_time
 from canary.metrics.counting.pipeline import (
@@ -42,6 +33,7 @@ from canary.metrics.counting.pipeline import (
     plan_backfill,
 )
 from canary.metrics.plan import VALUE_FIELD, Need, PeaksAsk, measurement_for
+from canary.metrics.tick_queries import PEAK_FIELD, PeakQuery, render_peaks
 from canary.policy.model import PromotionPolicy
 
 __all__ = ["PeakBook", "PeakEntry", "PeakSample", "PeaksPipeline", "parse_peak_matrix", "parse_peaks"]

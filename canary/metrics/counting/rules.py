@@ -54,7 +54,7 @@ from datetime import datetime
 from typing import NamedTuple, TypeVar, cast
 
 from canary.evidence import Histogram, Tally
-from canary.metrics.catalog import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD
+from canary.metrics.tick_queries import BUCKET_FIELD, COUNTER_FIELD, OOM_FIELD
 
 __all__ = [
     "LATENCY",

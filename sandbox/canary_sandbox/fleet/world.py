@@ -99,6 +99,9 @@ class SimulatedFleet:
         self._carry: dict[tuple[str, str], float] = {}  # fractional requests per revision
         self._shares: dict[tuple[str, str, str], float] = {}  # (ns, isvc, revision) -> last share
         self._lock = threading.Lock()
+        # What a workload adds to its own exposition (the hostile-tenant suite: a counter exported a
+        # second time with a `revision` label of its own): the rendered text in, the served text out.
+        self.rewrite: Callable[[str], str] | None = None
 
     # -- simulation --------------------------------------------------------------------------------
 
@@ -224,13 +227,14 @@ class SimulatedFleet:
 
     def render(self) -> str:
         with self._lock:
-            return _render(
+            text = _render(
                 self._pods,
                 self._pod_meta,
                 self._gpu_label_style,
                 self._ksm_label_style,
                 self._requests_profile,
             )
+        return text if self.rewrite is None else self.rewrite(text)
 
     def serve(
         self, host: str = "127.0.0.1", port: int = 0, *, ingestion_lag: float = 0.0
