@@ -46,6 +46,7 @@ from kubernetes.client.exceptions import ApiException
 from canary import __version__
 from canary.dashboard.actions import UNSET, ActionResult, Unset, perform_action
 from canary.dashboard.views import EvaluationLog, PrometheusSeries, rollout_detail, rollout_row
+from canary.kserve.admitted import list_states
 from canary.kserve.store import ConfigMapStateStore, StoredState
 from canary.rollout.state import CommandKind
 
@@ -196,10 +197,14 @@ class Dashboard:
         return not self.namespaces or namespace in self.namespaces
 
     def list_states(self) -> list[StoredState]:
-        if not self.namespaces:
-            found = self.store.list_all(None)
-        else:
-            found = [stored for namespace in self.namespaces for stored in self.store.list_all(namespace)]
+        # Listed as the controller lists them (bounded pages, only what it wrote), so that anyone's
+        # large ConfigMaps labelled as ours cost the dashboard no more memory than the controller.
+        scopes: list[str | None] = list(self.namespaces) or [None]
+        found = [
+            stored
+            for scope in scopes
+            for stored in list_states(self.api_client, scope, ignored=_not_shown, timeout=10.0)
+        ]
         return sorted(found, key=lambda stored: stored.key)
 
     def rollouts(self) -> list[dict[str, Any]]:
@@ -540,3 +545,8 @@ def run_dashboard(
         signal.signal(signal.SIGTERM, previous)
         dashboard.stop()
     return 0
+
+
+def _not_shown(namespace: str, name: str, reason: str) -> None:
+    """A ConfigMap labelled as ours that the controller did not write: not a rollout, not shown (the
+    controller logs and counts it)."""

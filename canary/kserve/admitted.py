@@ -42,7 +42,10 @@ from canary.kserve.store import (
     ROLLOUTS_KEY,
     SELECTOR,
     STATE_KEY,
+    StoredState,
+    is_state_configmap,
     state_configmap_name,
+    stored_from_dict,
 )
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "ConfigMapLimits",
     "Ignored",
     "list_our_configmaps",
+    "list_states",
     "why_not_ours",
 ]
 
@@ -160,6 +164,21 @@ def list_our_configmaps(
         del body, items
         if token is None:
             return kept, version
+
+
+def list_states(
+    api_client: client.ApiClient,
+    namespace: str | None,
+    *,
+    ignored: Ignored,
+    limits: ConfigMapLimits = ConfigMapLimits(),
+    timeout: float = 30.0,
+) -> list[StoredState]:
+    """The rollout states of ``namespace`` (None: every namespace), listed as the controller lists
+    them: in bounded pages, only the ConfigMaps it wrote (the dashboard's and the CLI's view)."""
+    listed, _ = list_our_configmaps(api_client, namespace, limits=limits, ignored=ignored, timeout=timeout)
+    # The same labels mark each InferenceService's notification outbox: only the state is a state.
+    return [stored_from_dict(item, "", "") for item in listed if is_state_configmap(item)]
 
 
 def _judge(

@@ -37,7 +37,6 @@ __all__ = [
     "StateTooLarge",
     "StoredState",
     "as_dict",
-    "list_configmaps",
     "state_configmap_name",
     "stored_from_dict",
     "watch_configmaps",
@@ -380,11 +379,6 @@ class ConfigMapStateStore(ConfigMapDocuments):
             raise
         return str(written.metadata.resource_version if written.metadata else "")
 
-    def list_all(self, namespace: str | None = None) -> list[StoredState]:
-        listed, _ = list_configmaps(self.api_client, namespace, timeout=self.request_timeout)
-        # The same labels mark each InferenceService's notification outbox: only the state is a state.
-        return [stored_from_dict(item, "", "") for item in listed if _is_state(item)]
-
 
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -411,25 +405,6 @@ def read_configmap(
             return None
         raise
     return _json_body(response)
-
-
-def list_configmaps(
-    api_client: client.ApiClient, namespace: str | None, *, timeout: float = 30.0
-) -> tuple[list[dict[str, Any]], str]:
-    """Every ConfigMap of ours (state, ledger, outbox: the managed-by label), as JSON dicts — not
-    the client's models, which take seconds to build for ten thousand — and the list's
-    resourceVersion."""
-    core = client.CoreV1Api(api_client)
-    if namespace is None:
-        response = core.list_config_map_for_all_namespaces(
-            label_selector=SELECTOR, _preload_content=False, _request_timeout=timeout
-        )
-    else:
-        response = core.list_namespaced_config_map(
-            namespace, label_selector=SELECTOR, _preload_content=False, _request_timeout=timeout
-        )
-    body = _json_body(response)
-    return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def watch_configmaps(
@@ -496,7 +471,7 @@ def owner_uid_of(meta: Mapping[str, Any]) -> str | None:
     )
 
 
-def _is_state(configmap: Mapping[str, Any]) -> bool:
+def is_state_configmap(configmap: Mapping[str, Any]) -> bool:
     meta = configmap.get("metadata") or {}
     model = (meta.get("labels") or {}).get(LABEL_INFERENCE_SERVICE)
     # A dotted label is no InferenceService name: the rollback ledger (kserve.ledger_store).

@@ -3,6 +3,7 @@ older than our own writes, and refreshed by a GET when a write meets 409."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -18,10 +19,10 @@ from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 
 from canary.controller.caches import LAST_APPLIED, CachedReads, WatchCache
+from canary.kserve.admitted import ConfigMapLimits, list_our_configmaps
 from canary.kserve.client import ConflictError, InferenceServiceClient, WatchEvent
 from canary.kserve.store import (
     ConfigMapStateStore,
-    list_configmaps,
     read_configmap,
     watch_configmaps,
 )
@@ -70,7 +71,9 @@ def world(tmp_path: Path) -> Iterator[World]:
         )
         cm_cache = WatchCache(
             "ConfigMap",
-            lister=lambda scope: list_configmaps(api, scope),
+            lister=lambda scope: list_our_configmaps(
+                api, scope, limits=ConfigMapLimits(), ignored=lambda *_: None
+            ),
             watcher=lambda scope, version, seconds: watch_configmaps(
                 api, scope, version, timeout_seconds=seconds
             ),
@@ -193,7 +196,9 @@ def test_a_list_that_no_longer_has_an_object_buries_it_at_the_list_version(world
 def test_tombstones_last_one_list_not_the_process(world: World) -> None:
     """A late answer to our write arrives within moments; a tombstone older than the previous list
     is dropped, so deleted objects do not pile up for as long as the controller runs."""
-    lister = lambda scope: list_configmaps(world.api, scope)  # noqa: E731
+    lister = functools.partial(
+        list_our_configmaps, world.api, limits=ConfigMapLimits(), ignored=lambda *_: None
+    )
     cache = world.configmaps
     store = ConfigMapStateStore(world.api)
     store.save(NS, "llama", RolloutState(), resource_version=None, owner_uid=None)
@@ -254,7 +259,9 @@ def _configmap_cache(
 
     return WatchCache(
         "ConfigMap",
-        lister=lambda scope: list_configmaps(api, scope),
+        lister=lambda scope: list_our_configmaps(
+            api, scope, limits=ConfigMapLimits(), ignored=lambda *_: None
+        ),
         watcher=watcher,
         getter=lambda namespace, name: read_configmap(core, namespace, name, 10.0),
         scopes=[NS],

@@ -26,6 +26,7 @@ from kubernetes import client, config
 
 from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Reconciler
+from canary.kserve.admitted import list_states
 from canary.kserve.client import InferenceServiceClient
 from canary.kserve.ledger_store import LEDGER_KEY, ConfigMapLedgerStore, ledger_configmap_name
 from canary.kserve.store import STATE_KEY, ConfigMapStateStore, state_configmap_name
@@ -156,7 +157,7 @@ def test_deleting_the_state_after_a_rollback_never_writes_the_rolled_back_revisi
         uid,
         False,
     )
-    listed = ConfigMapStateStore(world.api).list_all("ml")
+    listed = list_states(world.api, "ml", ignored=lambda *_: None)
     assert [(item.inference_service, item.owner_uid) for item in listed] == [("llama", uid)], "not a state"
     ledger = RollbackLedger.from_json((ledger_map.data or {})[LEDGER_KEY])
     assert ledger.inference_service_uid == uid and ledger.has("llama-predictor-00002")

@@ -28,11 +28,11 @@ from canary.controller.observability import ControllerMetrics
 from canary.controller.reconciler import Reconciler
 from canary.controller.tick import TickRunner
 from canary.evidence import REQUESTS, Evidence, EvidenceRequest, Measurement
+from canary.kserve.admitted import ConfigMapLimits, list_our_configmaps
 from canary.kserve.client import InferenceServiceClient
 from canary.kserve.ledger_store import ConfigMapLedgerStore
 from canary.kserve.store import (
     ConfigMapStateStore,
-    list_configmaps,
     read_configmap,
     watch_configmaps,
 )
@@ -213,7 +213,9 @@ def world(tmp_path: Path) -> Iterator[World]:
         )
         cm_cache = WatchCache(
             "ConfigMap",
-            lister=lambda scope: list_configmaps(api, scope),
+            lister=lambda scope: list_our_configmaps(
+                api, scope, limits=ConfigMapLimits(), ignored=lambda *_: None
+            ),
             watcher=lambda scope, version, seconds: watch_configmaps(
                 api, scope, version, timeout_seconds=seconds
             ),

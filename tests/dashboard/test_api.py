@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 from canary_sandbox.prometheus import free_port
+from kubernetes import client
 
 from canary.dashboard.server import TOKEN_HEADER, Dashboard
 from canary.policy.units import Unit
@@ -247,6 +248,27 @@ def test_a_namespace_outside_the_list_is_not_served(world: World) -> None:
         assert world.stored().command_json is None
     finally:
         board.stop()
+
+
+def test_configmaps_labelled_as_ours_that_the_controller_did_not_write_are_not_rollouts(world: World) -> None:
+    """A namespace editor can label any ConfigMap as the controller's (docs/security.md, 2.): the
+    dashboard lists as the controller does, in bounded pages and only what it wrote, so a forged
+    state is not shown and a large one is not read whole."""
+    world.start_rollout()
+    core = client.CoreV1Api(world.api)
+    labels = {"app.kubernetes.io/managed-by": "kserve-canary"}
+    forged = {"state.json": '{"phase": "Succeeded", "revision": "forged-00001"}'}
+    core.create_namespaced_config_map(
+        "ml", {"metadata": {"name": "forged", "labels": labels}, "data": forged}
+    )
+    large = {"state.json": "{" + "x" * 900_000 + "}"}
+    core.create_namespaced_config_map("ml", {"metadata": {"name": "large", "labels": labels}, "data": large})
+    board = start_dashboard(world)
+    try:
+        rows = Api(board).get("/api/rollouts").json()["rollouts"]
+    finally:
+        board.stop()
+    assert [(row["namespace"], row["name"]) for row in rows] == [("ml", "llama")], rows
 
 
 # -- the detail: decisions, checks against limits, traffic, Prometheus ---------------------------------

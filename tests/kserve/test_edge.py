@@ -14,6 +14,7 @@ from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 
 from canary.controller.leader import LeaderElector, NotLeader
+from canary.kserve.admitted import list_states
 from canary.kserve.client import ConflictError, InferenceServiceClient
 from canary.kserve.store import (
     COMMAND_KEY,
@@ -110,7 +111,9 @@ def test_state_store_round_trip_with_resource_version_preconditions(
     with pytest.raises(ConflictError):  # creating what exists is a conflict too
         store.save("ml", "llama", RolloutState(), resource_version=None, owner_uid=uid)
     assert store.load("ml", "llama").state() == second
-    assert [(s.namespace, s.inference_service) for s in store.list_all()] == [("ml", "llama")]
+    assert [(s.namespace, s.inference_service) for s in list_states(api, None, ignored=lambda *_: None)] == [
+        ("ml", "llama")
+    ]
 
 
 def test_state_is_deleted_with_its_inference_service(cluster: tuple[Emulator, client.ApiClient]) -> None:

@@ -22,8 +22,8 @@ from canary_sandbox.stack import inference_service
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry
 
+from canary.kserve.admitted import list_states
 from canary.kserve.outbox import OUTBOX_KEY, ConfigMapOutboxStore, outbox_configmap_name
-from canary.kserve.store import ConfigMapStateStore
 from canary.notify.delivery import TargetKind
 from canary.notify.destinations import destination_for, destinations_for, events_destination
 from canary.notify.dispatcher import Destination, NotificationDispatcher
@@ -328,7 +328,7 @@ def test_the_stored_form_holds_references_not_secret_urls(
     }
     (owner,) = found.metadata.owner_references
     assert (owner.kind, owner.name, owner.block_owner_deletion) == ("InferenceService", MODEL, False)
-    assert ConfigMapStateStore(api).list_all(NS) == []
+    assert list_states(api, NS, ignored=lambda *_: None) == []
     world.dispatcher.close(timeout=0.2)
 
 
