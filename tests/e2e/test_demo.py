@@ -98,7 +98,7 @@ def test_the_demo_tells_the_story_and_exits_0(
     assert started < ready
     # The rollbacks carry their reasons and numbers: the sequential test's statement, counts and all.
     assert re.search(
-        r"llm-chat rolled-back [35]0% → 0%: .*p99 ≤ (500ms|\+50% vs stable \(≤ \d+ms\)) broken at 95%: "
+        r"llm-chat rolled-back [35]0% → 0%: .*p99 ≤ (500ms|\+50% vs stable \(≤ \d+ms(; stable's p99 ≤ \d+ms)?\)) broken at 95%: "
         r"\d+ of [\d,]+ requests \([\d.]+%\) slower than \d+ms this step",
         output,
     ), output
